@@ -1,0 +1,3480 @@
+#!/usr/bin/env python3
+"""doze_kafka -- a small, single-file, Kafka-compatible broker. Standard library only.
+
+    python3 doze_kafka.py                      # Kafka on 127.0.0.1:9092, data in ./doze-data
+    python3 doze_kafka.py server.properties --port 9093 --override num.partitions=3
+
+    import doze_kafka                          # a broker inside your own tests
+    with doze_kafka.running() as broker:       # ephemeral port, temporary directory
+        bootstrap = broker.bootstrap           # "127.0.0.1:PORT"
+
+What it speaks: the Kafka wire protocol as Apache Kafka 4.3 does, for one node:
+topics, Produce and Fetch on durable append-only logs, ListOffsets, DeleteRecords,
+configs, and idempotent producers. Exact APIs and versions: the HANDLERS table in
+section 9, or ``python3 doze_kafka.py --apis``.
+
+Deliberately left out: replication (one broker is the whole cluster), KRaft,
+topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
+"transaction v2" protocol (KIP-890), log compaction, message format v0/v1.
+Batches are stored and served exactly as the producer sent them; doze never
+decompresses on the produce or fetch path.
+
+Reading guide -- the file reads top to bottom; nothing refers to a later section:
+  §1 imports   §2 config   §3 API keys and error codes   §4 wire codec
+  §5 schemas   §6 record batches   §7 storage   §8 coordinators
+  §9 request handlers   §10 server loop   §12 CLI
+"""
+
+###############################################################################
+# 1. IMPORTS
+###############################################################################
+
+import argparse
+import array
+import base64
+import bisect
+import collections
+import contextlib
+import dataclasses
+import enum
+import errno
+import heapq
+import json
+import logging
+import os
+import re
+import selectors
+import shutil
+import signal
+import socket
+import sqlite3
+import struct
+import sys
+import tempfile
+import threading
+import time
+import types
+import uuid
+import zlib
+
+if sys.version_info < (3, 9):
+    sys.exit("doze_kafka needs Python 3.9 or newer")
+
+__version__ = "0.1.0"
+log = logging.getLogger("doze_kafka")
+
+
+###############################################################################
+# 2. CONSTANTS AND CONFIG
+###############################################################################
+# Every setting has Kafka's own name and Kafka's own default, so a
+# server.properties written for Apache Kafka configures doze the same way.
+# Settings doze does not know are accepted and ignored (with a log line), as a
+# Kafka broker ignores unknown ones.
+
+BROKER_DEFAULTS = {
+    "node.id": 1,
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "advertised.listeners": "",
+    "log.dirs": "./doze-data",
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    "auto.create.topics.enable": True,
+    "message.max.bytes": 1048588,              # the largest batch a topic accepts
+    "log.segment.bytes": 1073741824,           # roll to a new segment file past this
+    "log.retention.ms": 604800000,             # 7 days; -1 keeps forever
+    "log.retention.bytes": -1,
+    "log.retention.check.interval.ms": 300000,
+    "log.roll.ms": 604800000,
+    "socket.request.max.bytes": 104857600,     # a frame over this closes the connection
+    "transaction.max.timeout.ms": 900000,
+    "producer.id.expiration.ms": 86400000,
+    "delete.topic.enable": True,
+}
+
+# Topic configs: name -> (type, broker setting it inherits from, default).
+# DescribeConfigs lists these for every topic (Kafka lists more; these are the
+# ones a client or Kafka Streams reads or sets). Types are Kafka's ConfigType.
+TOPIC_CONFIGS = {
+    "cleanup.policy":           ("list",    "log.cleanup.policy",          "delete"),
+    "compression.type":         ("string",  "compression.type",            "producer"),
+    "max.message.bytes":        ("int",     "message.max.bytes",           None),
+    "message.timestamp.type":   ("string",  "log.message.timestamp.type",  "CreateTime"),
+    "min.insync.replicas":      ("int",     "min.insync.replicas",         "1"),
+    "retention.bytes":          ("long",    "log.retention.bytes",         None),
+    "retention.ms":             ("long",    "log.retention.ms",            None),
+    "segment.bytes":            ("int",     "log.segment.bytes",           None),
+    "segment.ms":               ("long",    "log.roll.ms",                 None),
+    "min.compaction.lag.ms":    ("long",    "log.cleaner.min.compaction.lag.ms", "0"),
+    "unclean.leader.election.enable": ("boolean", "unclean.leader.election.enable", "false"),
+    "message.timestamp.before.max.ms": ("long", "log.message.timestamp.before.max.ms",
+                                        "9223372036854775807"),
+    "message.timestamp.after.max.ms": ("long", "log.message.timestamp.after.max.ms", "3600000"),
+}
+CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
+                     "double": 6, "list": 7, "class": 8, "password": 9}
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+SEGMENT_HEADROOM = 64                           # bytes a segment may overshoot by
+
+
+def _parse_bool(text):
+    if str(text).strip().lower() in ("true", "1", "yes"):
+        return True
+    if str(text).strip().lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def convert_setting(name, value):
+    """Coerce a setting's text to the type of its default (unknown names stay text)."""
+    default = BROKER_DEFAULTS.get(name)
+    if isinstance(default, bool):
+        return value if isinstance(value, bool) else _parse_bool(value)
+    if isinstance(default, int):
+        return int(value)
+    return value
+
+
+class Config:
+    """The broker's settings: Kafka's names, Kafka's defaults, plus doze's own
+    (data_dir, host, port, clock). Build from a server.properties file and/or
+    overrides; every value is read through config[name]."""
+
+    def __init__(self, settings=None, data_dir=None, host=None, port=None, clock=None):
+        self.settings = dict(BROKER_DEFAULTS)
+        self.given = set(settings or ())          # named in server.properties or overrides
+        for name, value in (settings or {}).items():
+            if name not in BROKER_DEFAULTS:
+                log.info("setting %s is not used by doze; ignored", name)
+            self.settings[name] = convert_setting(name, value)
+        self.static_settings = dict(self.settings)
+        bind_host, bind_port = parse_listener(self.settings["listeners"])
+        self.host = host or bind_host
+        self.port = bind_port if port is None else port
+        self.data_dir = os.path.abspath(data_dir or self.settings["log.dirs"].split(",")[0])
+        self.clock = clock or time.time           # seconds, as time.time(); tests inject a fake
+
+    def __getitem__(self, name):
+        return self.settings[name]
+
+    @classmethod
+    def from_properties(cls, path, **kw):
+        """Read a Java .properties file (key=value or key: value, # comments)."""
+        settings = {}
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line or line[0] in "#!":
+                    continue
+                m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
+                if m:
+                    settings[m.group(1)] = m.group(2).strip()
+        kw_settings = kw.pop("settings", None) or {}
+        settings.update(kw_settings)
+        return cls(settings, **kw)
+
+
+def parse_listener(text):
+    """'PLAINTEXT://host:port' -> (host, port); the first listener wins."""
+    first = text.split(",")[0].strip()
+    m = re.fullmatch(r"(?:\w+://)?\[?([^\]]*?)\]?:(\d+)", first)
+    if not m:
+        raise ValueError(f"cannot parse listener {text!r}")
+    host = m.group(1) or "0.0.0.0"
+    return host, int(m.group(2))
+
+
+# Glossary: the names this file uses for the things Kafka talks about.
+TopicPartition = tuple          # ("orders", 3)
+ProducerId = int                # int64 handed out by InitProducerId
+Epoch = int                     # int16; raised to fence an older producer
+Msg = types.SimpleNamespace     # a decoded request or a response being built
+
+
+###############################################################################
+# 3. PROTOCOL VOCABULARY -- API keys, error codes, errors
+###############################################################################
+# Names are the protocol's own (Kafka's ApiKeys and Errors Java enums), so they
+# survive a grep of Kafka's source and its protocol guide.
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka error codes doze can return (Kafka's org.apache.kafka.common.protocol.Errors)."""
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
+    KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
+    UNKNOWN_PRODUCER_ID = 59
+    INVALID_RECORD = 87
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    MEMBER_ID_REQUIRED = 79
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
+    INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+class KafkaError(Exception):
+    """A protocol-level failure. Raised anywhere below §9; a handler (or the
+    dispatcher) turns it into an error_code in the response."""
+
+    def __init__(self, code, detail=""):
+        super().__init__(f"{code.name}: {detail}" if detail else code.name)
+        self.code = code
+        self.detail = detail
+
+
+class ProtocolError(Exception):
+    """The bytes could not be understood (truncated, bad length, bad header).
+    The connection is closed, as Kafka does; nothing is sent back."""
+
+
+# Version-dependent errors are data, applied once by the encoder. Source: the
+# "Version N adds support for new error code X" notes in Kafka's message JSON
+# and KafkaApis' error mapping for older clients.
+# (api, error) -> (first version that knows the error, what older versions get)
+OLDER_CLIENTS_GET = {
+    (ApiKey.INIT_PRODUCER_ID, ErrorCode.PRODUCER_FENCED): (4, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED): (2, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (ApiKey.ADD_OFFSETS_TO_TXN, ErrorCode.PRODUCER_FENCED): (2, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (ApiKey.END_TXN, ErrorCode.PRODUCER_FENCED): (2, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (ApiKey.PRODUCE, ErrorCode.PRODUCER_FENCED): (99, ErrorCode.INVALID_PRODUCER_EPOCH),
+}
+
+
+def error_for_version(api_key, version, code):
+    """The error code a client speaking `version` of `api_key` understands."""
+    first_version, fallback = OLDER_CLIENTS_GET.get((api_key, code), (0, code))
+    return code if version >= first_version else fallback
+
+
+###############################################################################
+# 4. WIRE CODEC -- primitive types, frames
+###############################################################################
+# Kafka's wire format is big-endian fixed-width integers, plus (since KIP-482's
+# "flexible versions") unsigned varints for lengths and a trailing section of
+# tagged fields in every struct. Classic versions write a string as an int16
+# length (-1 = null) and an array as an int32 count; flexible ones write
+# "compact" lengths as uvarint(N + 1), where 0 means null.
+
+I8, I16, I32, I64 = (struct.Struct(f">{c}") for c in "bhiq")
+U16, U32, F64, BOOL = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">d"), struct.Struct(">?")
+UUID_ZERO = bytes(16)
+
+
+class Reader:
+    """A cursor over one request body. Every read succeeds or raises ProtocolError."""
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf, pos=0):
+        self.buf = memoryview(buf)
+        self.pos = pos
+        self.end = len(self.buf)
+
+    def fixed(self, s):
+        pos = self.pos
+        if pos + s.size > self.end:
+            raise ProtocolError(f"need {s.size} bytes at offset {pos}, have {self.end - pos}")
+        self.pos = pos + s.size
+        return s.unpack_from(self.buf, pos)[0]
+
+    def take(self, n):
+        pos = self.pos
+        if n < 0 or pos + n > self.end:
+            raise ProtocolError(f"need {n} bytes at offset {pos}, have {self.end - pos}")
+        self.pos = pos + n
+        return self.buf[pos:pos + n]
+
+    def uvarint(self):
+        """Unsigned LEB128: 7 bits a byte, low bits first, high bit = more follows."""
+        result = shift = 0
+        buf, pos, end = self.buf, self.pos, self.end
+        while True:
+            if pos >= end:
+                raise ProtocolError("varint runs past the end of the body")
+            byte = buf[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                self.pos = pos
+                return result
+            shift += 7
+            if shift > 63:
+                raise ProtocolError("varint longer than 10 bytes")
+
+    def varint(self):
+        """Signed varint, zig-zag encoded (records use these)."""
+        n = self.uvarint()
+        return (n >> 1) ^ -(n & 1)
+
+    def length(self, flexible, classic):
+        """A string/bytes/array length; -1 means null."""
+        return self.uvarint() - 1 if flexible else self.fixed(classic)
+
+
+class FileSlice:
+    """`count` bytes of an open file from `offset`: a Fetch response's records,
+    sent with os.sendfile so they never pass through Python."""
+    __slots__ = ("file", "offset", "count")
+
+    def __init__(self, file, offset, count):
+        self.file, self.offset, self.count = file, offset, count
+
+    def __len__(self):
+        return self.count
+
+    def read(self):
+        return os.pread(self.file.fileno(), self.count, self.offset)
+
+
+class Writer:
+    """Builds one response: bytes, with FileSlices spliced in as separate chunks."""
+    __slots__ = ("out", "chunks")
+
+    def __init__(self):
+        self.out = bytearray()
+        self.chunks = []
+
+    def fixed(self, s, value):
+        self.out += s.pack(value)
+
+    def uvarint(self, n):
+        out = self.out
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+
+    def varint(self, n):
+        self.uvarint((n << 1) ^ (n >> 63))
+
+    def length(self, flexible, classic, n):
+        if flexible:
+            self.uvarint(n + 1)
+        else:
+            self.out += classic.pack(n)
+
+    def splice(self, file_slice):
+        self.chunks.append(bytes(self.out))
+        self.chunks.append(file_slice)
+        self.out = bytearray()
+
+    def finish(self):
+        """The response as a list of chunks (bytes and FileSlices)."""
+        if self.out or not self.chunks:
+            self.chunks.append(bytes(self.out))
+        return self.chunks
+
+
+def uvarint_bytes(n):
+    w = Writer()
+    w.uvarint(n)
+    return bytes(w.out)
+
+
+def varint_bytes(n):
+    w = Writer()
+    w.varint(n)
+    return bytes(w.out)
+
+
+###############################################################################
+# 5. SCHEMAS -- every API's request and response, declared once as data
+###############################################################################
+# Each API is a text block that reads like Kafka's protocol guide:
+#
+#   <ApiName>  key=<n>  versions=<lo>-<hi>  flexible=<v>+ | none
+#     request | response
+#       <field>  <type>[?]  [= <default>]  [v<a>+ | v<a>-<b>]  [tag=<n>]
+#
+# Types: bool int8 int16 int32 int64 uint16 float64 uuid string bytes records.
+# "[]T" is an array of a primitive; a bare "[]" is an array of the struct whose
+# fields follow, indented; "{}" is a single nested struct. "?" marks a field
+# that may be null. Compact or classic encoding is never written: it follows
+# from flexible= (KIP-482). A field absent in a version decodes to its default,
+# so handlers read req.producer_id without checking versions. Field names are
+# the snake_case of Apache Kafka's message JSON names.
+
+@dataclasses.dataclass
+class Field:
+    name: str
+    type: str                    # "int16", "string", "[]int32", "[]" or "{}"
+    nullable: bool = False
+    default: object = None
+    since: int = 0               # first version with this field
+    until: int = 32767           # last version with this field
+    tag: object = None           # tagged-field number (flexible versions only)
+    fields: list = dataclasses.field(default_factory=list)   # children of [] and {}
+
+    def in_version(self, v):
+        return self.since <= v <= self.until
+
+
+@dataclasses.dataclass
+class Api:
+    name: str
+    key: int
+    min_version: int
+    max_version: int
+    flexible_from: object         # first flexible version, or None
+    request: list = dataclasses.field(default_factory=list)
+    response: list = dataclasses.field(default_factory=list)
+    min_served: int = None        # versions below this are advertised but refused
+
+    def flexible(self, version):
+        return self.flexible_from is not None and version >= self.flexible_from
+
+
+_HEADER = re.compile(r"(?P<name>\w+)\s+key=(?P<key>\d+)\s+versions=(?P<lo>\d+)-(?P<hi>\d+)"
+                     r"\s+flexible=(?:(?P<flex>\d+)\+|none)")
+_FIELD = re.compile(r"(?P<indent> *)(?P<name>\w+)\s+(?P<type>\[\]\w*|\{\}|\w+)(?P<null>\?)?"
+                    r"(?:\s*=\s*(?P<default>-?\w+))?"
+                    r"(?:\s+v(?P<since>\d+)(?:\+|-(?P<until>\d+)))?"
+                    r"(?:\s+tag=(?P<tag>\d+))?")
+PRIMITIVE_DEFAULTS = {"bool": False, "int8": 0, "int16": 0, "int32": 0, "int64": 0,
+                      "uint16": 0, "float64": 0.0, "uuid": UUID_ZERO, "string": "",
+                      "bytes": b"", "records": None}
+
+
+def _literal(text, type_):
+    if text is None:
+        return [] if type_.startswith("[]") else PRIMITIVE_DEFAULTS.get(type_)
+    if text == "null":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    return int(text, 0)
+
+
+def parse_api(text):
+    """Compile one schema block into an Api. Raises SyntaxError with a line number."""
+    spec, path = None, []            # path: [(indent, list the next field goes into), ...]
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        m = _HEADER.fullmatch(line.strip())
+        if m:
+            spec = Api(m["name"], int(m["key"]), int(m["lo"]), int(m["hi"]),
+                       int(m["flex"]) if m["flex"] else None)
+            continue
+        if line.strip() in ("request", "response"):
+            path = [(len(line) - len(line.lstrip()), getattr(spec, line.strip()))]
+            continue
+        m = _FIELD.fullmatch(line)
+        if not m or spec is None:
+            raise SyntaxError(f"schema line {lineno}: cannot parse {raw!r}")
+        indent = len(m["indent"])
+        while path and path[-1][0] >= indent:
+            path.pop()
+        if not path:
+            raise SyntaxError(f"schema line {lineno}: field outside request/response")
+        f = Field(m["name"], m["type"], nullable=bool(m["null"]),
+                  default=_literal(m["default"], m["type"]),
+                  since=int(m["since"] or 0),
+                  until=int(m["until"]) if m["until"] else 32767,
+                  tag=int(m["tag"]) if m["tag"] else None)
+        path[-1][1].append(f)
+        if f.type in ("[]", "{}"):
+            path.append((indent, f.fields))
+    return spec
+
+
+# --- The generic codec --------------------------------------------------------
+# A (field list, version) pair is compiled once into a "plan": the fields that
+# exist in that version, each with its reader and writer. Decoding and encoding
+# then walk the plan with no per-field version checks.
+
+def _read_string(r, flexible):
+    n = r.length(flexible, I16)
+    if n < 0:
+        return None
+    try:
+        return str(r.take(n), "utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"string is not UTF-8: {e}") from None
+
+
+def _read_bytes(r, flexible):
+    n = r.length(flexible, I32)
+    return None if n < 0 else bytes(r.take(n))
+
+
+def _read_records(r, flexible):
+    n = r.length(flexible, I32)
+    return None if n < 0 else r.take(n)        # a memoryview into the request: no copy
+
+
+def _write_string(w, value, flexible):
+    if value is None:
+        w.length(flexible, I16, -1)
+        return
+    data = value.encode("utf-8")
+    w.length(flexible, I16, len(data))
+    w.out += data
+
+
+def _write_bytes(w, value, flexible):
+    if value is None:
+        w.length(flexible, I32, -1)
+        return
+    w.length(flexible, I32, len(value))
+    if isinstance(value, FileSlice):
+        w.splice(value)
+    else:
+        w.out += value
+
+
+def _fixed_codec(s):
+    return (lambda r, flexible: r.fixed(s)), (lambda w, v, flexible: w.fixed(s, v))
+
+
+PRIMITIVES = {
+    "bool": _fixed_codec(BOOL), "int8": _fixed_codec(I8), "int16": _fixed_codec(I16),
+    "int32": _fixed_codec(I32), "int64": _fixed_codec(I64), "uint16": _fixed_codec(U16),
+    "float64": _fixed_codec(F64),
+    "uuid": (lambda r, flexible: bytes(r.take(16)),
+             lambda w, v, flexible: w.out.__iadd__(v or UUID_ZERO)),
+    "string": (_read_string, _write_string),
+    "bytes": (_read_bytes, _write_bytes),
+    "records": (_read_records, _write_bytes),
+}
+
+
+class Plan:
+    """The fields of one struct in one version: what read_struct/write_struct walk."""
+    __slots__ = ("steps", "tagged", "absent", "names")
+
+    def __init__(self, fields, version):
+        present = [f for f in fields if f.in_version(version)]
+        self.steps = [(f, _plan_child(f, version)) for f in present if f.tag is None]
+        self.tagged = {f.tag: (f, _plan_child(f, version)) for f in present if f.tag is not None}
+        self.absent = [(f.name, f.default) for f in fields if not f.in_version(version) or f.tag is not None]
+        self.names = frozenset(_all_names(fields))
+
+
+def _all_names(fields):
+    return [f.name for f in fields]
+
+
+def _plan_child(f, version):
+    return Plan(f.fields, version) if f.type in ("[]", "{}") else None
+
+
+def _read_value(r, f, child, flexible):
+    t = f.type
+    if t == "[]" or (t.startswith("[]") and len(t) > 2):
+        n = r.length(flexible, I32)
+        if n < 0:
+            return None
+        if n > r.end - r.pos:               # every element takes at least one byte
+            raise ProtocolError(f"array {f.name} claims {n} elements in {r.end - r.pos} bytes")
+        if t == "[]":
+            return [read_struct(r, child, flexible) for _ in range(n)]
+        read = PRIMITIVES[t[2:]][0]
+        return [read(r, flexible) for _ in range(n)]
+    if t == "{}":
+        return read_struct(r, child, flexible)
+    return PRIMITIVES[t][0](r, flexible)
+
+
+def read_struct(r, plan, flexible):
+    """Decode one struct; absent fields get their defaults; unknown tags are skipped."""
+    msg = Msg()
+    d = msg.__dict__
+    for name, default in plan.absent:
+        d[name] = list(default) if isinstance(default, list) else default
+    for f, child in plan.steps:
+        d[f.name] = _read_value(r, f, child, flexible)
+    if flexible:
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            known = plan.tagged.get(tag)
+            if known:
+                sub = Reader(r.take(size))
+                d[known[0].name] = _read_value(sub, known[0], known[1], flexible)
+            else:
+                r.take(size)
+    return msg
+
+
+def _write_value(w, f, child, value, flexible, fix_error):
+    t = f.type
+    if t.startswith("[]"):
+        if value is None:
+            w.length(flexible, I32, -1)
+            return
+        w.length(flexible, I32, len(value))
+        if t == "[]":
+            for item in value:
+                write_struct(w, child, item, flexible, fix_error)
+        else:
+            write = PRIMITIVES[t[2:]][1]
+            for item in value:
+                write(w, item, flexible)
+    elif t == "{}":
+        write_struct(w, child, value if value is not None else Msg(), flexible, fix_error)
+    else:
+        if fix_error and f.name.endswith("error_code") and value:
+            value = fix_error(value)
+        PRIMITIVES[t][1](w, value, flexible)
+
+
+def write_struct(w, plan, msg, flexible, fix_error=None):
+    """Encode one struct; missing attributes get the schema default. An attribute
+    the schema does not declare is a bug in a handler, so it raises."""
+    d = msg.__dict__
+    if not plan.names.issuperset(d):
+        raise TypeError(f"fields not in the schema: {sorted(set(d) - plan.names)}")
+    for f, child in plan.steps:
+        value = d.get(f.name, f.default)
+        if value is None and not f.nullable and f.type.startswith("[]"):
+            value = []
+        _write_value(w, f, child, value, flexible, fix_error)
+    if flexible:
+        tagged = [(tag, f, child) for tag, (f, child) in sorted(plan.tagged.items())
+                  if d.get(f.name, f.default) != f.default]
+        w.uvarint(len(tagged))
+        for tag, f, child in tagged:
+            sub = Writer()
+            _write_value(sub, f, child, d[f.name], flexible, fix_error)
+            w.uvarint(tag)
+            w.uvarint(len(sub.out))
+            w.out += sub.out
+
+
+_PLANS = {}
+
+
+def plan_for(spec, version, direction):
+    """The compiled plan of spec.request or spec.response at `version`."""
+    key = (spec.key, version, direction)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = Plan(getattr(spec, direction), version)
+    return plan
+
+
+def decode_request_body(spec, version, r):
+    return read_struct(r, plan_for(spec, version, "request"), spec.flexible(version))
+
+
+def encode_body(spec, version, direction, msg, w=None):
+    """Encode a request or response body; returns the Writer."""
+    w = w or Writer()
+    api_key = spec.key
+    fix = None
+    if any(k[0] == api_key for k in OLDER_CLIENTS_GET):
+        def fix(code):
+            return error_for_version(api_key, version, ErrorCode(code))
+    write_struct(w, plan_for(spec, version, direction), msg, spec.flexible(version), fix)
+    return w
+
+
+# --- Headers ------------------------------------------------------------------
+# Request header v0: api_key int16, api_version int16, correlation_id int32.
+# v1 adds client_id (a classic nullable string, even in flexible versions);
+# v2 (flexible APIs) adds a tagged-field section. Response header v0 is just
+# correlation_id; v1 adds tagged fields -- except for ApiVersions, whose
+# response header is always v0 so that a client can read it before it knows
+# which versions the broker speaks (ApiVersionsResponse.json, KIP-511).
+
+REQUEST_HEADER = struct.Struct(">hhi")
+
+
+def parse_request_header(frame):
+    """-> (api_key, api_version, correlation_id, client_id, Reader at the client_id end)."""
+    if len(frame) < REQUEST_HEADER.size:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id = REQUEST_HEADER.unpack_from(frame, 0)
+    r = Reader(frame, REQUEST_HEADER.size)
+    client_id = _read_string(r, False)
+    return api_key, api_version, correlation_id, client_id, r
+
+
+def skip_tagged_fields(r):
+    for _ in range(r.uvarint()):
+        r.uvarint()
+        r.take(r.uvarint())
+
+
+###############################################################################
+# 6. RECORD BATCHES -- the unit a producer sends and the log stores
+###############################################################################
+# Since Kafka 0.11 (KIP-98) records travel in RecordBatch v2 ("magic 2"): a
+# 61-byte header, then the records, usually compressed together. The broker
+# never needs the records themselves: it assigns offsets by writing base_offset
+# and checks the CRC. The CRC covers everything from `attributes` to the end,
+# so the broker may set base_offset and partition_leader_epoch without
+# recomputing it -- exactly what doze does on append.
+
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")   # 61 bytes
+BATCH_HEADER_SIZE = BATCH_HEADER.size
+BATCH_FIELDS = (
+    "base_offset",             # q int64   assigned by the broker
+    "batch_length",            # i int32   bytes after this field
+    "partition_leader_epoch",  # i int32
+    "magic",                   # b int8    always 2
+    "crc",                     # I uint32  CRC-32C (Castagnoli) of attributes..end
+    "attributes",              # h int16   0x07 compression, 0x08 log-append time,
+                               #           0x10 transactional, 0x20 control
+    "last_offset_delta",       # i int32
+    "base_timestamp",          # q int64
+    "max_timestamp",           # q int64
+    "producer_id",             # q int64   -1 unless idempotent/transactional
+    "producer_epoch",          # h int16
+    "base_sequence",           # i int32   KIP-98 idempotence
+    "records_count",           # i int32
+)
+LOG_OVERHEAD = 12                   # base_offset + batch_length: what batch_length excludes
+CRC_START = 21                      # the CRC covers bytes [21, end) of a batch
+ATTR_COMPRESSION = 0x07
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+BatchHeader = collections.namedtuple("BatchHeader", BATCH_FIELDS)
+
+
+def _crc32c_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli), the checksum of RecordBatch v2. zlib.crc32 uses
+    the other polynomial, so this one is computed here, a byte at a time."""
+    table = _CRC32C_TABLE
+    crc ^= 0xFFFFFFFF
+    for byte in bytes(data):
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def read_batch_header(buf, pos=0):
+    return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
+
+
+def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
+    """One record inside a batch (all lengths are zig-zag varints)."""
+    body = bytearray(b"\x00")                         # attributes: unused
+    body += varint_bytes(timestamp_delta) + varint_bytes(offset_delta)
+    for part in (key, value):
+        if part is None:
+            body += varint_bytes(-1)
+        else:
+            body += varint_bytes(len(part)) + part
+    body += varint_bytes(len(headers))
+    for hkey, hvalue in headers:
+        hk = hkey.encode() if isinstance(hkey, str) else hkey
+        body += varint_bytes(len(hk)) + hk
+        body += varint_bytes(-1) if hvalue is None else varint_bytes(len(hvalue)) + hvalue
+    return varint_bytes(len(body)) + bytes(body)
+
+
+def build_batch(records, base_offset=0, timestamp_ms=0, producer_id=-1, producer_epoch=-1,
+                base_sequence=-1, attributes=0):
+    """An uncompressed RecordBatch v2 from [(key, value, headers)]; used for
+    control markers and by tests."""
+    body = b"".join(encode_record(i, 0, k, v, h) for i, (k, v, h) in enumerate(records))
+    tail = struct.pack(">hiqqqhii", attributes, len(records) - 1, timestamp_ms, timestamp_ms,
+                       producer_id, producer_epoch, base_sequence, len(records)) + body
+    crc = crc32c(tail)
+    return struct.pack(">qiibI", base_offset, len(tail) + 9, 0, 2, crc) + tail
+
+
+def build_control_batch(producer_id, producer_epoch, commit, timestamp_ms, coordinator_epoch=0):
+    """A COMMIT or ABORT marker (KIP-98): a control batch whose one record has
+    key (version int16 = 0, type int16) and value (version int16, coordinator_epoch int32)."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([(key, value, ())], 0, timestamp_ms, producer_id, producer_epoch, -1,
+                       ATTR_TRANSACTIONAL | ATTR_CONTROL)
+
+
+def decode_records(batch):
+    """Yield (offset_delta, timestamp_delta, key, value, headers) of an
+    uncompressed or gzip batch. Only ListOffsets-by-timestamp and tests use
+    this: the produce and fetch paths never look inside a batch."""
+    h = read_batch_header(batch)
+    data = bytes(batch[BATCH_HEADER_SIZE:])
+    codec = h.attributes & ATTR_COMPRESSION
+    if codec == 1:
+        data = zlib.decompress(data, 47)               # gzip framing
+    elif codec != 0:
+        raise ValueError(f"cannot decode {COMPRESSION_NAMES.get(codec)} records")
+    r = Reader(data)
+    for _ in range(h.records_count):
+        length = r.varint()
+        end = r.pos + length
+        r.take(1)
+        ts_delta, off_delta = r.varint(), r.varint()
+        klen = r.varint()
+        key = None if klen < 0 else bytes(r.take(klen))
+        vlen = r.varint()
+        value = None if vlen < 0 else bytes(r.take(vlen))
+        headers = []
+        for _ in range(r.varint()):
+            hk = bytes(r.take(r.varint()))
+            hvlen = r.varint()
+            headers.append((hk, None if hvlen < 0 else bytes(r.take(hvlen))))
+        r.pos = end
+        yield off_delta, ts_delta, key, value, headers
+
+
+class BatchError(Exception):
+    """A produced batch Kafka would refuse; carries the ErrorCode."""
+
+    def __init__(self, code, detail):
+        super().__init__(detail)
+        self.code = code
+
+
+def validate_produced(records, check_crc=True):
+    """Check the records of one partition of a Produce request, as Kafka's
+    ProduceRequest.validateRecords and LogValidator do, without reading any
+    record: exactly one v2 batch, consistent lengths, a good CRC, no control
+    flag. Returns its BatchHeader."""
+    n = len(records)
+    if n < BATCH_HEADER_SIZE:
+        raise BatchError(ErrorCode.CORRUPT_MESSAGE, f"{n} bytes is shorter than a batch header")
+    h = read_batch_header(records)
+    if h.magic != 2:
+        raise BatchError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                         f"magic {h.magic}: only RecordBatch v2 is accepted")
+    size = h.batch_length + LOG_OVERHEAD
+    if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or size > n:
+        raise BatchError(ErrorCode.CORRUPT_MESSAGE, f"batch_length {h.batch_length} with {n} bytes")
+    if size != n:
+        raise BatchError(ErrorCode.INVALID_RECORD,
+                         "Produce v3+ carries exactly one record batch per partition")
+    if check_crc and crc32c(records[CRC_START:]) != h.crc:
+        raise BatchError(ErrorCode.CORRUPT_MESSAGE, "CRC-32C mismatch")
+    if h.attributes & ATTR_CONTROL:
+        raise BatchError(ErrorCode.INVALID_RECORD, "clients may not send control batches")
+    if h.records_count != h.last_offset_delta + 1 or h.records_count < 1:
+        raise BatchError(ErrorCode.INVALID_RECORD,
+                         f"records_count {h.records_count} vs last_offset_delta {h.last_offset_delta}")
+    return h
+
+
+###############################################################################
+# 7. STORAGE -- partition logs on disk, and meta.db
+###############################################################################
+# A partition is a directory of segment files, named as Kafka names them
+# (orders-0/00000000000000000000.log), each an append-only sequence of record
+# batches exactly as the producers sent them, with base offsets filled in.
+# Durability is fsync's: an acknowledged batch has been fsynced, and so has
+# every directory entry (new partition directory, new segment file) on the
+# path to it -- a new file whose directory was not fsynced can vanish in a
+# power cut even if the file itself was. The broker fsyncs once per dirty file
+# per pass of its loop ("group commit"), so a thousand batches cost one fsync.
+#
+# Everything else -- topics, configs, the producer-id counter -- lives in
+# meta.db (sqlite, WAL, synchronous=FULL), committed before it is acknowledged.
+
+class Files:
+    """Every change the logs make to the file system goes through here, so the
+    crash tests can put in a layer that forgets what was not yet fsynced.
+    Reads (pread, sendfile) go straight to the OS."""
+
+    def open_append(self, path, create):
+        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
+        return os.open(path, flags, 0o644)
+
+    def write(self, fd, data):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def fsync(self, fd):
+        os.fsync(fd)
+
+    def truncate(self, path, size):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self, fd):
+        os.close(fd)
+
+    def mkdir(self, path):
+        os.mkdir(path)
+
+    def fsync_dir(self, path):
+        """Make the directory's entries (files created, renamed, removed) durable."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_file(self, path, data):
+        """Write a small whole file (an index cache); not fsynced."""
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def unlink(self, path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def rename(self, src, dst):
+        os.rename(src, dst)
+
+    def rmtree(self, path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def segment_name(base_offset, suffix=".log"):
+    return f"{base_offset:020d}{suffix}"
+
+
+# The in-memory index of a segment: four parallel arrays, one entry per batch.
+# Kafka keeps a sparse .index (offset -> position) and .timeindex on disk; doze
+# keeps every batch in memory (32 bytes each) and caches the arrays in a
+# .index file when a segment is closed, so a restart need not rescan it.
+INDEX_MAGIC = b"DZIX1\n"
+INDEX_HEADER = struct.Struct(">6sqqI")      # magic, covered log bytes, entries, crc32 of arrays
+
+
+class Segment:
+    """One .log file and the batch index over it."""
+
+    def __init__(self, files, directory, base_offset):
+        self.files = files
+        self.base_offset = base_offset
+        self.path = os.path.join(directory, segment_name(base_offset))
+        self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
+        self.bases = array.array("q")       # first offset of each batch
+        self.lasts = array.array("q")       # last offset of each batch
+        self.positions = array.array("q")   # byte position of each batch
+        self.max_timestamps = array.array("q")
+        self.size = 0
+        self.fd = None                      # append descriptor, only while active
+        self.reader = None                  # read-only file object (pread, sendfile)
+        self.unsynced = False
+        self.born_ms = 0                    # when this segment started taking appends (segment.ms)
+
+    def create(self):
+        self.fd = self.files.open_append(self.path, create=True)
+        self.reader = open(self.path, "rb", buffering=0)
+
+    def open_existing(self):
+        """Load the index (cache, then a scan of what it does not cover); cut a torn tail."""
+        self.reader = open(self.path, "rb", buffering=0)
+        file_size = os.fstat(self.reader.fileno()).st_size
+        covered = self._load_index_cache(file_size)
+        good_end = self._scan(covered, file_size)
+        if good_end < file_size:
+            log.warning("%s: cut a torn tail of %d bytes at position %d (a partial batch "
+                        "left by a crash)", self.path, file_size - good_end, good_end)
+            self.files.truncate(self.path, good_end)
+        self.size = good_end
+
+    def _load_index_cache(self, file_size):
+        try:
+            with open(self.index_path, "rb") as f:
+                data = f.read()
+            magic, covered, count, crc = INDEX_HEADER.unpack_from(data)
+        except (OSError, struct.error):
+            return 0
+        body = memoryview(data)[INDEX_HEADER.size:]
+        if magic != INDEX_MAGIC or covered > file_size or len(body) != count * 32 \
+                or zlib.crc32(body) != crc:
+            return 0
+        for i, arr in enumerate((self.bases, self.lasts, self.positions, self.max_timestamps)):
+            arr.frombytes(body[i * count * 8:(i + 1) * count * 8])
+            if sys.byteorder != "big":
+                pass                         # stored in native order; same machine
+        return covered
+
+    def save_index_cache(self):
+        arrays = b"".join(a.tobytes() for a in (self.bases, self.lasts, self.positions,
+                                                 self.max_timestamps))
+        head = INDEX_HEADER.pack(INDEX_MAGIC, self.size, len(self.bases), zlib.crc32(arrays))
+        with contextlib.suppress(OSError):
+            self.files.write_file(self.index_path, head + arrays)
+
+    def _scan(self, pos, file_size):
+        """Index the batches from `pos`, reading headers only. Returns where the
+        last whole, well-formed batch ends (anything after it is a torn tail)."""
+        fd = self.reader.fileno()
+        expected = self.lasts[-1] + 1 if self.lasts else self.base_offset
+        last_start = None
+        while pos + BATCH_HEADER_SIZE <= file_size:
+            head = os.pread(fd, BATCH_HEADER_SIZE, pos)
+            h = read_batch_header(head)
+            end = pos + LOG_OVERHEAD + h.batch_length
+            if h.magic != 2 or h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD \
+                    or end > file_size or h.base_offset != expected:
+                break
+            self._add(h.base_offset, h.base_offset + h.last_offset_delta, pos, h.max_timestamp)
+            expected = h.base_offset + h.last_offset_delta + 1
+            last_start, pos = pos, end
+        if last_start is not None and pos == file_size:
+            # The last batch is the one a crash could have left half-written
+            # with the right length; its CRC says whether it is whole.
+            batch = os.pread(fd, pos - last_start, last_start)
+            if crc32c(memoryview(batch)[CRC_START:]) != read_batch_header(batch).crc:
+                self._drop_last()
+                pos = last_start
+        return pos
+
+    def _add(self, base, last, position, max_timestamp):
+        self.bases.append(base)
+        self.lasts.append(last)
+        self.positions.append(position)
+        self.max_timestamps.append(max_timestamp)
+
+    def _drop_last(self):
+        for a in (self.bases, self.lasts, self.positions, self.max_timestamps):
+            a.pop()
+
+    def open_for_append(self):
+        if self.fd is None:
+            self.fd = self.files.open_append(self.path, create=False)
+
+    def append(self, batch, base, last, max_timestamp):
+        self.files.write(self.fd, batch)
+        self._add(base, last, self.size, max_timestamp)
+        self.size += len(batch)
+        self.unsynced = True
+
+    def sync(self):
+        if self.unsynced and self.fd is not None:
+            self.files.fsync(self.fd)
+            self.unsynced = False
+
+    def close_for_append(self):
+        if self.fd is not None:
+            self.sync()
+            self.files.close(self.fd)
+            self.fd = None
+        self.save_index_cache()
+
+    @property
+    def next_offset(self):
+        return self.lasts[-1] + 1 if self.lasts else self.base_offset
+
+    @property
+    def largest_timestamp(self):
+        return max(self.max_timestamps) if self.max_timestamps else -1
+
+    def batch_at(self, offset):
+        """Index of the batch holding `offset` (or the first one after it), or None."""
+        i = bisect.bisect_left(self.lasts, offset)
+        return i if i < len(self.lasts) else None
+
+    def end_position(self, i):
+        return self.positions[i + 1] if i + 1 < len(self.positions) else self.size
+
+    def read_batch(self, i):
+        return os.pread(self.reader.fileno(), self.end_position(i) - self.positions[i],
+                        self.positions[i])
+
+
+class PartitionLog:
+    """One partition: its segments, its log start offset, its end offset, and
+    its high watermark -- which in doze is the end of what has been fsynced:
+    a consumer never sees a record a power cut could take back."""
+
+    def __init__(self, topic, partition, directory, files, topic_config, clock):
+        self.topic, self.partition = topic, partition
+        self.dir = directory
+        self.files = files
+        self.config = topic_config          # name -> effective value, looked up live
+        self.clock = clock
+        self.segments = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.dir_unsynced = False
+        self.created_ms = clock() * 1000
+
+    # --- opening ---
+    def create(self):
+        self.files.mkdir(self.dir)
+        self.create_segment_at(0)
+
+    def open(self, log_start_offset):
+        bases = sorted(int(name[:-4]) for name in os.listdir(self.dir)
+                       if name.endswith(".log") and name[:-4].isdigit())
+        for name in os.listdir(self.dir):           # leftovers from an interrupted roll or deletion
+            if name.endswith(".deleted") or name.endswith(".tmp"):
+                os.unlink(os.path.join(self.dir, name))
+        if not bases:
+            self.create_segment_at(max(log_start_offset, 0))
+        for base in bases:
+            seg = Segment(self.files, self.dir, base)
+            seg.open_existing()
+            self.segments.append(seg)
+        self.active.open_for_append()
+        self.active.born_ms = self.clock() * 1000
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = self.next_offset
+
+    def create_segment_at(self, base):
+        seg = Segment(self.files, self.dir, base)
+        seg.create()
+        seg.unsynced = True
+        seg.born_ms = self.clock() * 1000
+        self.segments.append(seg)
+        self.dir_unsynced = True
+        return seg
+
+    @property
+    def active(self):
+        return self.segments[-1]
+
+    @property
+    def next_offset(self):
+        """The log end offset (LEO): the offset the next batch will get."""
+        return self.active.next_offset
+
+    # --- writing ---
+    def append(self, batch, header):
+        """Append one validated batch (a writable buffer); assign its offsets by
+        writing base_offset into its header. Returns the base offset."""
+        seg = self.active
+        if seg.size + len(batch) > self.config("segment.bytes") and seg.bases \
+                or self._segment_too_old(seg):
+            seg = self.roll()
+        base = self.next_offset
+        I64.pack_into(batch, 0, base)
+        I32.pack_into(batch, 12, 0)          # partition_leader_epoch: one leader, epoch 0
+        seg.append(batch, base, base + header.last_offset_delta, header.max_timestamp)
+        return base
+
+    def _segment_too_old(self, seg):
+        return bool(seg.bases) and self.clock() * 1000 - seg.born_ms > self.config("segment.ms")
+
+    def roll(self):
+        """Close the active segment and start a new one at the log end offset."""
+        old = self.active
+        old.sync()
+        old.close_for_append()
+        return self.create_segment_at(self.next_offset)
+
+    def flush(self):
+        """fsync what was appended (and the directory, if files were created).
+        Returns True if the high watermark moved."""
+        for seg in self.segments:
+            seg.sync()
+        if self.dir_unsynced:
+            self.files.fsync_dir(self.dir)
+            self.dir_unsynced = False
+        moved = self.high_watermark != self.next_offset
+        self.high_watermark = self.next_offset
+        return moved
+
+    @property
+    def dirty(self):
+        return self.dir_unsynced or any(seg.unsynced for seg in self.segments)
+
+    # --- reading ---
+    def segment_for(self, offset):
+        i = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+        return self.segments[max(i, 0)]
+
+    def read(self, offset, max_bytes, end_offset, min_one=True):
+        """Batches from the one holding `offset`, stopping before `end_offset`
+        and within max_bytes (but at least one whole batch when min_one, as
+        KIP-74 asks). Returns a FileSlice or None; reads one segment only."""
+        if offset >= end_offset:
+            return None
+        for seg in self.segments[self.segments.index(self.segment_for(offset)):]:
+            i = seg.batch_at(offset)
+            if i is None:
+                continue
+            if seg.bases[i] >= end_offset:
+                return None
+            start = seg.positions[i]
+            j = i
+            while j + 1 < len(seg.bases) and seg.bases[j + 1] < end_offset \
+                    and seg.end_position(j + 1) - start <= max_bytes:
+                j += 1
+            size = seg.end_position(j) - start
+            if size > max_bytes and not min_one:
+                return None
+            return FileSlice(seg.reader, start, size)
+        return None
+
+    def batches(self, start_offset=0, end_offset=None):
+        """Yield (base_offset, batch bytes) of every batch from start_offset:
+        used by tests, the console and producer-state rebuilds, never by Fetch."""
+        end_offset = self.next_offset if end_offset is None else end_offset
+        for seg in list(self.segments):
+            if seg.next_offset <= start_offset:
+                continue
+            i = seg.batch_at(start_offset)
+            while i is not None and i < len(seg.bases) and seg.bases[i] < end_offset:
+                yield seg.bases[i], seg.read_batch(i)
+                i += 1
+
+    def offset_for_timestamp(self, timestamp):
+        """(offset, timestamp) of the first record at or after `timestamp`, or None."""
+        for seg in self.segments:
+            for i, ts in enumerate(seg.max_timestamps):
+                if ts >= timestamp and seg.bases[i] >= self.log_start_offset - 0:
+                    return self._refine(seg, i, lambda t: t >= timestamp)
+        return None
+
+    def offset_of_max_timestamp(self):
+        best = None
+        for seg in self.segments:
+            for i, ts in enumerate(seg.max_timestamps):
+                if best is None or ts > best[0]:
+                    best = (ts, seg, i)
+        if best is None:
+            return None
+        ts, seg, i = best
+        return self._refine(seg, i, lambda t: t == ts)
+
+    def _refine(self, seg, i, match):
+        """Find the matching record inside batch i (ListOffsets only); compressed
+        batches other than gzip answer with the batch's first offset."""
+        batch = seg.read_batch(i)
+        h = read_batch_header(batch)
+        try:
+            for off_delta, ts_delta, _, _, _ in decode_records(batch):
+                if match(h.base_timestamp + ts_delta) and h.base_offset + off_delta >= self.log_start_offset:
+                    return h.base_offset + off_delta, h.base_timestamp + ts_delta
+        except (ValueError, ProtocolError, zlib.error):
+            pass
+        return max(h.base_offset, self.log_start_offset), h.max_timestamp
+
+    # --- deleting ---
+    def delete_records_before(self, offset):
+        """DeleteRecords: move the log start offset up; drop whole segments below it."""
+        self.log_start_offset = max(self.log_start_offset, offset)
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self._delete_segment(self.segments.pop(0))
+        if self.log_start_offset >= self.next_offset and self.active.bases:
+            seg = self.roll()   # everything is deleted: start afresh at the same offset
+            self._delete_segment(self.segments.pop(0))
+            del seg
+
+    def apply_retention(self, now_ms):
+        """retention.ms and retention.bytes: delete the oldest segments that are
+        past either limit. Returns True if anything was deleted."""
+        retention_ms, retention_bytes = self.config("retention.ms"), self.config("retention.bytes")
+        deleted = False
+        while self.segments and self.segments[0].bases:
+            seg = self.segments[0]
+            total = sum(s.size for s in self.segments)
+            too_old = retention_ms >= 0 and now_ms - seg.largest_timestamp > retention_ms
+            too_big = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if not (too_old or too_big):
+                break
+            if seg is self.active:
+                if self.high_watermark < self.next_offset:
+                    break                       # never delete what is not yet durable
+                self.roll()
+            self._delete_segment(self.segments.pop(0))
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            deleted = True
+        return deleted
+
+    def _delete_segment(self, seg):
+        if seg.fd is not None:
+            self.files.close(seg.fd)
+            seg.fd = None
+        self.files.unlink(seg.path)
+        self.files.unlink(seg.index_path)
+        self.dir_unsynced = True
+
+    def close(self):
+        """A clean shutdown: sync, and cache every index so the next start is quick."""
+        for seg in self.segments:
+            seg.close_for_append()
+
+
+# --- MetadataStore: meta.db ------------------------------------------------------
+# One table per concept, each replacing a piece of Kafka's cluster metadata.
+
+METADATA_SQL = """
+CREATE TABLE IF NOT EXISTS settings (       -- cluster id, counters, broker-level dynamic configs
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS topics (         -- KRaft's TopicRecord + ConfigRecords
+    name       TEXT PRIMARY KEY,
+    topic_id   BLOB NOT NULL,
+    partitions INTEGER NOT NULL,
+    configs    TEXT NOT NULL                -- JSON object of topic-level overrides
+);
+CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    log_start_offset INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic, partition)
+);
+"""
+PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
+
+
+class MetadataStore:
+    """meta.db. Every method that changes something commits before it returns,
+    and raises KafkaError(NOT_COORDINATOR-like codes are chosen by callers) on
+    failure, leaving nothing half-written: sqlite rolls the transaction back."""
+
+    def __init__(self, path):
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
+        # append before COMMIT returns, so a committed change survives a power cut.
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(METADATA_SQL)
+
+    @contextlib.contextmanager
+    def transaction(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self):
+        self.db.close()
+
+    # --- settings ---
+    def get_setting(self, name, default=None):
+        row = self.db.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else default
+
+    def set_settings(self, values):
+        with self.transaction() as db:
+            for name, value in values.items():
+                if value is None:
+                    db.execute("DELETE FROM settings WHERE name = ?", (name,))
+                else:
+                    db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, str(value)))
+
+    def allocate_producer_ids(self, count=PRODUCER_ID_BLOCK):
+        """Reserve `count` producer ids; returns the first. Durable before use,
+        so no id is ever handed out twice, across any crash."""
+        with self.transaction() as db:
+            row = db.execute("SELECT value FROM settings WHERE name = 'next_producer_id'").fetchone()
+            first = int(row[0]) if row else 0
+            db.execute("INSERT OR REPLACE INTO settings VALUES ('next_producer_id', ?)",
+                       (str(first + count),))
+        return first
+
+    # --- topics ---
+    def load_topics(self):
+        """{name: (topic_id, partitions, configs)}"""
+        return {name: (bytes(tid), n, json.loads(cfg)) for name, tid, n, cfg in
+                self.db.execute("SELECT name, topic_id, partitions, configs FROM topics")}
+
+    def load_log_start_offsets(self):
+        return {(t, p): o for t, p, o in
+                self.db.execute("SELECT topic, partition, log_start_offset FROM partitions")}
+
+    def save_topic(self, name, topic_id, partitions, configs):
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO topics VALUES (?, ?, ?, ?)",
+                       (name, topic_id, partitions, json.dumps(configs, sort_keys=True)))
+
+    def delete_topic(self, name):
+        with self.transaction() as db:
+            db.execute("DELETE FROM topics WHERE name = ?", (name,))
+            db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
+
+    def save_log_start_offset(self, topic, partition, offset):
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO partitions VALUES (?, ?, ?)", (topic, partition, offset))
+
+
+# --- LogManager: every partition of every topic --------------------------------
+
+def _int_config(name, value):
+    """Validate one topic config value as Kafka's ConfigDef would; -> stored text."""
+    if name not in TOPIC_CONFIGS:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    kind = TOPIC_CONFIGS[name][0]
+    if value is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}")
+    try:
+        if kind in ("int", "long"):
+            int(value)
+        elif kind == "boolean":
+            _parse_bool(value)
+    except ValueError:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"Invalid value {value} for configuration {name}") from None
+    if name == "cleanup.policy" and any(p.strip() not in ("delete", "compact")
+                                        for p in value.split(",")):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}")
+    if name == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}")
+    return str(value)
+
+
+class LogManager:
+    """The topics: their partition logs on disk and their rows in meta.db."""
+
+    def __init__(self, config, store, files=None):
+        self.config = config
+        self.store = store
+        self.files = files or Files()
+        self.clock = config.clock
+        self.topics = {}            # name -> Msg(topic_id, partitions, configs)
+        self.logs = {}              # (topic, partition) -> PartitionLog
+        self.dirty = set()          # logs appended to since the last flush
+        self.data_dir_unsynced = False
+
+    # --- startup ---
+    def load(self):
+        """Open every topic in meta.db; remove partition directories meta.db does
+        not know (a topic creation or deletion a crash interrupted)."""
+        starts = self.store.load_log_start_offsets()
+        for name, (topic_id, n, configs) in self.store.load_topics().items():
+            self.topics[name] = Msg(name=name, topic_id=topic_id, partitions=n, configs=configs)
+            for p in range(n):
+                plog = self._new_log(name, p)
+                if os.path.isdir(plog.dir):
+                    plog.open(starts.get((name, p), 0))
+                else:                                    # created in meta.db, dir lost: recreate
+                    plog.create()
+                    self.dirty.add(plog)
+                    self.data_dir_unsynced = True
+                self.logs[(name, p)] = plog
+        known = {os.path.basename(l.dir) for l in self.logs.values()}
+        for entry in os.listdir(self.config.data_dir):
+            path = os.path.join(self.config.data_dir, entry)
+            if os.path.isdir(path) and entry not in known:
+                log.warning("removing %s: no topic in meta.db owns it (an interrupted "
+                            "create or delete)", path)
+                self.files.rmtree(path)
+        self.flush_dirty()
+
+    def _new_log(self, topic, partition):
+        directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
+        return PartitionLog(topic, partition, directory, self.files,
+                            lambda name, t=topic: self.topic_config(t, name), self.clock)
+
+    # --- topic configs ---
+    def topic_config(self, topic, name):
+        """The effective value of a topic config: the topic's override, else the
+        broker's setting it inherits from, else Kafka's default."""
+        kind, broker_name, default = TOPIC_CONFIGS[name]
+        topic_meta = self.topics.get(topic)
+        value = topic_meta.configs.get(name) if topic_meta else None
+        if value is None:
+            value = self.config.settings.get(broker_name, default)
+        if kind in ("int", "long"):
+            return int(value)
+        return value
+
+    def config_source(self, topic, name):
+        """Kafka's ConfigSource: 1 topic override, 4 static broker setting, 5 default."""
+        if name in self.topics[topic].configs:
+            return 1
+        broker_name = TOPIC_CONFIGS[name][1]
+        if broker_name in self.config.settings and (
+                self.config.settings[broker_name] != BROKER_DEFAULTS.get(broker_name)):
+            return 4
+        return 5
+
+    # --- topics ---
+    def check_new_topic(self, name, partitions, replication_factor, configs):
+        """CreateTopics' validation, in Kafka's order. Returns (partitions, configs)."""
+        if not TOPIC_NAME.fullmatch(name or "") or name in (".", ".."):
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic name {name!r} is illegal, it contains a character other than "
+                             "ASCII alphanumerics, '.', '_' and '-'" if name else "Topic name is empty")
+        if name in self.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        colliding = name.replace(".", "_")
+        for other in self.topics:
+            if other.replace(".", "_") == colliding:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"Topic '{name}' collides with existing topic: {other}")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if replication_factor not in (-1, 1):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication_factor} time(s): "
+                             "The target replication factor of "
+                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        checked = {}
+        for cname, value in configs.items():
+            checked[cname] = _int_config(cname, value)
+        return partitions, checked
+
+    def create_topic(self, name, partitions, configs):
+        """Create the partition directories (durably), then the meta.db row.
+        Crash ordering: a directory without a row is removed on start; a row
+        is only written once its directories are on disk."""
+        topic_id = uuid.uuid4().bytes
+        new_logs = []
+        for p in range(partitions):
+            plog = self._new_log(name, p)
+            if os.path.exists(plog.dir):            # leftover of a deleted topic
+                self.files.rmtree(plog.dir)
+            plog.create()
+            new_logs.append(plog)
+        for plog in new_logs:
+            plog.flush()
+        self.files.fsync_dir(self.config.data_dir)
+        self.store.save_topic(name, topic_id, partitions, configs)
+        self.topics[name] = Msg(name=name, topic_id=topic_id, partitions=partitions, configs=configs)
+        for plog in new_logs:
+            self.logs[(name, plog.partition)] = plog
+        return topic_id
+
+    def add_partitions(self, name, count):
+        topic = self.topics[name]
+        new_logs = []
+        for p in range(topic.partitions, count):
+            plog = self._new_log(name, p)
+            if os.path.exists(plog.dir):
+                self.files.rmtree(plog.dir)
+            plog.create()
+            plog.flush()
+            new_logs.append(plog)
+        self.files.fsync_dir(self.config.data_dir)
+        self.store.save_topic(name, topic.topic_id, count, topic.configs)
+        topic.partitions = count
+        for plog in new_logs:
+            self.logs[(name, plog.partition)] = plog
+
+    def set_topic_configs(self, name, configs):
+        topic = self.topics[name]
+        self.store.save_topic(name, topic.topic_id, topic.partitions, configs)
+        topic.configs = configs
+
+    def delete_topic(self, name):
+        """Remove the meta.db row first (then the topic is gone, whatever happens
+        next), then the directories."""
+        topic = self.topics.pop(name)
+        self.store.delete_topic(name)
+        for p in range(topic.partitions):
+            plog = self.logs.pop((name, p))
+            self.dirty.discard(plog)
+            for seg in plog.segments:
+                if seg.fd is not None:
+                    self.files.close(seg.fd)
+                    seg.fd = None
+            self.files.rmtree(plog.dir)
+        self.files.fsync_dir(self.config.data_dir)
+
+    def get(self, topic, partition):
+        plog = self.logs.get((topic, partition))
+        if plog is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"This server does not host this topic-partition: {topic}-{partition}")
+        return plog
+
+    # --- the write path ---
+    def append(self, plog, batch, header):
+        base = plog.append(batch, header)
+        self.dirty.add(plog)
+        return base
+
+    def flush_dirty(self):
+        """Group commit: one fsync per dirty file. Returns the logs whose high
+        watermark moved."""
+        moved = []
+        for plog in list(self.dirty):
+            if plog.flush():
+                moved.append(plog)
+        self.dirty.clear()
+        if self.data_dir_unsynced:
+            self.files.fsync_dir(self.config.data_dir)
+            self.data_dir_unsynced = False
+        return moved
+
+    def delete_records(self, plog, offset):
+        plog.delete_records_before(offset)
+        self.dirty.add(plog)
+        self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
+
+    def apply_retention(self):
+        now_ms = self.clock() * 1000
+        for plog in list(self.logs.values()):
+            if plog.apply_retention(now_ms):
+                self.dirty.add(plog)
+                self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
+
+    def close(self):
+        for plog in self.logs.values():
+            plog.close()
+
+
+###############################################################################
+# 8. COORDINATORS -- producer state (idempotence)
+###############################################################################
+# An idempotent producer (KIP-98) numbers its batches per partition: producer
+# id, epoch, and a sequence number that grows by the record count. The
+# partition leader remembers, per producer, the last five batches it took, so
+# a batch the producer resends after a lost answer is recognised and answered
+# with its original offsets instead of being written twice; a gap in the
+# sequence is refused with OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+MAX_CACHED_BATCHES = 5          # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+INT32_MAX = 2 ** 31 - 1
+
+
+def next_sequence(seq, count):
+    """Sequences wrap from INT32_MAX back to 0 (DefaultRecordBatch.incrementSequence)."""
+    return (seq + count) % (INT32_MAX + 1)
+
+
+class ProducerEntry:
+    """What one partition remembers about one producer id."""
+    __slots__ = ("epoch", "batches", "last_timestamp")
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+        self.batches = collections.deque(maxlen=MAX_CACHED_BATCHES)   # (first_seq, last_seq, base, last)
+        self.last_timestamp = -1
+
+    @property
+    def last_seq(self):
+        return self.batches[-1][1] if self.batches else -1
+
+
+class ProducerStateTable:
+    """Per partition: producer id -> ProducerEntry. The rules are Kafka's
+    ProducerAppendInfo.checkProducerEpoch / checkSequence, for client writes."""
+
+    def __init__(self):
+        self.producers = {}
+
+    def check(self, h):
+        """Check a batch header. Returns the (base, last) offsets of a duplicate
+        batch already in the log, or None when the batch should be appended."""
+        entry = self.producers.get(h.producer_id)
+        if entry is None:
+            return None            # unknown producer: any sequence is accepted
+        if h.producer_epoch < entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"epoch {h.producer_epoch} is older than the current {entry.epoch}")
+        first_seq = h.base_sequence
+        last_seq = next_sequence(first_seq, h.last_offset_delta)
+        if h.producer_epoch == entry.epoch:
+            for b_first, b_last, base, last in entry.batches:
+                if b_first == first_seq and b_last == last_seq:
+                    return base, last
+            if entry.batches and first_seq != next_sequence(entry.last_seq, 1):
+                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                 f"producer {h.producer_id}: sequence {first_seq} after "
+                                 f"{entry.last_seq}")
+        elif first_seq != 0:
+            # A new epoch starts its sequences at 0 (KIP-360 bumps included).
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                             f"producer {h.producer_id}: new epoch {h.producer_epoch} "
+                             f"starts at sequence {first_seq}")
+        return None
+
+    def update(self, h, base):
+        entry = self.producers.get(h.producer_id)
+        if entry is None or entry.epoch != h.producer_epoch:
+            entry = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+        first_seq = h.base_sequence
+        if first_seq >= 0:
+            entry.batches.append((first_seq, next_sequence(first_seq, h.last_offset_delta),
+                                  base, base + h.last_offset_delta))
+        entry.last_timestamp = h.max_timestamp
+
+
+class ProducerIdManager:
+    """Hands out producer ids from blocks reserved in meta.db."""
+
+    def __init__(self, store):
+        self.store = store
+        self.next_id = self.block_end = 0
+
+    def new_id(self):
+        if self.next_id >= self.block_end:
+            self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            self.block_end = self.next_id + PRODUCER_ID_BLOCK
+        self.next_id += 1
+        return self.next_id - 1
+
+
+###############################################################################
+# 9. REQUEST HANDLERS -- one block per API, in API-key order
+###############################################################################
+# Each API is declared once with @api(schema): the schema decodes its requests
+# and encodes its responses, and the registry it fills is also what
+# ApiVersions advertises -- so what doze says it speaks cannot drift from what
+# it decodes. A handler gets the decoded request and a RequestContext, and
+# returns the response as a Msg, NO_RESPONSE (Produce with acks=0), or a
+# Park: "answer later", for Fetch's long poll and for acks that wait for fsync.
+
+HANDLERS = {}        # ApiKey -> (Api schema, handler function)
+NO_RESPONSE = object()
+FLUSHED = "flushed"  # the park key notified after every group commit
+
+
+def api(schema_text, min_served=None):
+    """Declare an API: its wire schema and the function that serves it."""
+    spec = parse_api(schema_text)
+    spec.min_served = spec.min_version if min_served is None else min_served
+
+    def register(handler):
+        key = ApiKey(spec.key)
+        assert key not in HANDLERS, f"two handlers for {key.name}"
+        HANDLERS[key] = (spec, handler)
+        return handler
+    return register
+
+
+class Park:
+    """A response that is not ready yet. poll(expired) is called whenever one
+    of `keys` is notified, and once more at deadline_ms with expired=True; it
+    returns the response Msg, or None to keep waiting. A muting park (a
+    long-poll) holds back the connection's next requests, as Kafka does."""
+    __slots__ = ("poll", "deadline_ms", "keys", "mute", "slot", "done")
+
+    def __init__(self, poll, deadline_ms=None, keys=(), mute=True):
+        self.poll, self.deadline_ms, self.keys, self.mute = poll, deadline_ms, tuple(keys), mute
+        self.slot = None
+        self.done = False
+
+
+class RequestContext:
+    """What a handler may touch: the logs, the producer state, the cluster's
+    identity, the request's version and the time. Never the whole Broker."""
+
+    def __init__(self, broker, conn, api_key, version, client_id):
+        self.logs = broker.logs
+        self.config = broker.config
+        self.store = broker.store
+        self.producer_ids = broker.producer_ids
+        self.producer_states = broker.producer_states
+        self.node = broker.node
+        self.notify = broker.notify
+        self.conn = conn
+        self.api_key = api_key
+        self.version = version
+        self.client_id = client_id
+        self.now_ms = int(broker.clock() * 1000)
+
+    def producer_state(self, tp):
+        table = self.producer_states.get(tp)
+        if table is None:
+            table = self.producer_states[tp] = ProducerStateTable()
+        return table
+
+
+def error_code_of(fn, *args):
+    """Run fn; return ErrorCode.NONE (== 0, falsy) or the KafkaError's code."""
+    try:
+        fn(*args)
+    except KafkaError as e:
+        return e.code
+    return ErrorCode.NONE
+
+
+def by_topic(results):
+    """[(topic, partition_response Msg)] -> [(topic, [Msg, ...])], keeping request order."""
+    grouped = {}
+    for topic, part in results:
+        grouped.setdefault(topic, []).append(part)
+    return list(grouped.items())
+
+
+# --- Produce (0) ----------------------------------------------------------------
+
+@api("""
+Produce  key=0  versions=0-9  flexible=9+      # v0-2 advertised, refused (KAFKA-18659)
+  request
+    transactional_id  string? = null  v3+
+    acks  int16
+    timeout_ms  int32
+    topic_data  []
+      name  string
+      partition_data  []
+        index  int32
+        records  records?
+  response
+    responses  []
+      name  string
+      partition_responses  []
+        index  int32
+        error_code  int16
+        base_offset  int64
+        log_append_time_ms  int64 = -1  v2+
+        log_start_offset  int64 = -1  v5+
+        record_errors  []  v8+
+          batch_index  int32
+          batch_index_error_message  string? = null
+        error_message  string? = null  v8+
+    throttle_time_ms  int32 = 0  v1+
+""", min_served=3)
+def handle_produce(ctx, req):
+    """Produce: append one record batch per partition (KIP-98 format, magic 2).
+
+    Each batch is checked without reading its records (see validate_produced),
+    given offsets, and appended as it came. With acks=1 or -1 the answer waits
+    for the group commit's fsync; acks=0 gets no answer at all.
+
+    Errors: UNSUPPORTED_VERSION (v0-2), INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION,
+    CORRUPT_MESSAGE (bad length or CRC), INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE (transactional batches), KAFKA_STORAGE_ERROR.
+    """
+    if ctx.version < HANDLERS[ApiKey.PRODUCE][0].min_served:
+        code, parts = ErrorCode.UNSUPPORTED_VERSION, None
+    elif req.acks not in (0, 1, -1):
+        code, parts = ErrorCode.INVALID_REQUIRED_ACKS, None
+    else:
+        code, parts = None, []
+    results = []
+    for topic in req.topic_data:
+        for p in topic.partition_data:
+            if code is not None:
+                results.append((topic.name, Msg(index=p.index, error_code=code, base_offset=-1)))
+            else:
+                results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records)))
+    if req.acks == 0:
+        return NO_RESPONSE
+
+    def respond(expired=False):
+        return Msg(responses=[Msg(name=t, partition_responses=parts)
+                              for t, parts in by_topic(results)])
+    if code is not None:
+        return respond()
+    return Park(respond, keys=[FLUSHED], mute=False)     # answered after the fsync
+
+
+def produce_partition(ctx, topic, partition, records):
+    """Validate and append one partition's batch; -> its partition response."""
+    try:
+        plog = ctx.logs.get(topic, partition)
+        if records is None:
+            raise BatchError(ErrorCode.CORRUPT_MESSAGE, "null records")
+        h = validate_produced(records, check_crc=ctx.config.settings.get("doze.check.crc", True))
+        max_bytes = ctx.logs.topic_config(topic, "max.message.bytes")
+        if len(records) > max_bytes:
+            raise BatchError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"batch of {len(records)} bytes is over max.message.bytes {max_bytes}")
+        if len(records) > ctx.logs.topic_config(topic, "segment.bytes"):
+            raise BatchError(ErrorCode.RECORD_LIST_TOO_LARGE, "batch larger than segment.bytes")
+        if h.attributes & ATTR_TRANSACTIONAL:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "transactions are not served yet")
+        state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
+        duplicate = state.check(h) if state else None
+        log_append_time = -1
+        if duplicate:
+            base = duplicate[0]
+        else:
+            batch = records if not records.readonly else bytearray(records)
+            if ctx.logs.topic_config(topic, "message.timestamp.type") == "LogAppendTime":
+                log_append_time = ctx.now_ms
+                set_log_append_time(batch, log_append_time)
+            base = ctx.logs.append(plog, batch, h)
+            if state:
+                state.update(h, base)
+        return Msg(index=partition, error_code=ErrorCode.NONE, base_offset=base,
+                   log_append_time_ms=log_append_time, log_start_offset=plog.log_start_offset)
+    except (KafkaError, BatchError) as e:
+        return Msg(index=partition, error_code=e.code, base_offset=-1,
+                   error_message=str(e) if isinstance(e, BatchError) else e.detail or None)
+
+
+def set_log_append_time(batch, now_ms):
+    """message.timestamp.type=LogAppendTime: the broker stamps the batch (attribute
+    bit 3 and max_timestamp) and, since those are inside the CRC, recomputes it."""
+    attributes = I16.unpack_from(batch, 21)[0] | 0x08
+    I16.pack_into(batch, 21, attributes)
+    I64.pack_into(batch, 35, now_ms)
+    U32.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+
+
+# --- Fetch (1) ------------------------------------------------------------------
+
+@api("""
+Fetch  key=1  versions=4-12  flexible=12+      # 13+ names topics by id: not served
+  request
+    cluster_id  string? = null  v12+  tag=0
+    replica_id  int32 = -1
+    max_wait_ms  int32
+    min_bytes  int32
+    max_bytes  int32 = 0x7fffffff
+    isolation_level  int8 = 0                  # 0 read_uncommitted, 1 read_committed
+    session_id  int32 = 0  v7+                 # KIP-227 incremental fetch sessions
+    session_epoch  int32 = -1  v7+
+    topics  []
+      topic  string
+      partitions  []
+        partition  int32
+        current_leader_epoch  int32 = -1  v9+
+        fetch_offset  int64
+        last_fetched_epoch  int32 = -1  v12+
+        log_start_offset  int64 = -1  v5+
+        partition_max_bytes  int32
+    forgotten_topics_data  []  v7+
+      topic  string
+      partitions  []int32
+    rack_id  string  v11+
+  response
+    throttle_time_ms  int32
+    error_code  int16  v7+
+    session_id  int32 = 0  v7+
+    responses  []
+      topic  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+        high_watermark  int64
+        last_stable_offset  int64 = -1
+        log_start_offset  int64 = -1  v5+
+        aborted_transactions  []?
+          producer_id  int64
+          first_offset  int64
+        preferred_read_replica  int32 = -1  v11+
+        records  records?
+""")
+def handle_fetch(ctx, req):
+    """Fetch: read batches from the log, as stored, straight from the file (sendfile).
+
+    Waits up to max_wait_ms until min_bytes are there. Fetch sessions (KIP-227)
+    are answered sessionless: session_id 0 tells the client to keep sending
+    full requests, which Kafka itself does when its session cache is full.
+
+    Errors: FETCH_SESSION_ID_NOT_FOUND (a session id doze never gave),
+    UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE.
+    """
+    if req.session_id != 0:
+        raise KafkaError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "doze keeps no fetch sessions")
+    deadline = ctx.now_ms + max(req.max_wait_ms, 0)
+
+    def poll(expired=False):
+        results, total = fetch_partitions(ctx, req)
+        if total >= req.min_bytes or expired or req.max_wait_ms <= 0:
+            return Msg(responses=[Msg(topic=t, partitions=parts) for t, parts in by_topic(results)])
+        return None
+    response = poll()
+    if response is not None:
+        return response
+    keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+    return Park(poll, deadline_ms=deadline, keys=keys)
+
+
+def fetch_partitions(ctx, req):
+    """-> ([(topic, partition response)], bytes of records found)."""
+    results, total, budget = [], 0, req.max_bytes
+    read_committed = req.isolation_level == 1
+    for t in req.topics:
+        for p in t.partitions:
+            part = Msg(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
+                       log_start_offset=-1, records=None,
+                       aborted_transactions=[] if read_committed else None)
+            results.append((t.topic, part))
+            try:
+                plog = ctx.logs.get(t.topic, p.partition)
+            except KafkaError as e:
+                part.error_code = e.code
+                continue
+            end = last_stable_offset(ctx, plog) if read_committed else plog.high_watermark
+            part.high_watermark = plog.high_watermark
+            part.last_stable_offset = last_stable_offset(ctx, plog)
+            part.log_start_offset = plog.log_start_offset
+            if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.next_offset:
+                part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            limit = min(p.partition_max_bytes, budget)
+            records = plog.read(p.fetch_offset, limit, end, min_one=(total == 0)) if limit > 0 else None
+            part.records = records if records is not None else b""
+            if records is not None:
+                total += len(records)
+                budget -= len(records)
+    return results, total
+
+
+def last_stable_offset(ctx, plog):
+    """The LSO: below it every transaction is decided. Without transactions it
+    is the high watermark."""
+    return plog.high_watermark
+
+
+# --- ListOffsets (2) ------------------------------------------------------------
+
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -1, -2, -3, -4
+
+
+@api("""
+ListOffsets  key=2  versions=1-11  flexible=6+
+  request
+    replica_id  int32
+    isolation_level  int8  v2+
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        current_leader_epoch  int32 = -1  v4+
+        timestamp  int64
+    timeout_ms  int32  v10+
+  response
+    throttle_time_ms  int32  v2+
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+        timestamp  int64 = -1
+        offset  int64 = -1
+        leader_epoch  int32 = -1  v4+
+""")
+def handle_list_offsets(ctx, req):
+    """ListOffsets: an offset by time. -1 latest (the high watermark, or the last
+    stable offset for read_committed), -2 earliest, -3 the record with the
+    largest timestamp (KIP-734), -4 earliest local; otherwise the first record
+    whose timestamp is at or after the one given.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION.
+    """
+    results = []
+    for t in req.topics:
+        for p in t.partitions:
+            part = Msg(partition_index=p.partition_index)
+            results.append((t.name, part))
+            try:
+                plog = ctx.logs.get(t.name, p.partition_index)
+            except KafkaError as e:
+                part.error_code = e.code
+                continue
+            part.offset, part.timestamp = list_offset(ctx, plog, p.timestamp, req.isolation_level)
+            part.leader_epoch = 0 if part.offset >= 0 else -1
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+def list_offset(ctx, plog, timestamp, isolation_level):
+    """-> (offset, timestamp) for one ListOffsets partition."""
+    if timestamp == LATEST_TIMESTAMP:
+        return (last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark), -1
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.offset_of_max_timestamp()
+    elif timestamp >= 0:
+        found = plog.offset_for_timestamp(timestamp)
+    else:
+        found = None                  # -5/-6: tiered-storage offsets; doze has no tiers
+    if found is None or found[0] >= plog.high_watermark:
+        return -1, -1
+    return found
+
+
+# --- Metadata (3) ---------------------------------------------------------------
+
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))   # all: no authorizer
+CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+@api("""
+Metadata  key=3  versions=0-12  flexible=9+
+  request
+    topics  []?                                # null: all topics (v0: an empty list)
+      topic_id  uuid  v10+
+      name  string?
+    allow_auto_topic_creation  bool = true  v4+
+    include_cluster_authorized_operations  bool  v8-10
+    include_topic_authorized_operations  bool  v8+
+  response
+    throttle_time_ms  int32  v3+
+    brokers  []
+      node_id  int32
+      host  string
+      port  int32
+      rack  string? = null  v1+
+    cluster_id  string? = null  v2+
+    controller_id  int32 = -1  v1+
+    topics  []
+      error_code  int16
+      name  string?
+      topic_id  uuid  v10+
+      is_internal  bool = false  v1+
+      partitions  []
+        error_code  int16
+        partition_index  int32
+        leader_id  int32
+        leader_epoch  int32 = -1  v7+
+        replica_nodes  []int32
+        isr_nodes  []int32
+        offline_replicas  []int32  v5+
+      topic_authorized_operations  int32 = -2147483648  v8+
+    cluster_authorized_operations  int32 = -2147483648  v8-10
+""")
+def handle_metadata(ctx, req):
+    """Metadata: the brokers (this one) and the topics asked for, creating missing
+    ones when the client allows it and auto.create.topics.enable is on.
+
+    Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID.
+    """
+    node_id, host, port = ctx.node(ctx.conn)
+    if req.topics is None or (ctx.version == 0 and not req.topics):
+        wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)]
+    else:
+        wanted = req.topics
+    topics = [describe_topic(ctx, t, req.allow_auto_topic_creation or ctx.version < 4, node_id)
+              for t in wanted]
+    for t in topics:
+        if req.include_topic_authorized_operations and t.error_code == 0:
+            t.topic_authorized_operations = TOPIC_OPERATIONS
+    return Msg(brokers=[Msg(node_id=node_id, host=host, port=port)],
+               cluster_id=ctx.store.get_setting("cluster_id"), controller_id=node_id, topics=topics,
+               cluster_authorized_operations=CLUSTER_OPERATIONS
+               if req.include_cluster_authorized_operations else -2147483648)
+
+
+def describe_topic(ctx, wanted, may_create, node_id):
+    name = wanted.name
+    if name is None:                                     # v10+: asked for by id
+        name = next((n for n, t in ctx.logs.topics.items() if t.topic_id == wanted.topic_id), None)
+        if name is None:
+            return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
+    topic = ctx.logs.topics.get(name)
+    if topic is None:
+        if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            return Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name)
+        if not (may_create and ctx.config["auto.create.topics.enable"]):
+            return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+        try:
+            partitions, configs = ctx.logs.check_new_topic(name, -1, -1, {})
+            ctx.logs.create_topic(name, partitions, configs)
+        except KafkaError as e:
+            return Msg(error_code=e.code, name=name)
+        topic = ctx.logs.topics[name]
+    return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, partitions=[
+        Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
+            replica_nodes=[node_id], isr_nodes=[node_id]) for p in range(topic.partitions)])
+
+
+# --- ApiVersions (18) -----------------------------------------------------------
+
+@api("""
+ApiVersions  key=18  versions=0-4  flexible=3+
+  request
+    client_software_name  string  v3+
+    client_software_version  string  v3+
+  response
+    error_code  int16
+    api_keys  []
+      api_key  int16
+      min_version  int16
+      max_version  int16
+    throttle_time_ms  int32  v1+
+""")
+def handle_api_versions(ctx, req):
+    """ApiVersions: which versions of which APIs doze speaks, built from HANDLERS.
+
+    No features are advertised -- in particular no `transaction.version`, so
+    every client uses the classic transaction protocol, not KIP-890's v2.
+    A request version doze does not know is answered by the dispatcher with
+    UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
+    """
+    return Msg(api_keys=api_versions_list())
+
+
+def api_versions_list():
+    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.max_version)
+            for key, (spec, _) in sorted(HANDLERS.items())]
+
+
+# --- CreateTopics (19) ----------------------------------------------------------
+
+@api("""
+CreateTopics  key=19  versions=2-7  flexible=5+
+  request
+    topics  []
+      name  string
+      num_partitions  int32                    # -1: num.partitions
+      replication_factor  int16                # -1: default.replication.factor
+      assignments  []
+        partition_index  int32
+        broker_ids  []int32
+      configs  []
+        name  string
+        value  string?
+    timeout_ms  int32 = 60000
+    validate_only  bool = false
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      topic_id  uuid  v7+
+      error_code  int16
+      error_message  string?
+      num_partitions  int32 = -1  v5+
+      replication_factor  int16 = -1  v5+
+      configs  []?  v5+
+        name  string
+        value  string?
+        read_only  bool
+        config_source  int8 = -1
+        is_sensitive  bool
+""")
+def handle_create_topics(ctx, req):
+    """CreateTopics: new topics, their partition directories and meta.db rows.
+
+    Errors per topic: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
+    INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (anything but 1 or -1: one
+    broker), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST
+    (a topic named twice in one request).
+    """
+    counts = collections.Counter(t.name for t in req.topics)
+    results = []
+    for t in req.topics:
+        res = Msg(name=t.name, error_message=None)
+        results.append(res)
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Create topics request from client `{ctx.client_id}` contains "
+                                 f"multiple entries for the following topics: {t.name}")
+            partitions, replication = check_assignments(ctx, t)
+            partitions, configs = ctx.logs.check_new_topic(
+                t.name, partitions, replication, {c.name: c.value for c in t.configs})
+            if not req.validate_only:
+                res.topic_id = ctx.logs.create_topic(t.name, partitions, configs)
+            res.num_partitions, res.replication_factor = partitions, 1
+            res.configs = [Msg(name=name, value=str(value_of_topic_config(ctx, t.name, name, configs)),
+                               read_only=False, config_source=1 if name in configs else 5,
+                               is_sensitive=False) for name in sorted(TOPIC_CONFIGS)]
+        except KafkaError as e:
+            res.error_code, res.error_message = e.code, e.detail or None
+    return Msg(topics=results)
+
+
+def check_assignments(ctx, t):
+    """Manual replica assignments: allowed only onto this broker, one replica each."""
+    if not t.assignments:
+        return t.num_partitions, t.replication_factor
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                         "Both cannot be used at the same time.")
+    node_id = ctx.node(ctx.conn)[0]
+    for i, a in enumerate(sorted(t.assignments, key=lambda a: a.partition_index)):
+        if a.partition_index != i or not a.broker_ids:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..n-1")
+        if a.broker_ids != [node_id]:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                             if any(b != node_id for b in a.broker_ids)
+                             else ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"replicas {a.broker_ids}: this cluster is broker {node_id} alone")
+    return len(t.assignments), 1
+
+
+def value_of_topic_config(ctx, topic, name, overrides):
+    if name in overrides:
+        return overrides[name]
+    kind, broker_name, default = TOPIC_CONFIGS[name]
+    value = ctx.config.settings.get(broker_name, default)
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+# --- DeleteTopics (20) ----------------------------------------------------------
+
+@api("""
+DeleteTopics  key=20  versions=1-6  flexible=4+
+  request
+    topics  []  v6+
+      name  string? = null
+      topic_id  uuid
+    topic_names  []string  v1-5
+    timeout_ms  int32
+  response
+    throttle_time_ms  int32
+    responses  []
+      name  string?
+      topic_id  uuid  v6+
+      error_code  int16
+      error_message  string? = null  v5+
+""")
+def handle_delete_topics(ctx, req):
+    """DeleteTopics: the meta.db row goes first, then the partition directories.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_DELETION_DISABLED.
+    """
+    wanted = req.topics if ctx.version >= 6 else [Msg(name=n, topic_id=UUID_ZERO)
+                                                   for n in req.topic_names]
+    results = []
+    for t in wanted:
+        name = t.name
+        if name is None:
+            name = next((n for n, m in ctx.logs.topics.items() if m.topic_id == t.topic_id), None)
+        res = Msg(name=name, topic_id=t.topic_id)
+        results.append(res)
+        if name is None:
+            res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif name not in ctx.logs.topics:
+            res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            res.error_message = "This server does not host this topic-partition."
+        elif not ctx.config["delete.topic.enable"]:
+            res.error_code = 73                      # TOPIC_DELETION_DISABLED
+        else:
+            res.topic_id = ctx.logs.topics[name].topic_id
+            ctx.logs.delete_topic(name)
+            for tp in [tp for tp in ctx.producer_states if tp[0] == name]:
+                del ctx.producer_states[tp]
+    return Msg(responses=results)
+
+
+# --- DeleteRecords (21) ---------------------------------------------------------
+
+@api("""
+DeleteRecords  key=21  versions=0-2  flexible=2+
+  request
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        offset  int64                          # -1: the high watermark
+    timeout_ms  int32
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        low_watermark  int64
+        error_code  int16
+""")
+def handle_delete_records(ctx, req):
+    """DeleteRecords: raise the log start offset; whole segments below it go.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark).
+    """
+    results = []
+    for t in req.topics:
+        for p in t.partitions:
+            part = Msg(partition_index=p.partition_index, low_watermark=-1)
+            results.append((t.name, part))
+            try:
+                plog = ctx.logs.get(t.name, p.partition_index)
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > plog.high_watermark:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                ctx.logs.delete_records(plog, offset)
+                part.low_watermark = plog.log_start_offset
+            except KafkaError as e:
+                part.error_code = e.code
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- InitProducerId (22) --------------------------------------------------------
+
+@api("""
+InitProducerId  key=22  versions=0-5  flexible=2+
+  request
+    transactional_id  string?                  # null: idempotence only, no transactions
+    transaction_timeout_ms  int32
+    producer_id  int64 = -1  v3+               # KIP-360: resume after a lost epoch
+    producer_epoch  int16 = -1  v3+
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    producer_id  int64 = -1
+    producer_epoch  int16
+""")
+def handle_init_producer_id(ctx, req):
+    """InitProducerId: a producer id and epoch for an idempotent producer.
+    Without a transactional id every call gets a fresh id at epoch 0, as
+    Kafka's coordinator does ("blindly accept ... a new producerId").
+
+    Errors: COORDINATOR_NOT_AVAILABLE for a transactional id (not served yet).
+    """
+    if req.transactional_id is not None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not served yet")
+    return Msg(producer_id=ctx.producer_ids.new_id(), producer_epoch=0)
+
+
+# --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
+# Config resources: type 2 is a topic, type 4 a broker (named by its node id,
+# or "" for the cluster-wide default). Sources are Kafka's ConfigSource codes.
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC, SOURCE_DEFAULT = 1, 2, 3, 4, 5
+DYNAMIC_BROKER_CONFIGS = {"log.retention.ms", "log.retention.bytes", "log.segment.bytes",
+                          "log.roll.ms", "message.max.bytes"}
+DYNAMIC_PREFIX = "broker.config."        # meta.db settings rows holding dynamic broker configs
+
+
+def _config_text(value):
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def topic_config_entries(ctx, topic, keys, synonyms):
+    meta = ctx.logs.topics[topic]
+    entries = []
+    for name in sorted(TOPIC_CONFIGS):
+        if keys is not None and name not in keys:
+            continue
+        kind, broker_name, default = TOPIC_CONFIGS[name]
+        chain = []                                         # most specific first
+        if name in meta.configs:
+            chain.append(Msg(name=name, value=meta.configs[name], source=SOURCE_TOPIC))
+        if broker_name in ctx.config.given or ctx.store.get_setting(DYNAMIC_PREFIX + broker_name):
+            chain.append(Msg(name=broker_name, value=_config_text(ctx.config.settings[broker_name]),
+                             source=broker_source(ctx, broker_name)))
+        fallback = BROKER_DEFAULTS.get(broker_name, default)
+        chain.append(Msg(name=broker_name, value=_config_text(fallback), source=SOURCE_DEFAULT))
+        entries.append(Msg(name=name, value=chain[0].value, read_only=False,
+                           config_source=chain[0].source, is_sensitive=False,
+                           synonyms=chain if synonyms else [],
+                           config_type=CONFIG_TYPE_CODES[kind], documentation=None))
+    return entries
+
+
+def broker_source(ctx, name):
+    if ctx.store.get_setting(DYNAMIC_PREFIX + name) is not None:
+        return SOURCE_DYNAMIC_DEFAULT
+    return SOURCE_STATIC if name in ctx.config.given else SOURCE_DEFAULT
+
+
+def broker_config_entries(ctx, keys, synonyms):
+    entries = []
+    for name in sorted(BROKER_DEFAULTS):
+        if keys is not None and name not in keys:
+            continue
+        value = ctx.config.settings[name]
+        source = broker_source(ctx, name)
+        default = BROKER_DEFAULTS[name]
+        kind = {bool: "boolean", int: "long", str: "string"}[type(default)]
+        chain = [Msg(name=name, value=_config_text(value), source=source)]
+        if source != SOURCE_DEFAULT:
+            chain.append(Msg(name=name, value=_config_text(default), source=SOURCE_DEFAULT))
+        entries.append(Msg(name=name, value=_config_text(value),
+                           read_only=name not in DYNAMIC_BROKER_CONFIGS, config_source=source,
+                           is_sensitive=False, synonyms=chain if synonyms else [],
+                           config_type=CONFIG_TYPE_CODES[kind], documentation=None))
+    return entries
+
+
+def check_broker_resource(ctx, name):
+    if name not in ("", str(ctx.node(ctx.conn)[0])):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected "
+                         f"{ctx.node(ctx.conn)[0]} or empty string, but received {name}")
+
+
+@api("""
+DescribeConfigs  key=32  versions=1-4  flexible=4+
+  request
+    resources  []
+      resource_type  int8
+      resource_name  string
+      configuration_keys  []string?            # null: all
+    include_synonyms  bool = false
+    include_documentation  bool = false  v3+
+  response
+    throttle_time_ms  int32
+    results  []
+      error_code  int16
+      error_message  string?
+      resource_type  int8
+      resource_name  string
+      configs  []
+        name  string
+        value  string?
+        read_only  bool
+        config_source  int8 = -1
+        is_sensitive  bool
+        synonyms  []
+          name  string
+          value  string?
+          source  int8
+        config_type  int8 = 0  v3+
+        documentation  string?  v3+
+""")
+def handle_describe_configs(ctx, req):
+    """DescribeConfigs: topic and broker configs with their sources and synonyms.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or broker).
+    """
+    results = []
+    for res in req.resources:
+        out = Msg(resource_type=res.resource_type, resource_name=res.resource_name,
+                  error_message=None, configs=[])
+        results.append(out)
+        keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
+                if res.resource_name not in ctx.logs.topics:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     "The topic does not exist.")
+                out.configs = topic_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
+            elif res.resource_type == RESOURCE_BROKER:
+                check_broker_resource(ctx, res.resource_name)
+                out.configs = broker_config_entries(ctx, keys, req.include_synonyms)
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Unsupported resource type {res.resource_type}")
+        except KafkaError as e:
+            out.error_code, out.error_message = e.code, e.detail or None
+    return Msg(results=results)
+
+
+def alter_configs(ctx, resources, validate_only, incremental):
+    """The shared body of AlterConfigs and IncrementalAlterConfigs."""
+    results = []
+    for res in resources:
+        out = Msg(resource_type=res.resource_type, resource_name=res.resource_name,
+                  error_message=None)
+        results.append(out)
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
+                alter_topic_configs(ctx, res, validate_only, incremental)
+            elif res.resource_type == RESOURCE_BROKER:
+                alter_broker_configs(ctx, res, validate_only, incremental)
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Unsupported resource type {res.resource_type}")
+        except KafkaError as e:
+            out.error_code, out.error_message = e.code, e.detail or None
+    return Msg(responses=results)
+
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def apply_config_ops(current, res, incremental, known):
+    """-> the new {name: value} after a resource's operations."""
+    new = dict(current) if incremental else {}
+    for c in res.configs:
+        if c.name not in known:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {c.name}")
+        op = c.config_operation if incremental else OP_SET
+        if op == OP_SET:
+            new[c.name] = c.value
+        elif op == OP_DELETE:
+            new.pop(c.name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if known[c.name][0] != "list":
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Config value append is not allowed for config key: {c.name}")
+            items = [v for v in (new.get(c.name) or known[c.name][2] or "").split(",") if v]
+            for v in (c.value or "").split(","):
+                if op == OP_APPEND and v not in items:
+                    items.append(v)
+                elif op == OP_SUBTRACT and v in items:
+                    items.remove(v)
+            new[c.name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operation {op}")
+    return new
+
+
+def alter_topic_configs(ctx, res, validate_only, incremental):
+    if res.resource_name not in ctx.logs.topics:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
+    new = apply_config_ops(ctx.logs.topics[res.resource_name].configs, res, incremental,
+                           TOPIC_CONFIGS)
+    checked = {name: _int_config(name, value) for name, value in new.items()}
+    if not validate_only:
+        ctx.logs.set_topic_configs(res.resource_name, checked)
+
+
+def alter_broker_configs(ctx, res, validate_only, incremental):
+    check_broker_resource(ctx, res.resource_name)
+    known = {name: ("string", name, None) for name in BROKER_DEFAULTS}
+    current = {name: ctx.store.get_setting(DYNAMIC_PREFIX + name) for name in DYNAMIC_BROKER_CONFIGS}
+    current = {k: v for k, v in current.items() if v is not None}
+    new = apply_config_ops(current, res, incremental, known)
+    fixed = sorted(set(new) - DYNAMIC_BROKER_CONFIGS)
+    if fixed:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Cannot update these configs dynamically: {fixed}")
+    try:
+        typed = {name: convert_setting(name, value) for name, value in new.items()}
+    except (TypeError, ValueError) as e:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if validate_only:
+        return
+    ctx.store.set_settings({DYNAMIC_PREFIX + name: new.get(name) for name in DYNAMIC_BROKER_CONFIGS})
+    for name in DYNAMIC_BROKER_CONFIGS:
+        ctx.config.settings[name] = typed.get(name, ctx.config.static_settings[name])
+
+
+@api("""
+AlterConfigs  key=33  versions=0-2  flexible=2+
+  request
+    resources  []
+      resource_type  int8
+      resource_name  string
+      configs  []
+        name  string
+        value  string?
+    validate_only  bool
+  response
+    throttle_time_ms  int32
+    responses  []
+      error_code  int16
+      error_message  string?
+      resource_type  int8
+      resource_name  string
+""")
+def handle_alter_configs(ctx, req):
+    """AlterConfigs: replace a resource's overrides with the ones given (the
+    older, non-incremental form). Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG,
+    INVALID_REQUEST."""
+    return alter_configs(ctx, req.resources, req.validate_only, incremental=False)
+
+
+# --- CreatePartitions (37) ------------------------------------------------------
+
+@api("""
+CreatePartitions  key=37  versions=0-3  flexible=2+
+  request
+    topics  []
+      name  string
+      count  int32
+      assignments  []?
+        broker_ids  []int32
+    timeout_ms  int32
+    validate_only  bool
+  response
+    throttle_time_ms  int32
+    results  []
+      name  string
+      error_code  int16
+      error_message  string? = null
+""")
+def handle_create_partitions(ctx, req):
+    """CreatePartitions: grow a topic to `count` partitions (never shrink).
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REQUEST (a topic named twice).
+    """
+    counts = collections.Counter(t.name for t in req.topics)
+    results = []
+    for t in req.topics:
+        res = Msg(name=t.name)
+        results.append(res)
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            topic = ctx.logs.topics.get(t.name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
+            if t.count < topic.partitions:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic currently has {topic.partitions} partitions, which is "
+                                 f"higher than the requested {t.count}.")
+            if t.count == topic.partitions:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic already has {topic.partitions} partitions.")
+            node_id = ctx.node(ctx.conn)[0]
+            if t.assignments is not None and (len(t.assignments) != t.count - topic.partitions or any(
+                    a.broker_ids != [node_id] for a in t.assignments)):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Attempted to add {t.count - topic.partitions} additional "
+                                 f"partition(s), but only {len(t.assignments)} assignment(s) "
+                                 "were specified, or they name other brokers.")
+            if not req.validate_only:
+                ctx.logs.add_partitions(t.name, t.count)
+        except KafkaError as e:
+            res.error_code, res.error_message = e.code, e.detail or None
+    return Msg(results=results)
+
+
+@api("""
+IncrementalAlterConfigs  key=44  versions=0-1  flexible=1+
+  request
+    resources  []
+      resource_type  int8
+      resource_name  string
+      configs  []
+        name  string
+        config_operation  int8                 # 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
+        value  string?
+    validate_only  bool
+  response
+    throttle_time_ms  int32
+    responses  []
+      error_code  int16
+      error_message  string?
+      resource_type  int8
+      resource_name  string
+""")
+def handle_incremental_alter_configs(ctx, req):
+    """IncrementalAlterConfigs (KIP-339): set, delete, append to or subtract from
+    individual configs. Errors: as AlterConfigs."""
+    return alter_configs(ctx, req.resources, req.validate_only, incremental=True)
+
+
+# --- DescribeCluster (60) -------------------------------------------------------
+
+@api("""
+DescribeCluster  key=60  versions=0-1  flexible=0+
+  request
+    include_cluster_authorized_operations  bool
+    endpoint_type  int8 = 1  v1+               # 1 brokers, 2 controllers
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    error_message  string? = null
+    endpoint_type  int8 = 1  v1+
+    cluster_id  string
+    controller_id  int32 = -1
+    brokers  []
+      broker_id  int32
+      host  string
+      port  int32
+      rack  string? = null
+    cluster_authorized_operations  int32 = -2147483648
+""")
+def handle_describe_cluster(ctx, req):
+    """DescribeCluster (KIP-700): this broker, which is also the controller.
+    Errors: UNSUPPORTED_ENDPOINT_TYPE for an endpoint type other than brokers or controllers."""
+    if req.endpoint_type not in (1, 2):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown endpoint type {req.endpoint_type}")
+    node_id, host, port = ctx.node(ctx.conn)
+    return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
+               controller_id=node_id, brokers=[Msg(broker_id=node_id, host=host, port=port)],
+               cluster_authorized_operations=CLUSTER_OPERATIONS
+               if req.include_cluster_authorized_operations else -2147483648)
+
+
+###############################################################################
+# 10. SERVER -- one selectors loop, every connection, every timer
+###############################################################################
+# A Kafka connection carries frames: int32 size, then a request (header +
+# body); each request gets exactly one response frame with the same
+# correlation id (Produce with acks=0 gets none), in the order the requests
+# came. doze decodes every complete frame as soon as it arrives and queues a
+# response slot for it; a slot is filled now, after the next fsync, or when a
+# parked request's wait ends. Slots leave in order, so pipelined requests are
+# answered in order; a long-poll parks the connection (Kafka "mutes" it)
+# until it is answered.
+#
+# The loop is the only thread that touches broker state. Each pass:
+#   1. select: accept, read frames and handle them, write what is ready
+#   2. run the timers that are due (parked deadlines, retention)
+#   3. group commit: one fsync per dirty log, then answer what waited for it
+#
+# What Kafka 4.3.1 does with bad input, and doze with it: an unknown API key,
+# a version outside the advertised range (also Produce v0-2, which Kafka
+# advertises but refuses) or a body that does not decode closes that one
+# connection, with a log line; an unknown ApiVersions version is answered in
+# the v0 format with UNSUPPORTED_VERSION and ApiVersions' own range (KIP-511).
+
+READ_CHUNK = 256 * 1024
+MAX_QUEUED = 64                 # responses queued on one connection before it stops reading
+
+
+class Slot:
+    """One request's place in its connection's response order."""
+    __slots__ = ("chunks",)
+
+    def __init__(self):
+        self.chunks = None          # the encoded response frame, once ready
+
+
+class Connection:
+    """One client socket: bytes in, frames out, in order."""
+
+    def __init__(self, sock, addr, broker):
+        self.sock = sock
+        self.addr = addr
+        self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.broker = broker
+        self.inbuf = bytearray()
+        self.slots = collections.deque()
+        self.out = collections.deque()   # chunks being written: bytes or FileSlice
+        self.out_pos = 0
+        self.parked = 0                  # muting parks outstanding
+        self.closed = False
+        self.events = 0                  # what the selector watches for (0: unregistered)
+
+    # --- reading ---
+    def on_readable(self):
+        try:
+            data = self.sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(f"read failed: {e}")
+            return
+        if not data:
+            self.close("client closed the connection")
+            return
+        self.inbuf += data
+        self.process_frames()
+
+    def process_frames(self):
+        """Handle every complete frame in the buffer, unless muted."""
+        buf = self.inbuf
+        pos = 0
+        limit = self.broker.config["socket.request.max.bytes"]
+        while not self.closed and not self.parked and len(self.slots) < MAX_QUEUED:
+            if len(buf) - pos < 4:
+                break
+            size = I32.unpack_from(buf, pos)[0]
+            if size < 0 or size > limit:
+                self.close(f"frame of {size} bytes is larger than socket.request.max.bytes "
+                           f"({limit}) or negative")
+                return
+            if len(buf) - pos - 4 < size:
+                break
+            frame = buf[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            self.broker.handle_frame(self, frame)
+        if pos:
+            del buf[:pos]
+        self.update_interest()
+
+    # --- writing ---
+    def push(self, slot, chunks):
+        """Fill a slot; send every slot at the head of the queue that is ready."""
+        slot.chunks = chunks
+        while self.slots and self.slots[0].chunks is not None:
+            self.out.extend(self.slots.popleft().chunks)
+        self.on_writable()
+        if self.inbuf and not self.parked:
+            self.broker.resume.add(self)        # frames waited while muted or full
+
+    def on_writable(self):
+        try:
+            while self.out:
+                chunk = self.out[0]
+                if isinstance(chunk, FileSlice):
+                    if not self._send_file(chunk):
+                        break
+                else:
+                    view = memoryview(chunk)[self.out_pos:]
+                    self.out_pos += self.sock.send(view) if view else 0
+                    if self.out_pos < len(chunk):
+                        break
+                    self.out_pos = 0
+                self.out.popleft()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as e:
+            self.close(f"write failed: {e}")
+            return
+        self.update_interest()
+
+    def _send_file(self, chunk):
+        """sendfile: the kernel copies file pages to the socket. Returns True
+        once the whole chunk is sent."""
+        start = chunk.offset + self.out_pos
+        left = chunk.count - self.out_pos
+        if left > 0:
+            if hasattr(os, "sendfile"):
+                sent = os.sendfile(self.sock.fileno(), chunk.file.fileno(), start, left)
+            else:                                   # no sendfile: copy through Python
+                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, READ_CHUNK), start))
+            if sent == 0:
+                # The file is shorter than promised (deleted underneath): the
+                # frame cannot be completed, so the connection must go.
+                raise OSError(errno.EIO, "file shrank while being sent")
+            self.out_pos += sent
+            if self.out_pos < chunk.count:
+                return False
+        self.out_pos = 0
+        return True
+
+    def update_interest(self):
+        """Ask the selector for exactly what this connection can use now."""
+        if self.closed:
+            return
+        events = selectors.EVENT_WRITE if self.out else 0
+        if not self.parked and len(self.slots) < MAX_QUEUED:
+            events |= selectors.EVENT_READ
+        if events == self.events:
+            return
+        selector = self.broker.selector
+        if not self.events:
+            selector.register(self.sock, events, self)
+        elif not events:
+            selector.unregister(self.sock)
+        else:
+            selector.modify(self.sock, events, self)
+        self.events = events
+
+    def on_event(self, mask):
+        if mask & selectors.EVENT_READ and not self.closed:
+            self.on_readable()
+        if mask & selectors.EVENT_WRITE and not self.closed:
+            self.on_writable()
+
+    def close(self, reason):
+        if self.closed:
+            return
+        self.closed = True
+        log.info("closing connection %s: %s", self.name, reason)
+        if self.events:
+            with contextlib.suppress(KeyError, ValueError):
+                self.broker.selector.unregister(self.sock)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.broker.forget(self)
+
+
+class _Listener:
+    """The listening socket's selector callback."""
+
+    def __init__(self, broker, sock):
+        self.broker, self.sock = broker, sock
+
+    def on_event(self, mask):
+        for _ in range(64):
+            try:
+                sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:              # out of descriptors, ...: keep serving the others
+                log.warning("accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(sock, addr, self.broker)
+            self.broker.connections.add(conn)
+            conn.update_interest()
+
+
+class _Waker:
+    """The self-pipe that wakes select() for stop() and run_in_loop()."""
+
+    def __init__(self):
+        self.recv_sock, self.send_sock = socket.socketpair()
+        self.recv_sock.setblocking(False)
+        self.send_sock.setblocking(False)
+
+    def on_event(self, mask):
+        with contextlib.suppress(OSError):
+            while self.recv_sock.recv(4096):
+                pass
+
+    def wake(self):
+        with contextlib.suppress(OSError):
+            self.send_sock.send(b"\0")
+
+    def close(self):
+        self.recv_sock.close()
+        self.send_sock.close()
+
+
+def _fsync_new_dirs(path, files):
+    """makedirs that makes each created directory's entry durable."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for d in reversed(missing):
+        files.mkdir(d)
+        files.fsync_dir(os.path.dirname(d))
+
+
+class Broker:
+    """A whole single-node Kafka cluster. Binds its port on construction (so
+    .port is known before serve_forever starts, as Kafka's acceptors bind at
+    startup); serve_forever() runs the loop until stop()."""
+
+    def __init__(self, config, files=None):
+        self.config = config
+        self.clock = config.clock
+        self.files = files or Files()
+        _fsync_new_dirs(config.data_dir, self.files)
+        db_path = os.path.join(config.data_dir, "meta.db")
+        is_new = not os.path.exists(db_path)
+        self.store = MetadataStore(db_path)
+        if is_new:
+            self.files.fsync_dir(config.data_dir)     # meta.db's own directory entry
+        if self.store.get_setting("cluster_id") is None:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]   # Kafka's form
+            self.store.set_settings({"cluster_id": cluster_id})
+        for name in DYNAMIC_BROKER_CONFIGS:
+            value = self.store.get_setting(DYNAMIC_PREFIX + name)
+            if value is not None:
+                config.settings[name] = convert_setting(name, value)
+        self.logs = LogManager(config, self.store, self.files)
+        self.logs.load()
+        self.producer_ids = ProducerIdManager(self.store)
+        self.producer_states = {}
+        self.selector = selectors.DefaultSelector()
+        self.listener = socket.create_server((config.host, config.port), backlog=512,
+                                             family=socket.AF_INET6 if ":" in config.host
+                                             else socket.AF_INET, reuse_port=False)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
+        self.waker = _Waker()
+        self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
+        self.connections = set()
+        self.resume = set()             # connections with frames waiting to be handled
+        self.waiters = {}               # park key -> {Park}
+        self.timers = []                # heap of (when_s, seq, fn)
+        self._timer_seq = 0
+        self._calls = collections.deque()   # functions run_in_loop() hands over
+        self._stopping = False
+        self._clean_stop = True
+        self.stopped = threading.Event()
+        self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
+
+    @property
+    def bootstrap(self):
+        host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def node(self, conn):
+        """(node_id, host, port) as clients should reach this broker."""
+        advertised = self.config["advertised.listeners"]
+        if advertised:
+            host, port = parse_listener(advertised)
+        else:
+            host, port = self.config.host, self.port
+            if host in ("", "0.0.0.0", "::") and conn is not None:
+                host = conn.sock.getsockname()[0]
+        return self.config["node.id"], host, port
+
+    # --- timers ---
+    def call_later(self, delay_s, fn):
+        return self.call_at(self.clock() + delay_s, fn)
+
+    def call_at(self, when_s, fn):
+        self._timer_seq += 1
+        heapq.heappush(self.timers, (when_s, self._timer_seq, fn))
+
+    def _run_timers(self):
+        now = self.clock()
+        while self.timers and self.timers[0][0] <= now:
+            _, _, fn = heapq.heappop(self.timers)
+            fn()
+
+    def _retention(self):
+        try:
+            self.logs.apply_retention()
+        except (OSError, sqlite3.Error):
+            log.exception("retention check failed; will try again")
+        self.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
+
+    # --- the loop ---
+    def serve_forever(self):
+        """The only loop in doze; the only thread that touches broker state."""
+        try:
+            while not self._stopping:
+                for key, mask in self.selector.select(self._select_timeout()):
+                    key.data.on_event(mask)
+                while self._calls:
+                    self._calls.popleft()()
+                self._run_timers()
+                self._resume_connections()
+                self._group_commit()
+        finally:
+            self._shutdown()
+
+    def _select_timeout(self):
+        if self.resume or self._calls:
+            return 0
+        if not self.timers:
+            return 1.0
+        return min(max(self.timers[0][0] - self.clock(), 0), 1.0)
+
+    def _resume_connections(self):
+        while self.resume:
+            conn = self.resume.pop()
+            if not conn.closed:
+                conn.process_frames()
+
+    def _group_commit(self):
+        """One fsync per dirty log, then answer everything that waited for it."""
+        if self.logs.dirty or self.logs.data_dir_unsynced:
+            try:
+                moved = self.logs.flush_dirty()
+            except OSError:
+                log.exception("fsync failed; acknowledgements wait and the flush is retried")
+                return
+            for plog in moved:
+                self.notify((plog.topic, plog.partition))
+        self.notify(FLUSHED)
+
+    def run_in_loop(self, fn):
+        """Run fn on the loop thread and return its result (for tests and the CLI)."""
+        if threading.current_thread() is getattr(self, "_thread", None):
+            return fn()
+        done, box = threading.Event(), {}
+
+        def call():
+            try:
+                box["result"] = fn()
+            except BaseException as e:       # handed back to the caller's thread
+                box["error"] = e
+            done.set()
+        self._calls.append(call)
+        self.waker.wake()
+        if not done.wait(10):
+            raise TimeoutError("the broker loop did not run the call within 10 s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
+    def stop(self, clean=True):
+        """Stop the loop (idempotent; callable from any thread or a signal handler).
+        clean=False stops without the final fsync and index caches: a crash."""
+        self._clean_stop = self._clean_stop and clean
+        self._stopping = True
+        self.waker.wake()
+
+    def _shutdown(self):
+        for conn in list(self.connections):
+            conn.close("broker stopping")
+        with contextlib.suppress(OSError):
+            self.selector.unregister(self.listener)
+        self.listener.close()
+        if self._clean_stop:
+            with contextlib.suppress(OSError):
+                self.logs.flush_dirty()
+            self.logs.close()
+        else:
+            for plog in self.logs.logs.values():
+                for seg in plog.segments:
+                    if seg.fd is not None:
+                        os.close(seg.fd)
+                        seg.fd = None
+        self.store.close()
+        self.selector.close()
+        self.waker.close()
+        self.stopped.set()
+
+    # --- requests ---
+    def forget(self, conn):
+        self.connections.discard(conn)
+        self.resume.discard(conn)
+
+    def handle_frame(self, conn, frame):
+        """Decode one request, run its handler, queue its response."""
+        try:
+            api_key, version, correlation_id, client_id, r = parse_request_header(frame)
+        except ProtocolError as e:
+            conn.close(f"request header does not decode: {e}")
+            return
+        entry = HANDLERS.get(api_key)
+        if entry is None:
+            conn.close(f"unknown API key {api_key} (correlation id {correlation_id})")
+            return
+        spec, handler = entry
+        if not spec.min_served <= version <= spec.max_version:
+            if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
+                self._unsupported_api_versions(conn, r, correlation_id)
+            else:
+                conn.close(f"{spec.name} v{version} is not supported (doze serves "
+                           f"v{spec.min_served}-v{spec.max_version})")
+            return
+        try:
+            if spec.flexible(version):
+                skip_tagged_fields(r)                 # request header v2
+            req = decode_request_body(spec, version, r)
+        except ProtocolError as e:
+            conn.close(f"{spec.name} v{version} request (correlation id {correlation_id}) "
+                       f"does not decode: {e}")
+            return
+        slot = Slot()
+        conn.slots.append(slot)
+        ctx = RequestContext(self, conn, api_key, version, client_id)
+        try:
+            result = handler(ctx, req)
+        except KafkaError as e:
+            result = self._error_response(spec, version, e)
+        except Exception:
+            log.exception("%s v%d from %s (correlation id %d) failed", spec.name, version,
+                          conn.name, correlation_id)
+            result = None
+        if result is None:
+            conn.close(f"{spec.name} could not be answered")
+        elif result is NO_RESPONSE:
+            conn.slots.remove(slot)
+        elif isinstance(result, Park):
+            self._park(conn, slot, spec, version, correlation_id, result)
+        else:
+            self._respond(conn, slot, spec, version, correlation_id, result)
+
+    def _error_response(self, spec, version, e):
+        """A whole-request error: the response's top-level error_code, if it has one."""
+        names = {f.name for f in spec.response if f.in_version(version)}
+        if "error_code" not in names:
+            log.error("%s v%d: %s, and the response has no error_code to carry it",
+                      spec.name, version, e)
+            return None
+        msg = Msg(error_code=e.code)
+        if "error_message" in names:
+            msg.error_message = e.detail or None
+        return msg
+
+    def _unsupported_api_versions(self, conn, r, correlation_id):
+        """KIP-511: answer an ApiVersions version we do not know in the v0
+        format, with UNSUPPORTED_VERSION and ApiVersions' own range, so the
+        client can retry with one we do. (Kafka 4.3.1 sends exactly this.)"""
+        try:
+            skip_tagged_fields(r)     # newer versions use request header v2
+        except ProtocolError as e:
+            conn.close(f"ApiVersions request of an unknown version does not decode: {e}")
+            return
+        spec = HANDLERS[ApiKey.API_VERSIONS][0]
+        msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            Msg(api_key=int(ApiKey.API_VERSIONS), min_version=spec.min_version,
+                max_version=spec.max_version)])
+        slot = Slot()
+        conn.slots.append(slot)
+        self._respond(conn, slot, spec, 0, correlation_id, msg)
+
+    def _respond(self, conn, slot, spec, version, correlation_id, msg):
+        w = Writer()
+        w.out += bytes(4)                                  # the frame size, patched below
+        w.fixed(I32, correlation_id)
+        if spec.flexible(version) and spec.key != ApiKey.API_VERSIONS:
+            w.uvarint(0)                                   # response header v1: no tags
+        try:
+            encode_body(spec, version, "response", msg, w)
+        except (TypeError, ValueError, struct.error, AttributeError, OverflowError):
+            log.exception("%s v%d response does not encode", spec.name, version)
+            conn.close(f"{spec.name} response could not be encoded")
+            return
+        chunks = w.finish()
+        size = sum(len(c) for c in chunks) - 4
+        chunks[0] = I32.pack(size) + chunks[0][4:]
+        if not conn.closed:
+            conn.push(slot, chunks)
+
+    def _park(self, conn, slot, spec, version, correlation_id, park):
+        park.slot = (conn, slot, spec, version, correlation_id)
+        for key in park.keys:
+            self.waiters.setdefault(key, set()).add(park)
+        if park.deadline_ms is not None:
+            self.call_at(park.deadline_ms / 1000, lambda: self._poll(park, expired=True))
+        if park.mute:
+            conn.parked += 1
+            conn.update_interest()
+
+    def notify(self, key):
+        """Something a parked request may wait for happened: poll its waiters."""
+        waiting = self.waiters.get(key)
+        if waiting:
+            for park in list(waiting):
+                self._poll(park, expired=False)
+
+    def _poll(self, park, expired):
+        if park.done:
+            return
+        conn, slot, spec, version, correlation_id = park.slot
+        if conn.closed:
+            self._unpark(park)
+            return
+        try:
+            result = park.poll(expired)
+        except KafkaError as e:
+            result = self._error_response(spec, version, e)
+        except Exception:
+            log.exception("%s: a parked request failed", spec.name)
+            result = None
+            conn.close(f"{spec.name} could not be answered")
+        if result is None and not conn.closed and not expired:
+            return
+        self._unpark(park)
+        if result is not None and not conn.closed:
+            self._respond(conn, slot, spec, version, correlation_id, result)
+        elif not conn.closed:
+            conn.close(f"{spec.name} could not be answered")
+
+    def _unpark(self, park):
+        park.done = True
+        for key in park.keys:
+            waiting = self.waiters.get(key)
+            if waiting:
+                waiting.discard(park)
+                if not waiting:
+                    del self.waiters[key]
+        conn = park.slot[0]
+        if park.mute:
+            conn.parked -= 1
+            if not conn.closed:
+                conn.update_interest()
+                if conn.inbuf:
+                    self.resume.add(conn)
+
+
+@contextlib.contextmanager
+def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
+    """A broker on an ephemeral port in a temporary directory, for tests:
+
+        with doze_kafka.running({"num.partitions": 3}) as broker:
+            produce_to(broker.bootstrap)
+    """
+    tmp = None
+    if data_dir is None:
+        tmp = data_dir = tempfile.mkdtemp(prefix="doze-")
+    broker = Broker(Config(settings, data_dir=data_dir, host=host, port=port, **kw))
+    thread = threading.Thread(target=broker.serve_forever, name="doze-kafka", daemon=True)
+    broker._thread = thread
+    thread.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        thread.join(10)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+###############################################################################
+# 12. CLI
+###############################################################################
+
+def render_apis():
+    """The APIs and versions served, one line each (what ApiVersions advertises)."""
+    lines = []
+    for key, (spec, handler) in sorted(HANDLERS.items()):
+        served = f"v{spec.min_served}-v{spec.max_version}"
+        note = f" (v{spec.min_version}-v{spec.min_served - 1} advertised, refused)" \
+            if spec.min_served > spec.min_version else ""
+        lines.append(f"{int(key):3d}  {spec.name:26s} {served}{note}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]"""
+    parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
+    parser.add_argument("properties", nargs="?", help="a Kafka server.properties file")
+    parser.add_argument("--port", type=int, help="listen on this port (overrides listeners)")
+    parser.add_argument("--host", help="listen on this address (overrides listeners)")
+    parser.add_argument("--data-dir", help="data directory (overrides log.dirs)")
+    parser.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Kafka setting, as in server.properties (repeatable)")
+    parser.add_argument("--apis", action="store_true", help="list the APIs served and exit")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.apis:
+        print(render_apis())
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = {}
+    for item in args.override:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--override needs NAME=VALUE, got {item!r}")
+        settings[name.strip()] = value.strip()
+    try:
+        if args.properties:
+            config = Config.from_properties(args.properties, settings=settings, data_dir=args.data_dir,
+                                            host=args.host, port=args.port)
+        else:
+            config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
+        broker = Broker(config)
+    except (OSError, ValueError, sqlite3.Error) as e:
+        print(f"doze_kafka: cannot start: {e}", file=sys.stderr)
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: broker.stop())
+    print(f"doze-kafka {__version__} listening on {broker.bootstrap} "
+          f"(data in {config.data_dir})", flush=True)
+    broker.serve_forever()
+    log.info("stopped cleanly")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
