@@ -3004,7 +3004,9 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        log.info("closing connection %s: %s", self.name, reason)
+        quiet = reason in ("client closed the connection", "broker stopping")
+        log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
+                self.name, reason)
         if self.events:
             with contextlib.suppress(KeyError, ValueError):
                 self.broker.selector.unregister(self.sock)
