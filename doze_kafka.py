@@ -90,6 +90,13 @@ BROKER_DEFAULTS = {
     "transaction.max.timeout.ms": 900000,
     "producer.id.expiration.ms": 86400000,
     "delete.topic.enable": True,
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": 2147483647,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
+    "offset.metadata.max.bytes": 4096,
 }
 
 # Topic configs: name -> (type, broker setting it inherits from, default).
@@ -1404,6 +1411,20 @@ CREATE TABLE IF NOT EXISTS topics (         -- KRaft's TopicRecord + ConfigRecor
     partitions INTEGER NOT NULL,
     configs    TEXT NOT NULL                -- JSON object of topic-level overrides
 );
+CREATE TABLE IF NOT EXISTS groups (         -- __consumer_offsets' GroupMetadata records
+    group_id TEXT PRIMARY KEY,
+    state    TEXT NOT NULL                  -- JSON: protocol, generation, leader, members
+);
+CREATE TABLE IF NOT EXISTS group_offsets (  -- __consumer_offsets' OffsetCommit records
+    group_id         TEXT NOT NULL,
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    committed_offset INTEGER NOT NULL,
+    leader_epoch     INTEGER NOT NULL,
+    metadata         TEXT,
+    commit_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
     topic            TEXT NOT NULL,
     partition        INTEGER NOT NULL,
@@ -1411,6 +1432,7 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
     PRIMARY KEY (topic, partition)
 );
 """
+OffsetEntry = collections.namedtuple("OffsetEntry", "offset leader_epoch metadata commit_timestamp")
 PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
 
 
@@ -1483,6 +1505,39 @@ class MetadataStore:
         with self.transaction() as db:
             db.execute("DELETE FROM topics WHERE name = ?", (name,))
             db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
+
+    # --- groups and offsets ---
+    def load_groups(self):
+        """[(group_id, stored state dict or None, {(topic, partition): OffsetEntry})]"""
+        states = {g: json.loads(st) for g, st in self.db.execute("SELECT group_id, state FROM groups")}
+        offsets = {}
+        for row in self.db.execute("SELECT group_id, topic, partition, committed_offset, "
+                                   "leader_epoch, metadata, commit_timestamp FROM group_offsets"):
+            offsets.setdefault(row[0], {})[(row[1], row[2])] = OffsetEntry(*row[3:])
+        return [(g, states.get(g), offsets.get(g, {})) for g in sorted(set(states) | set(offsets))]
+
+    def has_group(self, group_id):
+        return self.db.execute("SELECT 1 FROM groups WHERE group_id = ?", (group_id,)).fetchone() \
+            is not None
+
+    def save_group(self, group_id, state):
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO groups VALUES (?, ?)", (group_id, json.dumps(state)))
+
+    def save_offsets(self, group_id, offsets):
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(group_id, t, p) + tuple(e) for (t, p), e in offsets.items()])
+
+    def delete_offsets(self, group_id, tps):
+        with self.transaction() as db:
+            db.executemany("DELETE FROM group_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
+                           [(group_id, t, p) for t, p in tps])
+
+    def delete_group(self, group_id):
+        with self.transaction() as db:
+            db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+            db.execute("DELETE FROM group_offsets WHERE group_id = ?", (group_id,))
 
     def save_log_start_offset(self, topic, partition, offset):
         with self.transaction() as db:
@@ -1800,6 +1855,546 @@ class ProducerIdManager:
         return self.next_id - 1
 
 
+# --- GroupCoordinator: the classic consumer-group protocol ----------------------
+# A consumer group (KIP-62 and before) rebalances in two rounds. JoinGroup:
+# every member says which assignment protocols it supports; the coordinator
+# waits until all known members have joined (or the rebalance timeout
+# passes), picks a protocol all support, raises the generation, and answers
+# everyone -- the leader also gets every member's subscription. SyncGroup: the
+# leader sends the assignment it computed; the coordinator hands each member
+# its part. Heartbeats keep a member in; a member silent for its session
+# timeout is expelled and the others rebalance. Static members
+# (group.instance.id, KIP-345) keep their assignment across a restart
+# without a rebalance. Kafka stores all of this in __consumer_offsets; doze
+# stores the stable group and its offsets in meta.db.
+#
+# Kafka vs doze: the state machine and its errors are Kafka's
+# (GroupMetadataManager's classicGroup* methods in Kafka 4.x); doze keeps no
+# per-member timers, but sweeps deadlines every GROUP_TICK_S instead.
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+GROUP_TICK_S = 0.1
+
+
+class GroupMember:
+    """One member of a classic group."""
+
+    def __init__(self, member_id, instance_id, client_id, client_host, session_timeout_ms,
+                 rebalance_timeout_ms, protocol_type, protocols):
+        self.member_id = member_id
+        self.instance_id = instance_id
+        self.client_id, self.client_host = client_id, client_host
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = protocols            # [(name, metadata)], in the member's preference order
+        self.assignment = b""
+        self.join_result = None               # the JoinGroup answer it is waiting for
+        self.sync_result = None               # the SyncGroup answer it is waiting for
+        self.awaiting_join = False
+        self.awaiting_sync = False
+        self.deadline_ms = 0                  # session expiry
+
+    def metadata(self, protocol):
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def to_json(self):
+        return {"member_id": self.member_id, "instance_id": self.instance_id,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "session_timeout_ms": self.session_timeout_ms,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms,
+                "protocol_type": self.protocol_type,
+                "protocols": [[n, base64.b64encode(m).decode()] for n, m in self.protocols],
+                "assignment": base64.b64encode(self.assignment).decode()}
+
+    @classmethod
+    def from_json(cls, d):
+        m = cls(d["member_id"], d["instance_id"], d["client_id"], d["client_host"],
+                d["session_timeout_ms"], d["rebalance_timeout_ms"], d["protocol_type"],
+                [(n, base64.b64decode(b)) for n, b in d["protocols"]])
+        m.assignment = base64.b64decode(d["assignment"])
+        return m
+
+
+class Group:
+    """A classic group: members, generation, and committed offsets."""
+
+    def __init__(self, group_id):
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.generation = 0
+        self.protocol_type = None
+        self.protocol_name = None
+        self.leader = None
+        self.members = {}                     # member_id -> GroupMember, in join order
+        self.pending = {}                     # member ids handed out by MEMBER_ID_REQUIRED -> deadline
+        self.static = {}                      # group.instance.id -> member_id
+        self.offsets = {}                     # (topic, partition) -> OffsetEntry
+        self.rebalance_deadline_ms = None
+        self.initial_delay_until_ms = None
+        self.empty_since_ms = None
+
+    def supported_protocols(self):
+        if not self.members:
+            return None
+        common = None
+        for m in self.members.values():
+            names = {name for name, _ in m.protocols}
+            common = names if common is None else common & names
+        return common
+
+    def select_protocol(self):
+        """Each member votes for its most preferred protocol that all support."""
+        common = self.supported_protocols()
+        votes = collections.Counter()
+        for m in self.members.values():
+            votes[next(name for name, _ in m.protocols if name in common)] += 1
+        return max(votes, key=lambda name: votes[name])
+
+    def all_joined(self):
+        return not self.pending and all(m.awaiting_join for m in self.members.values())
+
+
+class GroupCoordinator:
+    """The classic group protocol and committed offsets. Knows nothing of
+    sockets: handlers call join/sync/heartbeat/leave/commit, and waiters are
+    woken through notify(("group", group_id))."""
+
+    def __init__(self, config, store, logs, notify):
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.notify = notify
+        self.clock = config.clock
+        self.groups = {}
+        self._load()
+
+    def now_ms(self):
+        return int(self.clock() * 1000)
+
+    def _load(self):
+        now = self.now_ms()
+        for group_id, row, offsets in self.store.load_groups():
+            g = self.groups[group_id] = Group(group_id)
+            g.offsets = offsets
+            if row:
+                g.protocol_type, g.protocol_name = row["protocol_type"], row["protocol_name"]
+                g.generation, g.leader = row["generation"], row["leader"]
+                g.empty_since_ms = row.get("empty_since_ms")
+                for d in row["members"]:
+                    m = GroupMember.from_json(d)
+                    m.deadline_ms = now + m.session_timeout_ms       # timers start again
+                    g.members[m.member_id] = m
+                    if m.instance_id:
+                        g.static[m.instance_id] = m.member_id
+                g.state = GroupState.STABLE if g.members else GroupState.EMPTY
+
+    def _save(self, g):
+        """Store the group's membership (Kafka's GroupMetadata record)."""
+        self.store.save_group(g.group_id, {
+            "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
+            "generation": g.generation, "leader": g.leader, "empty_since_ms": g.empty_since_ms,
+            "members": [m.to_json() for m in g.members.values()]})
+
+    def get(self, group_id):
+        return self.groups.get(group_id)
+
+    # --- JoinGroup ---
+    def join(self, group_id, member_id, instance_id, client_id, client_host, session_timeout_ms,
+             rebalance_timeout_ms, protocol_type, protocols, require_known_member_id):
+        """Returns (member, response): response is an immediate answer (Msg),
+        or None when the member must wait for member.join_result."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
+        if not (self.config["group.min.session.timeout.ms"] <= session_timeout_ms
+                <= self.config["group.max.session.timeout.ms"]):
+            raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT)
+        g = self.groups.get(group_id)
+        if g is None:
+            if member_id:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+            g = self.groups[group_id] = Group(group_id)
+        if not protocols or (g.members and (protocol_type != g.protocol_type or not (
+                g.supported_protocols() & {name for name, _ in protocols}))):
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        now = self.now_ms()
+        args = (client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+        if not member_id:
+            if instance_id and instance_id in g.static:
+                return self._rejoin_static(g, instance_id, args)
+            if len(g.members) + len(g.pending) >= self.config["group.max.size"]:
+                raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED)
+            new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+            if require_known_member_id and not instance_id:
+                # KIP-394: hand out the id first; the member joins again with it.
+                g.pending[new_id] = now + session_timeout_ms
+                return None, Msg(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id,
+                                 generation_id=-1, leader="", protocol_name=None)
+            return self._add_member(g, new_id, instance_id, args), None
+        if member_id in g.pending:
+            del g.pending[member_id]
+            return self._add_member(g, member_id, instance_id, args), None
+        m = g.members.get(member_id)
+        if m is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if instance_id and g.static.get(instance_id) != member_id:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
+        return self._join_known(g, m, args)
+
+    def _add_member(self, g, member_id, instance_id, args):
+        m = GroupMember(member_id, instance_id, *args)
+        m.deadline_ms = self.now_ms() + m.session_timeout_ms
+        g.members[member_id] = m
+        if instance_id:
+            g.static[instance_id] = member_id
+        if g.protocol_type is None or len(g.members) == 1:
+            g.protocol_type = m.protocol_type
+        m.awaiting_join = True
+        if g.state == GroupState.PREPARING_REBALANCE and g.initial_delay_until_ms is not None:
+            # A member joining during the initial delay extends it (Kafka's InitialDelayedJoin).
+            delay = self.config["group.initial.rebalance.delay.ms"]
+            g.initial_delay_until_ms = min(max(g.initial_delay_until_ms, self.now_ms() + delay),
+                                           g.rebalance_deadline_ms)
+        self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return m
+
+    def _join_known(self, g, m, args):
+        m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms = args[:4]
+        changed = m.protocols != args[5]
+        m.protocols = args[5]
+        m.deadline_ms = self.now_ms() + m.session_timeout_ms
+        if g.state == GroupState.PREPARING_REBALANCE:
+            m.awaiting_join = True
+            m.join_result = None
+            self._maybe_complete_join(g)
+            return m, None
+        if g.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and not changed \
+                and m.member_id != g.leader:
+            return m, self._join_response(g, m)        # a follower that missed its answer
+        m.awaiting_join = True
+        m.join_result = None
+        self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return m, None
+
+    def _rejoin_static(self, g, instance_id, args):
+        """KIP-345: a static member back with a new member id takes over its old
+        entry and assignment. In a stable group with the same protocols there
+        is no rebalance."""
+        old = g.members.pop(g.static[instance_id])
+        if old.awaiting_join:
+            old.join_result = Msg(error_code=ErrorCode.FENCED_INSTANCE_ID, member_id=old.member_id)
+        if old.awaiting_sync:
+            old.sync_result = Msg(error_code=ErrorCode.FENCED_INSTANCE_ID)
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        m = GroupMember(new_id, instance_id, *args)
+        m.assignment = old.assignment
+        m.deadline_ms = self.now_ms() + m.session_timeout_ms
+        g.members[new_id] = m
+        g.static[instance_id] = new_id
+        was_leader = g.leader == old.member_id
+        if was_leader:
+            g.leader = new_id
+        if g.state == GroupState.STABLE and old.protocols == m.protocols:
+            self._save(g)
+            response = self._join_response(g, m)
+            if was_leader:
+                response.skip_assignment = True        # KIP-814: the leader need not reassign
+            self.notify(("group", g.group_id))
+            return m, response
+        m.awaiting_join = True
+        self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return m, None
+
+    def _join_response(self, g, m):
+        leader = m.member_id == g.leader
+        return Msg(error_code=ErrorCode.NONE, generation_id=g.generation,
+                   protocol_type=g.protocol_type, protocol_name=g.protocol_name,
+                   leader=g.leader or "", member_id=m.member_id,
+                   members=[Msg(member_id=o.member_id, group_instance_id=o.instance_id,
+                                metadata=o.metadata(g.protocol_name))
+                            for o in g.members.values()] if leader else [])
+
+    def _prepare_rebalance(self, g):
+        if g.state == GroupState.PREPARING_REBALANCE:
+            return
+        for m in g.members.values():                     # syncs waiting now fail
+            if m.awaiting_sync:
+                m.awaiting_sync = False
+                m.sync_result = Msg(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+        now = self.now_ms()
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+        g.rebalance_deadline_ms = now + timeout
+        delay = self.config["group.initial.rebalance.delay.ms"]
+        g.initial_delay_until_ms = now + min(delay, timeout) if g.state == GroupState.EMPTY \
+            and delay > 0 else None
+        g.state = GroupState.PREPARING_REBALANCE
+        self.notify(("group", g.group_id))
+
+    def _maybe_complete_join(self, g, expired=False):
+        if g.state != GroupState.PREPARING_REBALANCE:
+            return
+        now = self.now_ms()
+        if g.initial_delay_until_ms is not None and now < g.initial_delay_until_ms and not expired:
+            return
+        if not (g.all_joined() or expired or (g.initial_delay_until_ms is not None
+                                              and now >= g.initial_delay_until_ms
+                                              and all(m.awaiting_join for m in g.members.values()))):
+            return
+        for m in [m for m in g.members.values() if not m.awaiting_join]:
+            self._remove(g, m)                          # did not rejoin in time
+        g.pending.clear()
+        g.initial_delay_until_ms = None
+        g.generation += 1
+        if not g.members:
+            g.state, g.protocol_name, g.leader = GroupState.EMPTY, None, None
+            g.empty_since_ms = now
+            self._save(g)
+        else:
+            g.protocol_name = g.select_protocol()
+            if g.leader not in g.members:
+                g.leader = next(iter(g.members))
+            g.state = GroupState.COMPLETING_REBALANCE
+            g.rebalance_deadline_ms = now + max(m.rebalance_timeout_ms for m in g.members.values())
+            for m in g.members.values():
+                m.awaiting_join = False
+                m.join_result = self._join_response(g, m)
+                m.deadline_ms = now + m.session_timeout_ms
+        self.notify(("group", g.group_id))
+
+    def _remove(self, g, m):
+        del g.members[m.member_id]
+        if m.instance_id and g.static.get(m.instance_id) == m.member_id:
+            del g.static[m.instance_id]
+        if m.awaiting_join:
+            m.join_result = Msg(error_code=ErrorCode.UNKNOWN_MEMBER_ID, member_id=m.member_id)
+        if m.awaiting_sync:
+            m.sync_result = Msg(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+        if g.leader == m.member_id:
+            g.leader = next(iter(g.members), None)
+
+    def _member(self, group_id, member_id, instance_id, generation=None):
+        """The checks SyncGroup, Heartbeat and OffsetCommit share."""
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID if g is None else
+                             ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if instance_id and instance_id in g.static and g.static[instance_id] != member_id:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
+        m = g.members.get(member_id)
+        if m is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation is not None and generation != g.generation:
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
+        return g, m
+
+    # --- SyncGroup ---
+    def sync(self, group_id, generation, member_id, instance_id, protocol_type, protocol_name,
+             assignments):
+        """Returns (member, response): the immediate answer, or None to wait for member.sync_result."""
+        g, m = self._member(group_id, member_id, instance_id, generation)
+        if (protocol_type and protocol_type != g.protocol_type) or \
+                (protocol_name and protocol_name != g.protocol_name):
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if g.state == GroupState.PREPARING_REBALANCE:
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
+        m.deadline_ms = self.now_ms() + m.session_timeout_ms
+        if g.state == GroupState.STABLE:
+            return m, self._sync_response(g, m)
+        m.awaiting_sync = True
+        m.sync_result = None
+        if member_id == g.leader:
+            given = {a.member_id: a.assignment for a in assignments}
+            for member in g.members.values():
+                member.assignment = given.get(member.member_id, b"")
+            self._save(g)                    # the assignment is durable before anyone sees it
+            g.state = GroupState.STABLE
+            for member in g.members.values():
+                if member.awaiting_sync:
+                    member.awaiting_sync = False
+                    member.sync_result = self._sync_response(g, member)
+            self.notify(("group", g.group_id))
+            return m, m.sync_result
+        return m, None
+
+    def _sync_response(self, g, m):
+        return Msg(error_code=ErrorCode.NONE, protocol_type=g.protocol_type,
+                   protocol_name=g.protocol_name, assignment=m.assignment)
+
+    # --- Heartbeat and LeaveGroup ---
+    def heartbeat(self, group_id, generation, member_id, instance_id):
+        g = self.groups.get(group_id)
+        if g is not None and g.state == GroupState.EMPTY:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        g, m = self._member(group_id, member_id, instance_id, generation)
+        m.deadline_ms = self.now_ms() + m.session_timeout_ms
+        if g.state == GroupState.PREPARING_REBALANCE:
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def leave(self, group_id, member_id, instance_id):
+        """One member leaves; -> ErrorCode for that member."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if instance_id:
+            current = g.static.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if member_id and member_id != current:
+                return ErrorCode.FENCED_INSTANCE_ID
+            member_id = current
+        if member_id in g.pending:
+            del g.pending[member_id]
+            self._maybe_complete_join(g)
+            return ErrorCode.NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._remove(g, m)
+        self._member_gone(g)
+        return ErrorCode.NONE
+
+    def _member_gone(self, g):
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        if g.state == GroupState.EMPTY:
+            self._save(g)
+        self.notify(("group", g.group_id))
+
+    # --- deadlines, swept every GROUP_TICK_S ---
+    def tick(self):
+        now = self.now_ms()
+        for g in list(self.groups.values()):
+            for member_id, deadline in list(g.pending.items()):
+                if now >= deadline:
+                    del g.pending[member_id]
+            if g.state == GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(g, expired=now >= g.rebalance_deadline_ms)
+            elif g.state == GroupState.COMPLETING_REBALANCE and now >= g.rebalance_deadline_ms:
+                for m in [m for m in g.members.values() if not m.awaiting_sync]:
+                    self._remove(g, m)                # never synced: out
+                self._member_gone(g)
+            expired = [m for m in g.members.values()
+                       if now >= m.deadline_ms and not m.awaiting_join and not m.awaiting_sync]
+            for m in expired:
+                log.info("group %s: member %s missed its session timeout (%d ms); removed",
+                         g.group_id, m.member_id, m.session_timeout_ms)
+                self._remove(g, m)
+            if expired:
+                self._member_gone(g)
+
+    # --- offsets ---
+    def check_commit(self, group_id, generation, member_id, instance_id, transactional=False):
+        """Kafka's ClassicGroup.validateOffsetCommit: a simple commit (generation
+        < 0, no member) needs an empty group; a member's needs its generation."""
+        g = self.groups.get(group_id)
+        if g is None:
+            if generation >= 0:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION if not member_id
+                                 else ErrorCode.UNKNOWN_MEMBER_ID, "no such group")
+            return
+        if g.state == GroupState.DEAD:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if generation < 0 and g.state == GroupState.EMPTY:
+            return
+        if generation >= 0 or member_id or instance_id:
+            if instance_id:
+                current = g.static.get(instance_id)
+                if current is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+                if current != member_id:
+                    raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
+            elif member_id not in g.members:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if generation != g.generation:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
+        elif not transactional and g.state != GroupState.EMPTY:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if not transactional and g.state == GroupState.COMPLETING_REBALANCE:
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
+        m = g.members.get(member_id)
+        if m is not None:
+            m.deadline_ms = self.now_ms() + m.session_timeout_ms
+
+    def commit(self, group_id, offsets):
+        """Store {(topic, partition): OffsetEntry} durably, then in memory."""
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = Group(group_id)
+        self.store.save_offsets(group_id, offsets)
+        g.offsets.update(offsets)
+
+    def fetch_offsets(self, group_id, wanted):
+        """{(topic, partition): OffsetEntry or None} for the partitions wanted
+        (None: every partition with an offset)."""
+        g = self.groups.get(group_id)
+        stored = g.offsets if g else {}
+        if wanted is None:
+            return dict(sorted(stored.items()))
+        return {tp: stored.get(tp) for tp in wanted}
+
+    def delete_offsets(self, group_id, tps):
+        g = self.groups.get(group_id)
+        if g is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+        self.store.delete_offsets(group_id, tps)
+        for tp in tps:
+            g.offsets.pop(tp, None)
+
+    def subscribed_topics(self, g):
+        """Topics the members of a consumer-protocol group subscribe to
+        (ConsumerProtocolSubscription: version int16, topics [string], ...)."""
+        topics = set()
+        if g.protocol_type != "consumer" or g.state == GroupState.EMPTY:
+            return topics
+        for m in g.members.values():
+            with contextlib.suppress(ProtocolError, IndexError):
+                r = Reader(m.metadata(g.protocol_name))
+                r.fixed(I16)
+                for _ in range(r.fixed(I32)):
+                    topics.add(_read_string(r, False))
+        return topics
+
+    def delete_group(self, group_id):
+        g = self.groups.get(group_id)
+        if g is None or (g.state == GroupState.EMPTY and not g.offsets and g.generation == 0
+                         and not self.store.has_group(group_id)):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+        if g.state != GroupState.EMPTY:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP)
+        self.store.delete_group(group_id)
+        del self.groups[group_id]
+
+    def expire_offsets(self):
+        """offsets.retention.minutes: a group empty that long loses its offsets;
+        offsets committed outside any group protocol expire one by one."""
+        retention = self.config["offsets.retention.minutes"] * 60000
+        now = self.now_ms()
+        for g in list(self.groups.values()):
+            if g.state != GroupState.EMPTY:
+                continue
+            if g.protocol_type:
+                old = list(g.offsets) if g.empty_since_ms is not None and \
+                    now - g.empty_since_ms >= retention else []
+            else:
+                old = [tp for tp, e in g.offsets.items() if now - e.commit_timestamp >= retention]
+            if old:
+                self.delete_offsets(g.group_id, old)
+            if not g.offsets and not g.members:
+                self.store.delete_group(g.group_id)
+                del self.groups[g.group_id]
+
+
 ###############################################################################
 # 9. REQUEST HANDLERS -- one block per API, in API-key order
 ###############################################################################
@@ -1847,6 +2442,7 @@ class RequestContext:
 
     def __init__(self, broker, conn, api_key, version, client_id):
         self.logs = broker.logs
+        self.groups = broker.groups
         self.config = broker.config
         self.store = broker.store
         self.producer_ids = broker.producer_ids
@@ -2249,6 +2845,391 @@ def describe_topic(ctx, wanted, may_create, node_id):
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, partitions=[
         Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
             replica_nodes=[node_id], isr_nodes=[node_id]) for p in range(topic.partitions)])
+
+
+# --- OffsetCommit (8) -----------------------------------------------------------
+
+@api("""
+OffsetCommit  key=8  versions=2-9  flexible=8+     # 10 names topics by id: not served
+  request
+    group_id  string
+    generation_id_or_member_epoch  int32 = -1
+    member_id  string
+    group_instance_id  string? = null  v7+
+    retention_time_ms  int64 = -1  v2-4
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        committed_offset  int64
+        committed_leader_epoch  int32 = -1  v6+
+        committed_metadata  string?
+  response
+    throttle_time_ms  int32  v3+
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+""")
+def handle_offset_commit(ctx, req):
+    """OffsetCommit: store a group's consumer positions, durably, before answering.
+    A commit with generation -1 and no member is a "simple" commit, allowed
+    while the group has no members (admin tools, assign()-based consumers).
+
+    Errors: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+    REBALANCE_IN_PROGRESS, INVALID_GROUP_ID, UNKNOWN_TOPIC_OR_PARTITION,
+    OFFSET_METADATA_TOO_LARGE (12).
+    """
+    results, offsets = [], {}
+    try:
+        if not req.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        ctx.groups.check_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
+                                req.group_instance_id)
+        request_error = None
+    except KafkaError as e:
+        request_error = e.code
+    limit = ctx.config["offset.metadata.max.bytes"]
+    for t in req.topics:
+        for p in t.partitions:
+            part = Msg(partition_index=p.partition_index, error_code=request_error or ErrorCode.NONE)
+            results.append((t.name, part))
+            if request_error:
+                continue
+            if (t.name, p.partition_index) not in ctx.logs.logs:
+                part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.committed_metadata and len(p.committed_metadata.encode()) > limit:
+                part.error_code = 12                         # OFFSET_METADATA_TOO_LARGE
+            else:
+                offsets[(t.name, p.partition_index)] = OffsetEntry(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
+                    ctx.now_ms)
+    if offsets:
+        ctx.groups.commit(req.group_id, offsets)
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- OffsetFetch (9) ------------------------------------------------------------
+
+@api("""
+OffsetFetch  key=9  versions=1-9  flexible=6+      # 10 names topics by id: not served
+  request
+    group_id  string  v1-7
+    topics  []?  v1-7                          # null (v2+): every partition with an offset
+      name  string
+      partition_indexes  []int32
+    groups  []  v8+                            # KIP-709: several groups at once
+      group_id  string
+      member_id  string? = null  v9+
+      member_epoch  int32 = -1  v9+
+      topics  []?
+        name  string
+        partition_indexes  []int32
+    require_stable  bool = false  v7+          # KIP-447
+  response
+    throttle_time_ms  int32  v3+
+    topics  []  v1-7
+      name  string
+      partitions  []
+        partition_index  int32
+        committed_offset  int64
+        committed_leader_epoch  int32 = -1  v5-7
+        metadata  string?
+        error_code  int16
+    error_code  int16 = 0  v2-7
+    groups  []  v8+
+      group_id  string
+      topics  []
+        name  string
+        partitions  []
+          partition_index  int32
+          committed_offset  int64
+          committed_leader_epoch  int32 = -1
+          metadata  string?
+          error_code  int16
+      error_code  int16 = 0
+""")
+def handle_offset_fetch(ctx, req):
+    """OffsetFetch: a group's committed positions (-1 where none).
+
+    Errors: INVALID_GROUP_ID; per partition none (unknown partitions get -1).
+    """
+    if ctx.version >= 8:
+        return Msg(groups=[Msg(group_id=g.group_id, topics=offset_fetch_topics(ctx, g.group_id, g.topics))
+                           for g in req.groups])
+    return Msg(topics=offset_fetch_topics(ctx, req.group_id, req.topics))
+
+
+def offset_fetch_topics(ctx, group_id, topics):
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = ctx.groups.fetch_offsets(group_id, wanted)
+    results = []
+    for (topic, partition), entry in found.items():
+        results.append((topic, Msg(partition_index=partition, error_code=ErrorCode.NONE,
+                                   committed_offset=entry.offset if entry else -1,
+                                   committed_leader_epoch=entry.leader_epoch if entry else -1,
+                                   metadata=entry.metadata if entry else "")))
+    return [Msg(name=t, partitions=parts) for t, parts in by_topic(results)]
+
+
+# --- FindCoordinator (10) -------------------------------------------------------
+
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+
+
+@api("""
+FindCoordinator  key=10  versions=0-5  flexible=3+
+  request
+    key  string  v0-3
+    key_type  int8 = 0  v1+                    # 0 group, 1 transaction
+    coordinator_keys  []string  v4+            # KIP-699: batched
+  response
+    throttle_time_ms  int32  v1+
+    error_code  int16  v0-3
+    error_message  string?  v1-3
+    node_id  int32  v0-3
+    host  string  v0-3
+    port  int32  v0-3
+    coordinators  []  v4+
+      key  string
+      node_id  int32
+      host  string
+      port  int32
+      error_code  int16
+      error_message  string?
+""")
+def handle_find_coordinator(ctx, req):
+    """FindCoordinator: which broker coordinates a group or a transactional id.
+    Kafka hashes the key onto a partition of __consumer_offsets or
+    __transaction_state; doze is one broker, so the answer is always "me".
+
+    Errors: INVALID_REQUEST (an unknown key type).
+    """
+    node_id, host, port = ctx.node(ctx.conn)
+    if req.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown key type {req.key_type}")
+    if ctx.version >= 4:
+        return Msg(coordinators=[Msg(key=k, node_id=node_id, host=host, port=port,
+                                     error_message=None) for k in req.coordinator_keys])
+    return Msg(node_id=node_id, host=host, port=port, error_message=None)
+
+
+# --- JoinGroup (11) -------------------------------------------------------------
+
+@api("""
+JoinGroup  key=11  versions=0-9  flexible=6+
+  request
+    group_id  string
+    session_timeout_ms  int32
+    rebalance_timeout_ms  int32 = -1  v1+       # v0: the session timeout
+    member_id  string                           # "" on a first join
+    group_instance_id  string? = null  v5+      # KIP-345 static membership
+    protocol_type  string                       # "consumer" for consumers
+    protocols  []
+      name  string                              # an assignor: "range", "cooperative-sticky", ...
+      metadata  bytes
+    reason  string? = null  v8+
+  response
+    throttle_time_ms  int32  v2+
+    error_code  int16
+    generation_id  int32 = -1
+    protocol_type  string? = null  v7+
+    protocol_name  string?
+    leader  string
+    skip_assignment  bool = false  v9+          # KIP-814
+    member_id  string
+    members  []                                 # the leader's view: everyone's subscription
+      member_id  string
+      group_instance_id  string? = null  v5+
+      metadata  bytes
+""")
+def handle_join_group(ctx, req):
+    """JoinGroup: enter the group's next generation; waits until the rebalance
+    completes. v4+ first joins get MEMBER_ID_REQUIRED with an id to join with (KIP-394).
+
+    Errors: INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, UNKNOWN_MEMBER_ID,
+    INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID,
+    GROUP_MAX_SIZE_REACHED, REBALANCE_IN_PROGRESS.
+    """
+    rebalance_timeout = req.rebalance_timeout_ms if ctx.version >= 1 else req.session_timeout_ms
+    member, response = ctx.groups.join(
+        req.group_id, req.member_id, req.group_instance_id, ctx.client_id or "",
+        "/" + ctx.conn.addr[0] if isinstance(ctx.conn.addr, tuple) else "", req.session_timeout_ms,
+        rebalance_timeout, req.protocol_type, [(p.name, p.metadata) for p in req.protocols],
+        require_known_member_id=ctx.version >= 4)
+    if response is None and member.join_result is not None:
+        response = member.join_result          # this join completed the rebalance
+    if response is not None:
+        return response
+    return Park(lambda expired: member.join_result, keys=[("group", req.group_id)])
+
+
+# --- Heartbeat (12) -------------------------------------------------------------
+
+@api("""
+Heartbeat  key=12  versions=0-4  flexible=4+
+  request
+    group_id  string
+    generation_id  int32
+    member_id  string
+    group_instance_id  string? = null  v3+
+  response
+    throttle_time_ms  int32  v1+
+    error_code  int16
+""")
+def handle_heartbeat(ctx, req):
+    """Heartbeat: "still here". REBALANCE_IN_PROGRESS tells the member to rejoin.
+
+    Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS.
+    """
+    ctx.groups.heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+    return Msg()
+
+
+# --- LeaveGroup (13) ------------------------------------------------------------
+
+@api("""
+LeaveGroup  key=13  versions=0-5  flexible=4+
+  request
+    group_id  string
+    member_id  string  v0-2
+    members  []  v3+                            # KIP-345: batched, static members too
+      member_id  string
+      group_instance_id  string? = null
+      reason  string? = null  v5+
+  response
+    throttle_time_ms  int32  v1+
+    error_code  int16
+    members  []  v3+
+      member_id  string
+      group_instance_id  string?
+      error_code  int16
+""")
+def handle_leave_group(ctx, req):
+    """LeaveGroup: members go now rather than at their session timeout.
+
+    Errors: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID (per member from v3).
+    """
+    if ctx.version < 3:
+        code = ctx.groups.leave(req.group_id, req.member_id, None)
+        return Msg(error_code=code)
+    results = [Msg(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                   error_code=ctx.groups.leave(req.group_id, m.member_id, m.group_instance_id))
+               for m in req.members]
+    if ctx.groups.get(req.group_id) is None:
+        return Msg(error_code=ErrorCode.UNKNOWN_MEMBER_ID, members=[])
+    return Msg(members=results)
+
+
+# --- SyncGroup (14) -------------------------------------------------------------
+
+@api("""
+SyncGroup  key=14  versions=0-5  flexible=4+
+  request
+    group_id  string
+    generation_id  int32
+    member_id  string
+    group_instance_id  string? = null  v3+
+    protocol_type  string? = null  v5+
+    protocol_name  string? = null  v5+
+    assignments  []                             # only the leader's carries any
+      member_id  string
+      assignment  bytes
+  response
+    throttle_time_ms  int32  v1+
+    error_code  int16
+    protocol_type  string? = null  v5+
+    protocol_name  string? = null  v5+
+    assignment  bytes
+""")
+def handle_sync_group(ctx, req):
+    """SyncGroup: the leader hands in the assignment; every member gets its part.
+    Followers wait for the leader.
+
+    Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID,
+    INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS.
+    """
+    member, response = ctx.groups.sync(req.group_id, req.generation_id, req.member_id,
+                                       req.group_instance_id, req.protocol_type,
+                                       req.protocol_name, req.assignments)
+    if response is not None:
+        return response
+    return Park(lambda expired: member.sync_result, keys=[("group", req.group_id)])
+
+
+# --- DescribeGroups (15) --------------------------------------------------------
+
+@api("""
+DescribeGroups  key=15  versions=0-5  flexible=5+
+  request
+    groups  []string
+    include_authorized_operations  bool  v3+
+  response
+    throttle_time_ms  int32  v1+
+    groups  []
+      error_code  int16
+      group_id  string
+      group_state  string
+      protocol_type  string
+      protocol_data  string
+      members  []
+        member_id  string
+        group_instance_id  string? = null  v4+
+        client_id  string
+        client_host  string
+        member_metadata  bytes
+        member_assignment  bytes
+      authorized_operations  int32 = -2147483648  v3+
+""")
+def handle_describe_groups(ctx, req):
+    """DescribeGroups: state, protocol and members of each group; an unknown
+    group is described as Dead, as Kafka does before v6."""
+    out = []
+    for group_id in req.groups:
+        g = ctx.groups.get(group_id)
+        if g is None:
+            out.append(Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data=""))
+            continue
+        stable = g.state == GroupState.STABLE
+        out.append(Msg(group_id=group_id, group_state=g.state.value,
+                       protocol_type=g.protocol_type or "",
+                       protocol_data=(g.protocol_name or "") if stable else "",
+                       members=[Msg(member_id=m.member_id, group_instance_id=m.instance_id,
+                                    client_id=m.client_id, client_host=m.client_host,
+                                    member_metadata=m.metadata(g.protocol_name) if stable else b"",
+                                    member_assignment=m.assignment if stable else b"")
+                                for m in g.members.values()],
+                       authorized_operations=(1 << 3 | 1 << 6 | 1 << 8)
+                       if req.include_authorized_operations else -2147483648))
+    return Msg(groups=out)
+
+
+# --- ListGroups (16) ------------------------------------------------------------
+
+@api("""
+ListGroups  key=16  versions=0-5  flexible=3+
+  request
+    states_filter  []string  v4+                # KIP-518
+    types_filter  []string  v5+                 # KIP-848: doze's groups are all "classic"
+  response
+    throttle_time_ms  int32  v1+
+    error_code  int16
+    groups  []
+      group_id  string
+      protocol_type  string
+      group_state  string  v4+
+      group_type  string  v5+
+""")
+def handle_list_groups(ctx, req):
+    """ListGroups: every group, optionally only those in the given states or types."""
+    states = {s.lower() for s in req.states_filter}
+    types = {t.lower() for t in req.types_filter}
+    return Msg(groups=[
+        Msg(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
+            group_type="classic")
+        for g in ctx.groups.groups.values()
+        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)])
 
 
 # --- ApiVersions (18) -----------------------------------------------------------
@@ -2779,6 +3760,28 @@ def handle_create_partitions(ctx, req):
     return Msg(results=results)
 
 
+# --- DeleteGroups (42) ----------------------------------------------------------
+
+@api("""
+DeleteGroups  key=42  versions=0-2  flexible=2+
+  request
+    groups_names  []string
+  response
+    throttle_time_ms  int32
+    results  []
+      group_id  string
+      error_code  int16
+""")
+def handle_delete_groups(ctx, req):
+    """DeleteGroups: remove empty groups and their offsets.
+
+    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID.
+    """
+    return Msg(results=[Msg(group_id=g, error_code=error_code_of(ctx.groups.delete_group, g)
+                            if g else ErrorCode.INVALID_GROUP_ID)
+                        for g in req.groups_names])
+
+
 @api("""
 IncrementalAlterConfigs  key=44  versions=0-1  flexible=1+
   request
@@ -2802,6 +3805,48 @@ def handle_incremental_alter_configs(ctx, req):
     """IncrementalAlterConfigs (KIP-339): set, delete, append to or subtract from
     individual configs. Errors: as AlterConfigs."""
     return alter_configs(ctx, req.resources, req.validate_only, incremental=True)
+
+
+# --- OffsetDelete (47) ----------------------------------------------------------
+
+@api("""
+OffsetDelete  key=47  versions=0-0  flexible=none     # KIP-496
+  request
+    group_id  string
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+  response
+    error_code  int16
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+""")
+def handle_offset_delete(ctx, req):
+    """OffsetDelete: drop committed offsets of topics the group no longer consumes.
+
+    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP is not used: a topic the live
+    group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC per partition.
+    """
+    g = ctx.groups.get(req.group_id)
+    if g is None:
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+    subscribed = ctx.groups.subscribed_topics(g)
+    results, deletable = [], []
+    for t in req.topics:
+        for p in t.partitions:
+            code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
+            if t.name not in ctx.logs.topics:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
+            if code == ErrorCode.NONE:
+                deletable.append((t.name, p.partition_index))
+    ctx.groups.delete_offsets(req.group_id, deletable)
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
 # --- DescribeCluster (60) -------------------------------------------------------
@@ -3004,7 +4049,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        quiet = reason in ("client closed the connection", "broker stopping")
+        quiet = reason in ("client closed the connection", "broker stopping") \
+            or "Connection reset" in reason or "Broken pipe" in reason
         log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
                 self.name, reason)
         if self.events:
@@ -3097,6 +4143,7 @@ class Broker:
         self.logs.load()
         self.producer_ids = ProducerIdManager(self.store)
         self.producer_states = {}
+        self.groups = GroupCoordinator(config, self.store, self.logs, self.notify)
         self.selector = selectors.DefaultSelector()
         self.listener = socket.create_server((config.host, config.port), backlog=512,
                                              family=socket.AF_INET6 if ":" in config.host
@@ -3116,6 +4163,8 @@ class Broker:
         self._clean_stop = True
         self.stopped = threading.Event()
         self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
+        self.call_later(GROUP_TICK_S, self._group_tick)
+        self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
 
     @property
     def bootstrap(self):
@@ -3153,6 +4202,17 @@ class Broker:
         except (OSError, sqlite3.Error):
             log.exception("retention check failed; will try again")
         self.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
+
+    def _group_tick(self):
+        self.groups.tick()
+        self.call_later(GROUP_TICK_S, self._group_tick)
+
+    def _expire_offsets(self):
+        try:
+            self.groups.expire_offsets()
+        except sqlite3.Error:
+            log.exception("offset expiry failed; will try again")
+        self.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
 
     # --- the loop ---
     def serve_forever(self):
