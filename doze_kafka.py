@@ -99,6 +99,7 @@ BROKER_DEFAULTS = {
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
+    "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
 }
 
 # Topic configs: name -> (type, broker setting it inherits from, default).
@@ -2677,7 +2678,7 @@ def produce_partition(ctx, topic, partition, records):
         plog = ctx.logs.get(topic, partition)
         if records is None:
             raise BatchError(ErrorCode.CORRUPT_MESSAGE, "null records")
-        h = validate_produced(records, check_crc=ctx.config.settings.get("doze.check.crc", True))
+        h = validate_produced(records, check_crc=ctx.config["doze.check.crc"])
         max_bytes = ctx.logs.topic_config(topic, "max.message.bytes")
         if len(records) > max_bytes:
             raise BatchError(ErrorCode.MESSAGE_TOO_LARGE,

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Produce throughput, start time and idle RSS of doze-kafka, measured with librdkafka.
+
+    python3 conformance/bench/produce.py [--records 200000] [--size 1024] [--runs 3]
+
+Starts doze_kafka.py as a subprocess (once with the CRC check, once without:
+--override doze.check.crc=false), produces N records of SIZE bytes with
+confluent-kafka (acks=all, no compression, 3 partitions), and reports the
+median MB/s over the runs. Also reports the time from process start until
+the port answers, and the broker's RSS when idle. Needs: pip install confluent-kafka.
+"""
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data_dir, extra):
+    port = free_port()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", data_dir, "--port", str(port),
+                             "--log-level", "WARNING"] + extra,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.perf_counter() - t0 > 10:
+                raise RuntimeError("broker did not start")
+            time.sleep(0.005)
+    return proc, port, time.perf_counter() - t0
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def produce(port, topic, records, size):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    for f in admin.create_topics([NewTopic(topic, 3, 1)]).values():
+        f.result()
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all",
+                  "linger.ms": 5, "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
+                  "compression.type": "none"})
+    value = os.urandom(size)
+    errors = []
+    t0 = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value=value, key=str(i).encode(),
+                          on_delivery=lambda err, msg: err and errors.append(err))
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 10000 == 0:
+            p.poll(0)
+    p.flush(120)
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return records * size / elapsed / 1e6, records / elapsed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    for label, extra in (("crc checked", []), ("crc not checked", ["--override", "doze.check.crc=false"])):
+        rates, starts, rss = [], [], []
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory() as d:
+                proc, port, started = start(d, extra)
+                starts.append(started)
+                time.sleep(0.5)
+                rss.append(rss_kib(proc.pid))
+                try:
+                    rates.append(produce(port, f"bench{run}", args.records, args.size))
+                finally:
+                    proc.terminate()
+                    proc.wait(10)
+        mbs = statistics.median(r[0] for r in rates)
+        rps = statistics.median(r[1] for r in rates)
+        print(f"{label:16s} produce {mbs:6.1f} MB/s ({rps:8.0f} records/s), runs: "
+              f"{', '.join(f'{r[0]:.1f}' for r in rates)} MB/s; start {statistics.median(starts)*1000:.0f} ms "
+              f"(to port answering, incl. interpreter); idle RSS {statistics.median(rss)/1024:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
