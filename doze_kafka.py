@@ -91,6 +91,9 @@ BROKER_DEFAULTS = {
     "socket.request.max.bytes": 104857600,     # a frame over this closes the connection
     "transaction.max.timeout.ms": 900000,
     "producer.id.expiration.ms": 86400000,
+    "producer.id.expiration.check.interval.ms": 600000,
+    "transactional.id.expiration.ms": 604800000,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,
     "delete.topic.enable": True,
     "group.initial.rebalance.delay.ms": 3000,
     "group.min.session.timeout.ms": 6000,
@@ -256,11 +259,13 @@ class ErrorCode(enum.IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
@@ -312,7 +317,21 @@ class ErrorCode(enum.IntEnum):
     PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
+    TOPIC_DELETION_DISABLED = 73
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 120
+
+
+class TxnState(enum.Enum):
+    """Transaction states, by the names DescribeTransactions and ListTransactions use."""
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
 
 
 class KafkaError(Exception):
@@ -1133,6 +1152,9 @@ class Files:
         finally:
             os.close(fd)
 
+    def truncate_fd(self, fd, size):
+        os.ftruncate(fd, size)
+
     def close(self, fd):
         os.close(fd)
 
@@ -1273,7 +1295,13 @@ class Segment:
             self.fd = self.files.open_append(self.path, create=False)
 
     def append(self, batch, base, last, max_timestamp):
-        self.files.write(self.fd, batch)
+        try:
+            self.files.write(self.fd, batch)
+        except OSError:
+            # A write that failed part-way must not leave half a batch behind
+            # the next one: cut the file back to where it was.
+            self.files.truncate_fd(self.fd, self.size)
+            raise
         self._add(base, last, self.size, max_timestamp)
         self.size += len(batch)
         self.unsynced = True
@@ -1448,6 +1476,28 @@ class PartitionLog:
                 yield seg.bases[i], seg.read_batch(i)
                 i += 1
 
+    def batch_heads(self, start_offset):
+        """Yield (base_offset, the first 80 bytes of each batch) from start_offset:
+        enough for the header and a control record, never the records."""
+        for seg in list(self.segments):
+            if seg.next_offset <= start_offset:
+                continue
+            fd = seg.reader.fileno()
+            i = seg.batch_at(start_offset)
+            while i is not None and i < len(seg.bases):
+                yield seg.bases[i], os.pread(fd, 80, seg.positions[i])
+                i += 1
+
+    def offset_at_bytes_from_end(self, nbytes):
+        """The first batch offset within the last `nbytes` of the log."""
+        left = nbytes
+        for seg in reversed(self.segments):
+            if seg.size > left:
+                i = bisect.bisect_left(seg.positions, seg.size - left)
+                return seg.bases[i] if i < len(seg.bases) else seg.next_offset
+            left -= seg.size
+        return self.log_start_offset
+
     def offset_for_timestamp(self, timestamp):
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
         for seg in self.segments:
@@ -1554,10 +1604,24 @@ CREATE TABLE IF NOT EXISTS group_offsets (  -- __consumer_offsets' OffsetCommit 
     commit_timestamp INTEGER NOT NULL,
     PRIMARY KEY (group_id, topic, partition)
 );
+CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
+    transactional_id     TEXT PRIMARY KEY,
+    producer_id          INTEGER NOT NULL,
+    previous_producer_id INTEGER NOT NULL,
+    producer_epoch       INTEGER NOT NULL,
+    timeout_ms           INTEGER NOT NULL,
+    state                TEXT NOT NULL,     -- Kafka's names: Empty, Ongoing, PrepareCommit, ...
+    partitions           TEXT NOT NULL,     -- JSON [[topic, partition], ...]
+    groups               TEXT NOT NULL,     -- JSON [group, ...]: AddOffsetsToTxn
+    offsets              TEXT NOT NULL,     -- JSON: offsets staged by TxnOffsetCommit
+    txn_start_ms         INTEGER NOT NULL,
+    last_update_ms       INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
     topic            TEXT NOT NULL,
     partition        INTEGER NOT NULL,
     log_start_offset INTEGER NOT NULL DEFAULT 0,
+    has_txn          INTEGER NOT NULL DEFAULT 0,   -- ever held a transactional batch
     PRIMARY KEY (topic, partition)
 );
 """
@@ -1668,9 +1732,64 @@ class MetadataStore:
             db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
             db.execute("DELETE FROM group_offsets WHERE group_id = ?", (group_id,))
 
+    # --- transactions ---
+    TXN_COLUMNS = ("transactional_id", "producer_id", "previous_producer_id", "producer_epoch",
+                   "timeout_ms", "state", "partitions", "groups", "offsets", "txn_start_ms",
+                   "last_update_ms")
+
+    def load_txns(self):
+        rows = []
+        for values in self.db.execute(f"SELECT {', '.join(self.TXN_COLUMNS)} FROM transactions"):
+            row = dict(zip(self.TXN_COLUMNS, values))
+            row["state"] = TxnState(row["state"])
+            row["partitions"] = {tuple(tp) for tp in json.loads(row["partitions"])}
+            row["groups"] = set(json.loads(row["groups"]))
+            row["offsets"] = {g: {(t, p): OffsetEntry(*e) for t, p, *e in entries}
+                              for g, entries in json.loads(row["offsets"]).items()}
+            rows.append(row)
+        return rows
+
+    def _txn_values(self, row):
+        encoded = dict(row, state=row["state"].value,
+                       partitions=json.dumps(sorted(row["partitions"])),
+                       groups=json.dumps(sorted(row["groups"])),
+                       offsets=json.dumps({g: [[t, p, *e] for (t, p), e in sorted(entries.items())]
+                                           for g, entries in row["offsets"].items()}))
+        return tuple(encoded[c] for c in self.TXN_COLUMNS)
+
+    def save_txn(self, row):
+        with self.transaction() as db:
+            db.execute(f"INSERT OR REPLACE INTO transactions VALUES ({', '.join('?' * 11)})",
+                       self._txn_values(row))
+
+    def complete_txn(self, row, offsets_by_group):
+        """A transaction's last step, atomically: its offsets become the groups'
+        committed offsets, and its state becomes Complete*."""
+        with self.transaction() as db:
+            for group, offsets in offsets_by_group.items():
+                db.executemany("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(group, t, p) + tuple(e) for (t, p), e in offsets.items()])
+            db.execute(f"INSERT OR REPLACE INTO transactions VALUES ({', '.join('?' * 11)})",
+                       self._txn_values(row))
+
+    def delete_txn(self, transactional_id):
+        with self.transaction() as db:
+            db.execute("DELETE FROM transactions WHERE transactional_id = ?", (transactional_id,))
+
     def save_log_start_offset(self, topic, partition, offset):
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO partitions VALUES (?, ?, ?)", (topic, partition, offset))
+            db.execute("INSERT INTO partitions (topic, partition, log_start_offset) VALUES (?, ?, ?) "
+                       "ON CONFLICT (topic, partition) DO UPDATE SET log_start_offset = excluded.log_start_offset",
+                       (topic, partition, offset))
+
+    def mark_transactional(self, topic, partition):
+        with self.transaction() as db:
+            db.execute("INSERT INTO partitions (topic, partition, has_txn) VALUES (?, ?, 1) "
+                       "ON CONFLICT (topic, partition) DO UPDATE SET has_txn = 1", (topic, partition))
+
+    def transactional_partitions(self):
+        return {(t, p) for t, p in self.db.execute(
+            "SELECT topic, partition FROM partitions WHERE has_txn = 1")}
 
 
 # --- LogManager: every partition of every topic --------------------------------
@@ -1913,12 +2032,14 @@ def next_sequence(seq, count):
 
 class ProducerEntry:
     """What one partition remembers about one producer id."""
-    __slots__ = ("epoch", "batches", "last_timestamp")
+    __slots__ = ("epoch", "batches", "last_timestamp", "txn_first_offset", "coordinator_epoch")
 
     def __init__(self, epoch):
         self.epoch = epoch
         self.batches = collections.deque(maxlen=MAX_CACHED_BATCHES)   # (first_seq, last_seq, base, last)
         self.last_timestamp = -1
+        self.txn_first_offset = -1            # first offset of its open transaction here, or -1
+        self.coordinator_epoch = -1
 
     @property
     def last_seq(self):
@@ -1926,13 +2047,17 @@ class ProducerEntry:
 
 
 class ProducerStateTable:
-    """Per partition: producer id -> ProducerEntry. The rules are Kafka's
-    ProducerAppendInfo.checkProducerEpoch / checkSequence, for client writes."""
+    """Per partition: producer id -> ProducerEntry, plus the partition's
+    transactions -- the open ones (which hold back the last stable offset)
+    and the aborted ones (which read_committed fetches must list). The rules
+    are Kafka's ProducerAppendInfo checks, for client writes."""
 
     def __init__(self):
         self.producers = {}
+        self.aborted = []          # (producer_id, first_offset, marker_offset), in marker order
+        self.completing = []       # (first_offset, marker_offset): decided, marker not yet durable
 
-    def check(self, h):
+    def check(self, h, transactional=False):
         """Check a batch header. Returns the (base, last) offsets of a duplicate
         batch already in the log, or None when the batch should be appended."""
         entry = self.producers.get(h.producer_id)
@@ -1951,22 +2076,116 @@ class ProducerStateTable:
                 raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                  f"producer {h.producer_id}: sequence {first_seq} after "
                                  f"{entry.last_seq}")
-        elif first_seq != 0:
+        elif first_seq != 0 and entry.epoch >= 0:
             # A new epoch starts its sequences at 0 (KIP-360 bumps included).
             raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                              f"producer {h.producer_id}: new epoch {h.producer_epoch} "
                              f"starts at sequence {first_seq}")
+        if not transactional and entry.txn_first_offset >= 0:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             "a non-transactional batch from a producer with an open transaction")
         return None
 
     def update(self, h, base):
+        """Record an appended batch (data, or a marker via apply_marker)."""
         entry = self.producers.get(h.producer_id)
         if entry is None or entry.epoch != h.producer_epoch:
+            old = entry
             entry = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+            if old is not None:                 # an epoch bump keeps the open transaction
+                entry.txn_first_offset = old.txn_first_offset
+                entry.coordinator_epoch = old.coordinator_epoch
         first_seq = h.base_sequence
         if first_seq >= 0:
             entry.batches.append((first_seq, next_sequence(first_seq, h.last_offset_delta),
                                   base, base + h.last_offset_delta))
         entry.last_timestamp = h.max_timestamp
+        if h.attributes & ATTR_TRANSACTIONAL and entry.txn_first_offset < 0:
+            entry.txn_first_offset = base       # this batch opens a transaction here
+        return entry
+
+    def check_marker(self, producer_id, producer_epoch):
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"marker epoch {producer_epoch} is older than {entry.epoch}")
+
+    def apply_marker(self, producer_id, producer_epoch, commit, offset, timestamp,
+                     coordinator_epoch=0):
+        """A COMMIT or ABORT marker was appended at `offset`: the producer's
+        open transaction here (if any) is over; an aborted one is indexed."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.epoch != producer_epoch:
+            old = entry
+            entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+            if old is not None:
+                entry.txn_first_offset = old.txn_first_offset
+        entry.last_timestamp = timestamp
+        entry.coordinator_epoch = coordinator_epoch
+        first = entry.txn_first_offset
+        entry.txn_first_offset = -1
+        if first >= 0:
+            self.completing.append((first, offset))
+            if not commit:
+                self.aborted.append((producer_id, first, offset))
+
+    def last_stable_offset(self, high_watermark):
+        """The LSO: below the first offset of every transaction that is open,
+        or decided with its marker not yet durable; else the high watermark."""
+        if self.completing:
+            self.completing = [(f, m) for f, m in self.completing if m >= high_watermark]
+        lso = high_watermark
+        for entry in self.producers.values():
+            if 0 <= entry.txn_first_offset < lso:
+                lso = entry.txn_first_offset
+        for first, _ in self.completing:
+            lso = min(lso, first)
+        return lso
+
+    def aborted_between(self, fetch_offset, upper_bound):
+        """Aborted transactions a read_committed fetch of [fetch_offset,
+        upper_bound) must list (Kafka's collectAbortedTransactions)."""
+        i = bisect.bisect_left([m for _, _, m in self.aborted], fetch_offset)
+        return [(pid, first) for pid, first, _ in self.aborted[i:] if first < upper_bound]
+
+    def forget_before(self, log_start_offset):
+        """Retention or DeleteRecords removed the log below log_start_offset."""
+        self.aborted = [a for a in self.aborted if a[2] >= log_start_offset]
+
+    def expire(self, now_ms, expiration_ms):
+        """producer.id.expiration.ms: forget producers idle that long, unless a
+        transaction of theirs is open here."""
+        for producer_id, entry in list(self.producers.items()):
+            if entry.txn_first_offset < 0 and 0 <= entry.last_timestamp < now_ms - expiration_ms:
+                del self.producers[producer_id]
+
+
+def control_type(batch_head):
+    """COMMIT or ABORT, from the first bytes of a control batch: the control
+    record's key (version int16, type int16) starts 5 bytes into the records."""
+    return I16.unpack_from(batch_head, BATCH_HEADER_SIZE + 7)[0]
+
+
+PRODUCER_STATE_WINDOW = 16 * 1024 * 1024    # bytes of log read back after a restart
+
+
+def rebuild_producer_state(plog, whole_log):
+    """Rebuild a partition's ProducerStateTable from its batch headers (records
+    are never read): the whole log for a partition that has held transactions,
+    else the last PRODUCER_STATE_WINDOW bytes (idempotence only)."""
+    table = ProducerStateTable()
+    start = plog.log_start_offset if whole_log else plog.offset_at_bytes_from_end(PRODUCER_STATE_WINDOW)
+    for base, head in plog.batch_heads(start):
+        h = read_batch_header(head)
+        if h.producer_id < 0:
+            continue
+        if h.attributes & ATTR_CONTROL:
+            table.apply_marker(h.producer_id, h.producer_epoch, control_type(head) == CONTROL_COMMIT,
+                               base, h.max_timestamp, I32.unpack_from(head, BATCH_HEADER_SIZE + 12)[0])
+        else:
+            table.update(h, base)
+    table.completing = []                   # everything read back is durable
+    return table
 
 
 class ProducerIdManager:
@@ -2463,6 +2682,13 @@ class GroupCoordinator:
         self.store.save_offsets(group_id, offsets)
         g.offsets.update(offsets)
 
+    def apply_committed(self, group_id, offsets):
+        """Offsets a committed transaction stored in meta.db: now visible."""
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = Group(group_id)
+        g.offsets.update(offsets)
+
     def fetch_offsets(self, group_id, wanted):
         """{(topic, partition): OffsetEntry or None} for the partitions wanted
         (None: every partition with an offset)."""
@@ -2524,6 +2750,383 @@ class GroupCoordinator:
                 del self.groups[g.group_id]
 
 
+# --- TransactionCoordinator: KIP-98 transactions, the classic protocol ----------
+# A transactional producer (KIP-98) owns a transactional id. InitProducerId
+# makes it the owner, fencing any older holder by raising the epoch.
+# AddPartitionsToTxn tells the coordinator which partitions the transaction
+# will write; AddOffsetsToTxn and TxnOffsetCommit stage consumer offsets in
+# it; EndTxn decides. Ending is a two-phase commit: the decision is made
+# durable first (PrepareCommit/PrepareAbort), then a COMMIT or ABORT marker --
+# a control batch with the producer's id and epoch -- goes to every partition
+# the transaction wrote, then the transaction is complete.
+#
+# Crash ordering for EndTxn in doze:
+#   1. meta.db: state := PREPARE_COMMIT / PREPARE_ABORT      -- the decision is durable
+#   2. logs:    a marker on every partition of the transaction; group commit fsyncs them
+#   3. meta.db: the staged offsets become committed offsets, and
+#               state := COMPLETE_COMMIT / COMPLETE_ABORT, in one sqlite transaction
+#   4. answer EndTxn
+# Recovery: a transaction found in PREPARE_* on start is carried out again
+# from step 2 (a second marker for a finished transaction is harmless: it
+# closes nothing). One found ONGOING is left open, its timeout restarted.
+#
+# Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
+# markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
+# gets CONCURRENT_TRANSACTIONS. doze answers after step 3, so a client sees
+# CONCURRENT_TRANSACTIONS only while a marker cannot be written or flushed.
+# Likewise InitProducerId on an open transaction: Kafka starts the abort and
+# answers CONCURRENT_TRANSACTIONS (the client retries); doze finishes the
+# abort first and answers success (Sarama treats that error as fatal).
+# The transaction timeout counts from the transaction's last change (Kafka:
+# from its start). Produce checks each transactional batch with the
+# coordinator directly, as KIP-890 part 1's verification does.
+
+S = TxnState
+VALID_PREVIOUS = {                       # new state <- states it may be entered from
+    S.EMPTY:               {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.ONGOING:             {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.PREPARE_COMMIT:      {S.ONGOING},
+    S.PREPARE_ABORT:       {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+    S.COMPLETE_COMMIT:     {S.PREPARE_COMMIT},
+    S.COMPLETE_ABORT:      {S.PREPARE_ABORT},
+    S.DEAD:                {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.PREPARE_EPOCH_FENCE: {S.ONGOING},
+}
+DECIDED = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
+EPOCH_EXHAUSTED = 32766                  # Short.MAX_VALUE - 1: one more fence must fit
+TXN_ANSWER_WAIT_MS = 5000                # then CONCURRENT_TRANSACTIONS, and the client retries
+TXN_TICK_S = 0.1
+
+
+class TransactionMetadata:
+    """One transactional id: Kafka's TransactionMetadata, minus the pending state
+    (doze's decided transactions are the PREPARE_* states themselves)."""
+
+    def __init__(self, transactional_id, producer_id, producer_epoch, timeout_ms, now_ms):
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.previous_producer_id = -1
+        self.producer_epoch = producer_epoch
+        self.last_producer_epoch = -1         # in memory only, as in Kafka: KIP-360 retries
+        self.timeout_ms = timeout_ms
+        self.state = TxnState.EMPTY
+        self.partitions = set()               # {(topic, partition)}
+        self.groups = set()                   # groups added by AddOffsetsToTxn
+        self.offsets = {}                     # group -> {(topic, partition): OffsetEntry}, staged
+        self.txn_start_ms = -1
+        self.last_update_ms = now_ms
+        self.markers_needed = set()           # partitions still owed a marker
+        self.marker_offsets = {}              # (topic, partition) -> offset of its marker
+
+    def row(self, **changes):
+        """The meta.db row for this metadata with `changes` applied."""
+        d = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+             "previous_producer_id": self.previous_producer_id,
+             "producer_epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
+             "state": self.state, "partitions": self.partitions, "groups": self.groups,
+             "offsets": self.offsets, "txn_start_ms": self.txn_start_ms,
+             "last_update_ms": self.last_update_ms}
+        unknown = set(changes) - set(d) - {"last_producer_epoch"}
+        assert not unknown, unknown
+        d.update(changes)
+        return d
+
+    def adopt(self, row):
+        for name, value in row.items():
+            setattr(self, name, value)
+
+
+class TransactionCoordinator:
+    """Transactional ids and their transactions. Knows nothing of sockets;
+    waiters are woken through notify(("txn", transactional_id))."""
+
+    def __init__(self, config, store, logs, groups, producer_state, producer_ids, notify):
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.groups = groups
+        self.producer_state = producer_state      # (topic, partition) -> ProducerStateTable
+        self.producer_ids = producer_ids
+        self.notify = notify
+        self.clock = config.clock
+        self.txns = {}                            # transactional id -> TransactionMetadata
+        self.completing = set()                   # ids in PREPARE_* being carried out
+        self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
+
+    def now_ms(self):
+        return int(self.clock() * 1000)
+
+    # --- storage ---
+    def load(self):
+        """Read meta.db; carry out stored decisions; restart open transactions' timeouts."""
+        now = self.now_ms()
+        for row in self.store.load_txns():
+            meta = TransactionMetadata(row["transactional_id"], row["producer_id"],
+                                       row["producer_epoch"], row["timeout_ms"], now)
+            meta.adopt(row)
+            self.txns[meta.transactional_id] = meta
+            self._index_staged(meta)
+            if meta.state == TxnState.ONGOING:
+                meta.last_update_ms = now
+            elif meta.state in DECIDED:
+                log.info("transaction %s was decided (%s) before a restart; carrying it out",
+                         meta.transactional_id, meta.state.value)
+                self._write_markers(meta)
+
+    def _save(self, meta, **changes):
+        """Store the changed metadata, then adopt it: the state in memory never
+        runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR."""
+        if "state" in changes and changes["state"] != meta.state \
+                and meta.state not in VALID_PREVIOUS[changes["state"]]:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"{meta.state.value} -> {changes['state'].value}")
+        row = meta.row(**changes)
+        try:
+            self.store.save_txn(row)
+        except sqlite3.Error as e:
+            log.error("meta.db write for transaction %s failed: %s", meta.transactional_id, e)
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, "meta.db write failed") from None
+        meta.adopt(row)
+        self.txns[meta.transactional_id] = meta
+
+    def _index_staged(self, meta):
+        for group, offsets in meta.offsets.items():
+            for tp in offsets:
+                self.staged.setdefault(group, {}).setdefault(tp, set()).add(meta.transactional_id)
+
+    def _unindex_staged(self, meta):
+        for group, offsets in meta.offsets.items():
+            for tp in offsets:
+                ids = self.staged.get(group, {}).get(tp)
+                if ids:
+                    ids.discard(meta.transactional_id)
+                    if not ids:
+                        del self.staged[group][tp]
+
+    def staged_partitions(self, group_id):
+        """Partitions with offsets staged in an undecided transaction (KIP-447's
+        require_stable makes OffsetFetch answer UNSTABLE_OFFSET_COMMIT for these)."""
+        return set(self.staged.get(group_id, {}))
+
+    # --- checks every transactional call makes ---
+    def for_producer(self, transactional_id, producer_id, producer_epoch):
+        """The transaction of (id, producer id, epoch), or the error Kafka gives."""
+        if not transactional_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"{transactional_id!r} is not bound to producer id {producer_id}")
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"epoch {producer_epoch}; the current one is {meta.producer_epoch}")
+        return meta
+
+    # --- InitProducerId ---
+    def init_producer(self, transactional_id, timeout_ms, producer_id, producer_epoch):
+        """-> (meta, then): `then()` builds the answer; when meta is not None the
+        answer waits until meta's fence-abort is complete."""
+        if (producer_id == -1) != (producer_epoch == -1):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "producer id and epoch must both be set")
+        if transactional_id == "":
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
+            raise KafkaError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                             f"{timeout_ms} ms; transaction.max.timeout.ms is "
+                             f"{self.config['transaction.max.timeout.ms']}")
+        meta = self.txns.get(transactional_id)
+        if meta is None:                      # a new id: epoch -1 until the first bump
+            meta = TransactionMetadata(transactional_id, self.producer_ids.new_id(), -1,
+                                       timeout_ms, self.now_ms())
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        if producer_id != -1 and not (meta.producer_epoch == -1 or producer_id == meta.producer_id or (
+                producer_id == meta.previous_producer_id and producer_epoch >= EPOCH_EXHAUSTED)):
+            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"producer id {producer_id} is not current")
+        if meta.state == TxnState.ONGOING:
+            # Fence the old owner and abort its transaction; answer once that is done,
+            # with the epoch a retry would get from Kafka (old epoch + 2).
+            self._fence_and_abort(meta, "a new InitProducerId")
+            return meta, lambda: self._bump(meta, timeout_ms, -1, -1)
+        return None, lambda: self._bump(meta, timeout_ms, producer_id, producer_epoch)
+
+    def _bump(self, meta, timeout_ms, producer_id, producer_epoch):
+        """Empty/Complete*: a new epoch (or, at exhaustion, a new producer id)."""
+        now = self.now_ms()
+        new = {"state": TxnState.EMPTY, "timeout_ms": timeout_ms, "partitions": set(),
+               "groups": set(), "offsets": {}, "txn_start_ms": -1, "last_update_ms": now}
+        epoch, last = meta.producer_epoch, meta.last_producer_epoch
+        if epoch >= EPOCH_EXHAUSTED and producer_epoch in (-1, epoch):
+            new.update(previous_producer_id=meta.producer_id, producer_id=self.producer_ids.new_id(),
+                       producer_epoch=0, last_producer_epoch=producer_epoch)
+        elif producer_epoch == -1 or epoch == -1 or producer_epoch == epoch:
+            new.update(producer_epoch=epoch + 1,
+                       last_producer_epoch=epoch if producer_epoch != -1 else -1)
+        elif producer_epoch == last:
+            pass                                  # KIP-360: a retry of a bump that succeeded
+        else:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} is not current")
+        self._save(meta, **new)
+        return Msg(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+
+    def _fence_and_abort(self, meta, why):
+        """Raise the epoch (fencing the producer) and abort its open transaction."""
+        log.info("transaction %s: aborting its open transaction (%s); epoch %d -> %d",
+                 meta.transactional_id, why, meta.producer_epoch, meta.producer_epoch + 1)
+        self._save(meta, state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
+                   last_producer_epoch=-1, last_update_ms=self.now_ms())
+        self._write_markers(meta)
+
+    # --- AddPartitionsToTxn, AddOffsetsToTxn ---
+    def add_partitions(self, meta, tps=(), group=None):
+        """Enter the transaction (or stay in it), durably. Callers have run for_producer."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        tps = set(tps)
+        if meta.state == TxnState.ONGOING and tps <= meta.partitions and \
+                (group is None or group in meta.groups):
+            return                                 # a retry: nothing to write
+        now = self.now_ms()
+        self._save(meta, state=TxnState.ONGOING, partitions=meta.partitions | tps,
+                   groups=meta.groups | ({group} if group else set()), last_update_ms=now,
+                   txn_start_ms=now if meta.state != TxnState.ONGOING else meta.txn_start_ms)
+
+    # --- TxnOffsetCommit ---
+    def check_offsets_added(self, meta, group, version):
+        """KIP-890 part 1's verification for TxnOffsetCommit."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        if meta.state != TxnState.ONGOING or group not in meta.groups:
+            raise KafkaError(ErrorCode.TRANSACTION_ABORTABLE if version >= 4 else ErrorCode.INVALID_TXN_STATE,
+                             f"group {group} was not added to the transaction")
+
+    def stage_offsets(self, meta, group, offsets):
+        staged = {g: dict(o) for g, o in meta.offsets.items()}
+        staged.setdefault(group, {}).update(offsets)
+        self._save(meta, offsets=staged, last_update_ms=self.now_ms())
+        self._index_staged(meta)
+
+    # --- EndTxn ---
+    def end_txn(self, meta, commit):
+        """-> True when the answer must wait for the markers, or raises."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                             f"{meta.state.value}: the decision is being carried out")
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if meta.state == done:
+            return False                             # a retry of the same decision
+        if meta.state != TxnState.ONGOING:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"cannot {'commit' if commit else 'abort'} in state {meta.state.value}")
+        self._save(meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                   last_update_ms=self.now_ms())
+        self._write_markers(meta)
+        return True
+
+    def outcome(self, meta, commit):
+        """For a waiting EndTxn: its answer, or None while the markers are not durable."""
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        return Msg() if meta.state == done else None
+
+    # --- markers ---
+    def _write_markers(self, meta):
+        meta.markers_needed = set(meta.partitions)
+        meta.marker_offsets = {}
+        self.completing.add(meta.transactional_id)
+        self._append_markers(meta)
+
+    def _append_markers(self, meta):
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        for tp in sorted(meta.markers_needed):
+            plog = self.logs.logs.get(tp)
+            if plog is None:                       # the topic was deleted meanwhile
+                meta.markers_needed.discard(tp)
+                continue
+            now = self.now_ms()
+            batch = bytearray(build_control_batch(meta.producer_id, meta.producer_epoch, commit, now))
+            try:
+                base = self.logs.append(plog, batch, read_batch_header(batch))
+            except OSError as e:
+                log.error("transaction %s: the %s marker for %s-%d could not be written (%s); "
+                          "the decision stands, retrying", meta.transactional_id,
+                          "COMMIT" if commit else "ABORT", tp[0], tp[1], e)
+                continue
+            self.producer_state(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
+                                                 base, now)
+            meta.markers_needed.discard(tp)
+            meta.marker_offsets[tp] = base
+
+    def progress(self):
+        """After a group commit: finish every decided transaction whose markers
+        are all durable; retry markers that could not be written."""
+        for transactional_id in sorted(self.completing):
+            meta = self.txns[transactional_id]
+            if meta.markers_needed:
+                self._append_markers(meta)
+            if meta.markers_needed or any(
+                    tp in self.logs.logs and self.logs.logs[tp].high_watermark <= offset
+                    for tp, offset in meta.marker_offsets.items()):
+                continue
+            self._complete(meta)
+
+    def _complete(self, meta):
+        """Step 3: committed offsets and the Complete state in one meta.db transaction."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        offsets = meta.offsets if commit else {}
+        row = meta.row(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                       partitions=set(), groups=set(), offsets={}, last_update_ms=self.now_ms())
+        try:
+            self.store.complete_txn(row, offsets)
+        except sqlite3.Error as e:
+            log.error("transaction %s: meta.db write failed (%s); retrying", meta.transactional_id, e)
+            return
+        for group, entries in offsets.items():
+            self.groups.apply_committed(group, entries)
+        self._unindex_staged(meta)
+        meta.adopt(row)
+        meta.markers_needed, meta.marker_offsets = set(), {}
+        self.completing.discard(meta.transactional_id)
+        self.notify(("txn", meta.transactional_id))
+
+    # --- the produce path ---
+    def check_produce(self, transactional_id, producer_id, producer_epoch, tp):
+        """Is this transactional batch allowed? (KIP-890 part 1 verification,
+        with Kafka's mapping of the answers to Produce v<=10 errors.)"""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, "fenced by a newer epoch")
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has "
+                             "been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS")
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Partition was not added to the transaction")
+
+    # --- timers ---
+    def tick(self):
+        """Time out transactions that stopped changing (transaction.timeout.ms),
+        retry unfinished decisions, expire idle transactional ids."""
+        now = self.now_ms()
+        for meta in list(self.txns.values()):
+            if meta.state == TxnState.ONGOING and now - meta.last_update_ms > meta.timeout_ms:
+                try:
+                    self._fence_and_abort(meta, f"timed out after {meta.timeout_ms} ms")
+                except KafkaError:
+                    pass                          # meta.db unwritable now: next tick
+        if self.completing:
+            self.progress()
+
+    def expire_ids(self):
+        """transactional.id.expiration.ms: forget ids idle that long with nothing open."""
+        limit = self.now_ms() - self.config["transactional.id.expiration.ms"]
+        for meta in list(self.txns.values()):
+            if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
+                    and meta.last_update_ms < limit:
+                self.store.delete_txn(meta.transactional_id)
+                del self.txns[meta.transactional_id]
+
+
 ###############################################################################
 # 9. REQUEST HANDLERS -- one block per API, in API-key order
 ###############################################################################
@@ -2572,12 +3175,14 @@ class RequestContext:
     def __init__(self, broker, conn, api_key, version, client_id):
         self.logs = broker.logs
         self.groups = broker.groups
+        self.txns = broker.txns
         self.config = broker.config
         self.store = broker.store
         self.producer_ids = broker.producer_ids
-        self.producer_states = broker.producer_states
         self.node = broker.node
         self.notify = broker.notify
+        self.broker = broker                    # for the few helpers below only
+        self.mark_transactional = broker.mark_transactional
         self.conn = conn
         self.api_key = api_key
         self.version = version
@@ -2585,10 +3190,11 @@ class RequestContext:
         self.now_ms = int(broker.clock() * 1000)
 
     def producer_state(self, tp):
-        table = self.producer_states.get(tp)
-        if table is None:
-            table = self.producer_states[tp] = ProducerStateTable()
-        return table
+        return self.broker.producer_state(tp)
+
+    def forget_topic(self, name):
+        for tp in [tp for tp in self.broker.producer_states if tp[0] == name]:
+            del self.broker.producer_states[tp]
 
 
 def error_code_of(fn, *args):
@@ -2653,14 +3259,15 @@ def handle_produce(ctx, req):
     elif req.acks not in (0, 1, -1):
         code, parts = ErrorCode.INVALID_REQUIRED_ACKS, None
     else:
-        code, parts = None, []
+        code, parts = transactional_request_error(req), []
     results = []
     for topic in req.topic_data:
         for p in topic.partition_data:
             if code is not None:
                 results.append((topic.name, Msg(index=p.index, error_code=code, base_offset=-1)))
             else:
-                results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records)))
+                results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records,
+                                                              req.transactional_id)))
     if req.acks == 0:
         return NO_RESPONSE
 
@@ -2672,7 +3279,24 @@ def handle_produce(ctx, req):
     return Park(respond, keys=[FLUSHED], mute=False)     # answered after the fsync
 
 
-def produce_partition(ctx, topic, partition, records):
+def transactional_request_error(req):
+    """Kafka's request-wide checks on transactional batches: they need a
+    transactional id, and one producer id for the whole request."""
+    producer_ids = set()
+    for topic in req.topic_data:
+        for p in topic.partition_data:
+            records = p.records
+            if records is not None and len(records) >= BATCH_HEADER_SIZE and \
+                    I16.unpack_from(records, 21)[0] & ATTR_TRANSACTIONAL:
+                producer_ids.add(I64.unpack_from(records, 43)[0])
+    if producer_ids and req.transactional_id is None:
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if len(producer_ids) > 1:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    return None
+
+
+def produce_partition(ctx, topic, partition, records, transactional_id=None):
     """Validate and append one partition's batch; -> its partition response."""
     try:
         plog = ctx.logs.get(topic, partition)
@@ -2685,10 +3309,15 @@ def produce_partition(ctx, topic, partition, records):
                              f"batch of {len(records)} bytes is over max.message.bytes {max_bytes}")
         if len(records) > ctx.logs.topic_config(topic, "segment.bytes"):
             raise BatchError(ErrorCode.RECORD_LIST_TOO_LARGE, "batch larger than segment.bytes")
-        if h.attributes & ATTR_TRANSACTIONAL:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "transactions are not served yet")
+        transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
+        if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
+            raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence")
+        if transactional:
+            ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch,
+                                   (topic, partition))
+            ctx.mark_transactional((topic, partition))    # before the batch is in the log
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
-        duplicate = state.check(h) if state else None
+        duplicate = state.check(h, transactional) if state else None
         log_append_time = -1
         if duplicate:
             base = duplicate[0]
@@ -2811,6 +3440,11 @@ def fetch_partitions(ctx, req):
             limit = min(p.partition_max_bytes, budget)
             records = plog.read(p.fetch_offset, limit, end, min_one=(total == 0)) if limit > 0 else None
             part.records = records if records is not None else b""
+            table = ctx.broker.producer_states.get((t.topic, p.partition))
+            if read_committed and records is not None and table is not None:
+                part.aborted_transactions = [
+                    Msg(producer_id=pid, first_offset=first)
+                    for pid, first in table.aborted_between(p.fetch_offset, end)]
             if records is not None:
                 total += len(records)
                 budget -= len(records)
@@ -2820,7 +3454,8 @@ def fetch_partitions(ctx, req):
 def last_stable_offset(ctx, plog):
     """The LSO: below it every transaction is decided. Without transactions it
     is the high watermark."""
-    return plog.high_watermark
+    table = ctx.broker.producer_states.get((plog.topic, plog.partition))
+    return table.last_stable_offset(plog.high_watermark) if table else plog.high_watermark
 
 
 # --- ListOffsets (2) ------------------------------------------------------------
@@ -3029,7 +3664,7 @@ def handle_offset_commit(ctx, req):
             if (t.name, p.partition_index) not in ctx.logs.logs:
                 part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.committed_metadata and len(p.committed_metadata.encode()) > limit:
-                part.error_code = 12                         # OFFSET_METADATA_TOO_LARGE
+                part.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 offsets[(t.name, p.partition_index)] = OffsetEntry(
                     p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
@@ -3082,19 +3717,25 @@ OffsetFetch  key=9  versions=1-9  flexible=6+      # 10 names topics by id: not 
 def handle_offset_fetch(ctx, req):
     """OffsetFetch: a group's committed positions (-1 where none).
 
-    Errors: INVALID_GROUP_ID; per partition none (unknown partitions get -1).
+    Errors per partition: UNSTABLE_OFFSET_COMMIT with require_stable while a
+    transaction has offsets staged for it (KIP-447).
     """
     if ctx.version >= 8:
-        return Msg(groups=[Msg(group_id=g.group_id, topics=offset_fetch_topics(ctx, g.group_id, g.topics))
-                           for g in req.groups])
-    return Msg(topics=offset_fetch_topics(ctx, req.group_id, req.topics))
+        return Msg(groups=[Msg(group_id=g.group_id, topics=offset_fetch_topics(
+            ctx, g.group_id, g.topics, req.require_stable)) for g in req.groups])
+    return Msg(topics=offset_fetch_topics(ctx, req.group_id, req.topics, req.require_stable))
 
 
-def offset_fetch_topics(ctx, group_id, topics):
+def offset_fetch_topics(ctx, group_id, topics, require_stable):
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = ctx.groups.fetch_offsets(group_id, wanted)
+    unstable = ctx.txns.staged_partitions(group_id) if require_stable else set()
     results = []
     for (topic, partition), entry in found.items():
+        if (topic, partition) in unstable:             # KIP-447: wait for the transaction
+            results.append((topic, Msg(partition_index=partition, committed_offset=-1, metadata="",
+                                       error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)))
+            continue
         results.append((topic, Msg(partition_index=partition, error_code=ErrorCode.NONE,
                                    committed_offset=entry.offset if entry else -1,
                                    committed_leader_epoch=entry.leader_epoch if entry else -1,
@@ -3523,12 +4164,11 @@ def handle_delete_topics(ctx, req):
             res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             res.error_message = "This server does not host this topic-partition."
         elif not ctx.config["delete.topic.enable"]:
-            res.error_code = 73                      # TOPIC_DELETION_DISABLED
+            res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         else:
             res.topic_id = ctx.logs.topics[name].topic_id
             ctx.logs.delete_topic(name)
-            for tp in [tp for tp in ctx.producer_states if tp[0] == name]:
-                del ctx.producer_states[tp]
+            ctx.forget_topic(name)
     return Msg(responses=results)
 
 
@@ -3587,18 +4227,279 @@ InitProducerId  key=22  versions=0-5  flexible=2+
     throttle_time_ms  int32
     error_code  int16
     producer_id  int64 = -1
-    producer_epoch  int16
+    producer_epoch  int16 = -1
 """)
 def handle_init_producer_id(ctx, req):
-    """InitProducerId: a producer id and epoch for an idempotent producer.
-    Without a transactional id every call gets a fresh id at epoch 0, as
-    Kafka's coordinator does ("blindly accept ... a new producerId").
+    """InitProducerId: a producer id and epoch (KIP-98).
 
-    Errors: COORDINATOR_NOT_AVAILABLE for a transactional id (not served yet).
+    Without a transactional id: a fresh id at epoch 0 for an idempotent
+    producer, every time ("blindly", as Kafka's coordinator says). With one:
+    become its owner. The epoch goes up by one, fencing the previous owner; a
+    never-used id starts at epoch 0; at epoch exhaustion a new producer id.
+    KIP-360: a request carrying the current (id, epoch) bumps it; one carrying
+    the epoch a successful bump came from is a retry and gets the same answer.
+    An open transaction is aborted first -- finished, markers on disk, before
+    the answer (doze; Kafka answers CONCURRENT_TRANSACTIONS meanwhile).
+
+    Errors: INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT (over
+    transaction.max.timeout.ms), PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before
+    v4), CONCURRENT_TRANSACTIONS (a decision's markers cannot be written yet),
+    NOT_COORDINATOR (meta.db cannot be written).
     """
-    if req.transactional_id is not None:
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not served yet")
-    return Msg(producer_id=ctx.producer_ids.new_id(), producer_epoch=0)
+    if req.transactional_id is None:
+        return Msg(producer_id=ctx.producer_ids.new_id(), producer_epoch=0)
+    meta, answer = ctx.txns.init_producer(req.transactional_id, req.transaction_timeout_ms,
+                                          req.producer_id, req.producer_epoch)
+    if meta is None:
+        return answer()
+    return wait_for_txn(ctx, meta, lambda: answer() if meta.state == TxnState.COMPLETE_ABORT else None)
+
+
+def wait_for_txn(ctx, meta, outcome):
+    """Answer once a transaction's markers are durable: outcome() -> Msg or None.
+    Past TXN_ANSWER_WAIT_MS (a marker that cannot be written) the answer is
+    CONCURRENT_TRANSACTIONS; the coordinator keeps trying, and a retry gets the outcome."""
+    def poll(expired):
+        result = outcome()
+        if result is None and expired:
+            return Msg(error_code=ErrorCode.CONCURRENT_TRANSACTIONS)
+        return result
+    return Park(poll, deadline_ms=ctx.now_ms + TXN_ANSWER_WAIT_MS,
+                keys=[("txn", meta.transactional_id)])
+
+
+# --- AddPartitionsToTxn (24) ----------------------------------------------------
+
+@api("""
+AddPartitionsToTxn  key=24  versions=0-3  flexible=3+    # v4+ is broker-to-broker (KIP-890)
+  request
+    transactional_id  string                   # JSON: V3AndBelowTransactionalId
+    producer_id  int64                         # JSON: V3AndBelowProducerId
+    producer_epoch  int16                      # JSON: V3AndBelowProducerEpoch
+    topics  []                                 # JSON: V3AndBelowTopics
+      name  string
+      partitions  []int32
+  response
+    throttle_time_ms  int32
+    results_by_topic  []                       # JSON: ResultsByTopicV3AndBelow
+      name  string
+      results_by_partition  []
+        partition_index  int32
+        partition_error_code  int16
+""")
+def handle_add_partitions_to_txn(ctx, req):
+    """AddPartitionsToTxn: the partitions this transaction will write, told to
+    the coordinator *before* producing to them (KIP-98). They are where EndTxn
+    writes its markers. All or nothing: if any partition fails its check, none
+    is added; the others get OPERATION_NOT_ATTEMPTED (as KafkaApis does).
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED, INVALID_REQUEST,
+    INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2),
+    CONCURRENT_TRANSACTIONS, NOT_COORDINATOR.
+    """
+    tps = [(t.name, p) for t in req.topics for p in t.partitions]
+    failed = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps if tp not in ctx.logs.logs}
+    if failed:
+        codes = {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
+    else:
+        try:
+            meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+            ctx.txns.add_partitions(meta, tps)
+            code = ErrorCode.NONE
+        except KafkaError as e:          # v0-3 have no top-level error_code:
+            code = e.code                # a request-wide error goes on every partition
+        codes = {tp: code for tp in tps}
+    grouped = {}
+    for (topic, p), code in codes.items():
+        grouped.setdefault(topic, []).append(Msg(partition_index=p, partition_error_code=code))
+    return Msg(results_by_topic=[Msg(name=t, results_by_partition=parts) for t, parts in grouped.items()])
+
+
+# --- AddOffsetsToTxn (25) -------------------------------------------------------
+
+@api("""
+AddOffsetsToTxn  key=25  versions=0-4  flexible=3+
+  request
+    transactional_id  string
+    producer_id  int64
+    producer_epoch  int16
+    group_id  string
+  response
+    throttle_time_ms  int32
+    error_code  int16
+""")
+def handle_add_offsets_to_txn(ctx, req):
+    """AddOffsetsToTxn: this transaction will commit offsets of `group_id`
+    (Kafka adds the group's __consumer_offsets partition; doze, the group).
+
+    Errors: as AddPartitionsToTxn, plus INVALID_GROUP_ID.
+    """
+    if not req.group_id:
+        raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+    meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+    ctx.txns.add_partitions(meta, group=req.group_id)
+    return Msg()
+
+
+# --- EndTxn (26) ----------------------------------------------------------------
+
+@api("""
+EndTxn  key=26  versions=0-4  flexible=3+      # v5 is KIP-890's transaction v2: not served
+  request
+    transactional_id  string
+    producer_id  int64
+    producer_epoch  int16
+    committed  bool                            # true = commit, false = abort
+  response
+    throttle_time_ms  int32
+    error_code  int16
+""")
+def handle_end_txn(ctx, req):
+    """EndTxn: the producer's last word on a transaction -- commit or abort.
+
+    doze answers after both phases: the decision in meta.db, a COMMIT or ABORT
+    marker on every partition of the transaction, fsynced, and (for a commit)
+    the staged offsets committed (see TransactionCoordinator for the crash
+    ordering). A repeat of a decision already carried out succeeds.
+
+    Errors: INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED
+    (INVALID_PRODUCER_EPOCH before v2), INVALID_TXN_STATE (nothing to end, or
+    the other decision was carried out), CONCURRENT_TRANSACTIONS (a decision is
+    being carried out), NOT_COORDINATOR.
+    """
+    meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+    if not ctx.txns.end_txn(meta, req.committed):
+        return Msg()
+    return wait_for_txn(ctx, meta, lambda: ctx.txns.outcome(meta, req.committed))
+
+
+# --- WriteTxnMarkers (27) -------------------------------------------------------
+
+@api("""
+WriteTxnMarkers  key=27  versions=1-1  flexible=1+
+  request
+    markers  []
+      producer_id  int64
+      producer_epoch  int16
+      transaction_result  bool                 # true = COMMIT
+      topics  []
+        name  string
+        partition_indexes  []int32
+      coordinator_epoch  int32
+  response
+    markers  []
+      producer_id  int64
+      topics  []
+        name  string
+        partitions  []
+          partition_index  int32
+          error_code  int16
+""")
+def handle_write_txn_markers(ctx, req):
+    """WriteTxnMarkers: write markers straight to partitions. Kafka's coordinator
+    uses it to reach partition leaders; doze's coordinator writes its own, so
+    this serves `kafka-transactions abort` for a hanging transaction.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older than the
+    partition knows), KAFKA_STORAGE_ERROR.
+    """
+    out = []
+    for m in req.markers:
+        results = []
+        for t in m.topics:
+            for p in t.partition_indexes:
+                results.append((t.name, Msg(partition_index=p, error_code=error_code_of(
+                    write_marker, ctx, (t.name, p), m))))
+        out.append(Msg(producer_id=m.producer_id,
+                       topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)]))
+    return Park(lambda expired: Msg(markers=out), keys=[FLUSHED], mute=False)
+
+
+def write_marker(ctx, tp, m):
+    plog = ctx.logs.get(*tp)
+    state = ctx.producer_state(tp)
+    state.check_marker(m.producer_id, m.producer_epoch)
+    batch = bytearray(build_control_batch(m.producer_id, m.producer_epoch, m.transaction_result,
+                                          ctx.now_ms, m.coordinator_epoch))
+    try:
+        base = ctx.logs.append(plog, batch, read_batch_header(batch))
+    except OSError as e:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+    state.apply_marker(m.producer_id, m.producer_epoch, m.transaction_result, base, ctx.now_ms,
+                       m.coordinator_epoch)
+
+
+# --- TxnOffsetCommit (28) -------------------------------------------------------
+
+@api("""
+TxnOffsetCommit  key=28  versions=0-4  flexible=3+     # v5 is transaction v2: not served
+  request
+    transactional_id  string
+    group_id  string
+    producer_id  int64
+    producer_epoch  int16
+    generation_id  int32 = -1  v3+             # KIP-447: the consumer's group metadata
+    member_id  string  v3+
+    group_instance_id  string? = null  v3+
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        committed_offset  int64
+        committed_leader_epoch  int32 = -1  v2+
+        committed_metadata  string?
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+""")
+def handle_txn_offset_commit(ctx, req):
+    """TxnOffsetCommit: stage consumer offsets in the transaction; they become
+    the group's committed offsets only if it commits (KIP-98), checked against
+    the group's generation and member (KIP-447) so a zombie cannot commit.
+
+    Errors: INVALID_GROUP_ID, INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH
+    (fenced), CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE (group not added;
+    TRANSACTION_ABORTABLE from v4), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+    FENCED_INSTANCE_ID, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, NOT_COORDINATOR.
+    """
+    try:
+        if not req.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        try:
+            meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+        except KafkaError as e:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH if e.code == ErrorCode.PRODUCER_FENCED
+                             else e.code, e.detail) from None
+        ctx.txns.check_offsets_added(meta, req.group_id, ctx.version)
+        ctx.groups.check_commit(req.group_id, req.generation_id, req.member_id,
+                                req.group_instance_id, transactional=True)
+        request_error = None
+    except KafkaError as e:
+        request_error = e.code
+    results, staged = [], {}
+    limit = ctx.config["offset.metadata.max.bytes"]
+    for t in req.topics:
+        for p in t.partitions:
+            code = request_error or ErrorCode.NONE
+            if not code and (t.name, p.partition_index) not in ctx.logs.logs:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not code and p.committed_metadata and len(p.committed_metadata.encode()) > limit:
+                code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            elif not code:
+                staged[(t.name, p.partition_index)] = OffsetEntry(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ctx.now_ms)
+            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
+    if staged:
+        try:
+            ctx.txns.stage_offsets(meta, req.group_id, staged)
+        except KafkaError as e:
+            for _, part in results:
+                part.error_code = e.code
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
@@ -4011,6 +4912,134 @@ def handle_describe_cluster(ctx, req):
                if req.include_cluster_authorized_operations else -2147483648)
 
 
+# --- DescribeProducers (61) -----------------------------------------------------
+
+@api("""
+DescribeProducers  key=61  versions=0-0  flexible=0+
+  request
+    topics  []
+      name  string
+      partition_indexes  []int32
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+        error_message  string? = null
+        active_producers  []
+          producer_id  int64
+          producer_epoch  int32
+          last_sequence  int32 = -1
+          last_timestamp  int64 = -1
+          coordinator_epoch  int32
+          current_txn_start_offset  int64 = -1
+""")
+def handle_describe_producers(ctx, req):
+    """DescribeProducers: the idempotent and transactional producers each
+    partition remembers, with their open transaction's first offset (what
+    `kafka-transactions find-hanging` and Flink look at).
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION.
+    """
+    results = []
+    for t in req.topics:
+        for p in t.partition_indexes:
+            part = Msg(partition_index=p, active_producers=[])
+            results.append((t.name, part))
+            if not TOPIC_NAME.fullmatch(t.name):
+                part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                continue
+            if (t.name, p) not in ctx.logs.logs:
+                part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            table = ctx.producer_state((t.name, p))
+            part.active_producers = [
+                Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                    last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                    current_txn_start_offset=e.txn_first_offset)
+                for pid, e in sorted(table.producers.items())]
+    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- DescribeTransactions (65) --------------------------------------------------
+
+@api("""
+DescribeTransactions  key=65  versions=0-0  flexible=0+
+  request
+    transactional_ids  []string
+  response
+    throttle_time_ms  int32
+    transaction_states  []
+      error_code  int16
+      transactional_id  string
+      transaction_state  string
+      transaction_timeout_ms  int32
+      transaction_start_time_ms  int64
+      producer_id  int64
+      producer_epoch  int16
+      topics  []
+        topic  string
+        partitions  []int32
+""")
+def handle_describe_transactions(ctx, req):
+    """DescribeTransactions: state, producer, timeout and partitions of each id.
+    Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id)."""
+    out = []
+    for transactional_id in req.transactional_ids:
+        meta = ctx.txns.txns.get(transactional_id)
+        if not transactional_id or meta is None:
+            out.append(Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
+                           else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                           transactional_id=transactional_id, transaction_state="",
+                           transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
+            continue
+        left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
+            if meta.state in DECIDED else meta.partitions
+        topics = {}
+        for topic, p in sorted(left):
+            topics.setdefault(topic, []).append(p)
+        out.append(Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
+                       transaction_timeout_ms=meta.timeout_ms,
+                       transaction_start_time_ms=meta.txn_start_ms, producer_id=meta.producer_id,
+                       producer_epoch=meta.producer_epoch,
+                       topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()]))
+    return Msg(transaction_states=out)
+
+
+# --- ListTransactions (66) ------------------------------------------------------
+
+@api("""
+ListTransactions  key=66  versions=0-1  flexible=0+
+  request
+    state_filters  []string                    # Kafka's state names: "Ongoing", ...
+    producer_id_filters  []int64
+    duration_filter  int64 = -1  v1+           # KIP-994: running longer than this
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    unknown_state_filters  []string
+    transaction_states  []
+      transactional_id  string
+      producer_id  int64
+      transaction_state  string
+""")
+def handle_list_transactions(ctx, req):
+    """ListTransactions: the transactional ids, filtered by state, producer id
+    and (v1) how long their transaction has run."""
+    names = {s.value for s in TxnState}
+    states = set(req.state_filters)
+    now = ctx.now_ms
+    found = [meta for meta in ctx.txns.txns.values()
+             if (not states or meta.state.value in states)
+             and (not req.producer_id_filters or meta.producer_id in req.producer_id_filters)
+             and (req.duration_filter < 0 or now - meta.txn_start_ms > req.duration_filter)]
+    return Msg(unknown_state_filters=sorted(states - names), transaction_states=[
+        Msg(transactional_id=m.transactional_id, producer_id=m.producer_id,
+            transaction_state=m.state.value) for m in sorted(found, key=lambda m: m.transactional_id)])
+
+
 ###############################################################################
 # 10. SERVER -- one selectors loop, every connection, every timer
 ###############################################################################
@@ -4272,7 +5301,14 @@ class Broker:
         self.logs.load()
         self.producer_ids = ProducerIdManager(self.store)
         self.producer_states = {}
+        self.txn_partitions = self.store.transactional_partitions()
+        for tp in sorted(self.txn_partitions):        # their LSO is needed from the first fetch
+            if tp in self.logs.logs:
+                self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
         self.groups = GroupCoordinator(config, self.store, self.logs, self.notify)
+        self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
+                                           self.producer_state, self.producer_ids, self.notify)
+        self.txns.load()
         self.selector = selectors.DefaultSelector()
         self.listener = socket.create_server((config.host, config.port), backlog=512,
                                              family=socket.AF_INET6 if ":" in config.host
@@ -4293,6 +5329,11 @@ class Broker:
         self.stopped = threading.Event()
         self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
         self.call_later(GROUP_TICK_S, self._group_tick)
+        self.call_later(TXN_TICK_S, self._txn_tick)
+        self.call_later(config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                        self._expire_txn_ids)
+        self.call_later(config["producer.id.expiration.check.interval.ms"] / 1000,
+                        self._expire_producers)
         self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
 
     @property
@@ -4332,6 +5373,42 @@ class Broker:
             log.exception("retention check failed; will try again")
         self.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
 
+    def producer_state(self, tp):
+        """The partition's producer state, rebuilt from the log's tail on first
+        use after a start (transactional partitions were rebuilt whole at start)."""
+        table = self.producer_states.get(tp)
+        if table is None:
+            plog = self.logs.get(*tp)
+            table = self.producer_states[tp] = rebuild_producer_state(plog, whole_log=False)
+        return table
+
+    def mark_transactional(self, tp):
+        """Note in meta.db that a partition holds transactional batches, so the
+        next start rebuilds its transaction state (and only such partitions')."""
+        if tp not in self.txn_partitions:
+            self.store.mark_transactional(*tp)
+            self.txn_partitions.add(tp)
+
+    def _txn_tick(self):
+        try:
+            self.txns.tick()
+        except sqlite3.Error:
+            log.exception("transaction timeouts: meta.db failed; will try again")
+        self.call_later(TXN_TICK_S, self._txn_tick)
+
+    def _expire_txn_ids(self):
+        with contextlib.suppress(sqlite3.Error):
+            self.txns.expire_ids()
+        self.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                        self._expire_txn_ids)
+
+    def _expire_producers(self):
+        now_ms = self.clock() * 1000
+        for table in self.producer_states.values():
+            table.expire(now_ms, self.config["producer.id.expiration.ms"])
+        self.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000,
+                        self._expire_producers)
+
     def _group_tick(self):
         self.groups.tick()
         self.call_later(GROUP_TICK_S, self._group_tick)
@@ -4359,7 +5436,7 @@ class Broker:
             self._shutdown()
 
     def _select_timeout(self):
-        if self.resume or self._calls:
+        if self.resume or self._calls or self.logs.dirty:
             return 0
         if not self.timers:
             return 1.0
@@ -4381,6 +5458,8 @@ class Broker:
                 return
             for plog in moved:
                 self.notify((plog.topic, plog.partition))
+        if self.txns.completing:
+            self.txns.progress()                       # decisions whose markers are now durable
         self.notify(FLUSHED)
 
     def run_in_loop(self, fn):
