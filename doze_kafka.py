@@ -318,6 +318,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     TOPIC_DELETION_DISABLED = 73
+    UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
 
@@ -589,6 +590,9 @@ def parse_api(text):
             path.pop()
         if not path:
             raise SyntaxError(f"schema line {lineno}: field outside request/response")
+        element = m["type"][2:] if m["type"].startswith("[]") else m["type"]
+        if element not in PRIMITIVE_DEFAULTS and m["type"] not in ("[]", "{}"):
+            raise SyntaxError(f"schema line {lineno}: unknown type {m['type']!r}")
         f = Field(m["name"], m["type"], nullable=bool(m["null"]),
                   default=_literal(m["default"], m["type"]),
                   since=int(m["since"] or 0),
@@ -1502,7 +1506,7 @@ class PartitionLog:
         """(offset, timestamp) of the first record at or after `timestamp`, or None."""
         for seg in self.segments:
             for i, ts in enumerate(seg.max_timestamps):
-                if ts >= timestamp and seg.bases[i] >= self.log_start_offset - 0:
+                if ts >= timestamp and seg.lasts[i] >= self.log_start_offset:
                     return self._refine(seg, i, lambda t: t >= timestamp)
         return None
 
@@ -4904,7 +4908,7 @@ def handle_describe_cluster(ctx, req):
     """DescribeCluster (KIP-700): this broker, which is also the controller.
     Errors: UNSUPPORTED_ENDPOINT_TYPE for an endpoint type other than brokers or controllers."""
     if req.endpoint_type not in (1, 2):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown endpoint type {req.endpoint_type}")
+        raise KafkaError(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"endpoint type {req.endpoint_type}")
     node_id, host, port = ctx.node(ctx.conn)
     return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
                controller_id=node_id, brokers=[Msg(broker_id=node_id, host=host, port=port)],
@@ -5088,6 +5092,7 @@ class Connection:
         self.out = collections.deque()   # chunks being written: bytes or FileSlice
         self.out_pos = 0
         self.parked = 0                  # muting parks outstanding
+        self.unflushed = 0               # answers waiting for the group commit (Produce)
         self.closed = False
         self.events = 0                  # what the selector watches for (0: unregistered)
 
@@ -5120,6 +5125,11 @@ class Connection:
                            f"({limit}) or negative")
                 return
             if len(buf) - pos - 4 < size:
+                break
+            if self.unflushed and size >= 2 and I16.unpack_from(buf, pos + 4)[0] != ApiKey.PRODUCE:
+                # A request after a Produce waiting for its fsync must see that
+                # Produce's result (Kafka handles one request at a time per
+                # connection); Produces themselves may pipeline into one fsync.
                 break
             frame = buf[pos + 4:pos + 4 + size]
             pos += 4 + size
@@ -5618,6 +5628,8 @@ class Broker:
         if park.mute:
             conn.parked += 1
             conn.update_interest()
+        else:
+            conn.unflushed += 1
 
     def notify(self, key):
         """Something a parked request may wait for happened: poll its waiters."""
@@ -5660,10 +5672,12 @@ class Broker:
         conn = park.slot[0]
         if park.mute:
             conn.parked -= 1
-            if not conn.closed:
-                conn.update_interest()
-                if conn.inbuf:
-                    self.resume.add(conn)
+        else:
+            conn.unflushed -= 1
+        if not conn.closed:
+            conn.update_interest()
+            if conn.inbuf:
+                self.resume.add(conn)
 
 
 @contextlib.contextmanager
