@@ -1370,7 +1370,7 @@ class PartitionLog:
                        if name.endswith(".log") and name[:-4].isdigit())
         for name in os.listdir(self.dir):           # leftovers from an interrupted roll or deletion
             if name.endswith(".deleted") or name.endswith(".tmp"):
-                os.unlink(os.path.join(self.dir, name))
+                self.files.unlink(os.path.join(self.dir, name))
         if not bases:
             self.create_segment_at(max(log_start_offset, 0))
         for base in bases:
@@ -3143,6 +3143,14 @@ class TransactionCoordinator:
 
 HANDLERS = {}        # ApiKey -> (Api schema, handler function)
 NO_RESPONSE = object()
+
+
+class CloseConnection:
+    """A handler's verdict that the connection must close (with this reason)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
 FLUSHED = "flushed"  # the park key notified after every group commit
 
 
@@ -3273,7 +3281,10 @@ def handle_produce(ctx, req):
                 results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records,
                                                               req.transactional_id)))
     if req.acks == 0:
-        return NO_RESPONSE
+        # No answer is sent, so a failure can only be signalled by closing the
+        # connection (Kafka: "closing connection due to error during produce").
+        failed = [(t, p.index, p.error_code) for t, p in results if p.error_code]
+        return CloseConnection(f"acks=0 produce failed: {failed[:3]}") if failed else NO_RESPONSE
 
     def respond(expired=False):
         return Msg(responses=[Msg(name=t, partition_responses=parts)
@@ -5567,6 +5578,8 @@ class Broker:
             conn.close(f"{spec.name} could not be answered")
         elif result is NO_RESPONSE:
             conn.slots.remove(slot)
+        elif isinstance(result, CloseConnection):
+            conn.close(result.reason)
         elif isinstance(result, Park):
             self._park(conn, slot, spec, version, correlation_id, result)
         else:
