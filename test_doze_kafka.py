@@ -20,10 +20,12 @@ means storage in both files:
 A test marked "# BUG:" exposes a broker bug and fails until doze_kafka.py is fixed.
 """
 
+import errno
 import logging
 import os
 import random
 import socket
+import sqlite3
 import struct
 import threading
 import time
@@ -2000,6 +2002,10 @@ class PowerCutFiles(doze.Files):
         super().truncate(path, size)                 # doze's truncate fsyncs
         self.durable[os.path.abspath(path)] = self._read(path)
 
+    def truncate_fd(self, fd, size):
+        self._change()
+        super().truncate_fd(fd, size)
+
     def close(self, fd):
         super().close(fd)                            # closing is not a change
         self.paths.pop(fd, None)
@@ -2207,6 +2213,560 @@ def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
     broker = start_broker()
     with RawClient(broker.port) as c:
         assert c.metadata(["entry"], allow_auto_topic_creation=False).topics[0].error_code == 0
+
+
+# --- Transactions (KIP-98, classic protocol) --------------------------------------
+
+class Txn:
+    """A transactional producer spoken by hand over a RawClient."""
+
+    def __init__(self, client, transactional_id, timeout_ms=60000, version=4):
+        self.c, self.id = client, transactional_id
+        r = client.call(ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id,
+                        transaction_timeout_ms=timeout_ms)
+        assert r.error_code == 0, r
+        self.producer_id, self.epoch = r.producer_id, r.producer_epoch
+        self.seq = {}
+
+    def add(self, *tps, version=3):
+        r = self.c.call(ApiKey.ADD_PARTITIONS_TO_TXN, version, transactional_id=self.id,
+                        producer_id=self.producer_id, producer_epoch=self.epoch, topics=[
+                            Msg(name=t, partitions=[p for tt, p in tps if tt == t])
+                            for t in dict.fromkeys(t for t, _ in tps)])
+        return {(t.name, p.partition_index): p.partition_error_code
+                for t in r.results_by_topic for p in t.results_by_partition}
+
+    def produce(self, topic, partition, values, epoch=None):
+        seq = self.seq.get((topic, partition), 0)
+        batch = make_batch(values, producer_id=self.producer_id,
+                           producer_epoch=self.epoch if epoch is None else epoch,
+                           base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL)
+        resp = self.c.call(ApiKey.PRODUCE, 9, transactional_id=self.id, acks=-1, timeout_ms=5000,
+                           topic_data=[Msg(name=topic, partition_data=[
+                               Msg(index=partition, records=batch)])])
+        part = resp.responses[0].partition_responses[0]
+        if part.error_code == 0:
+            self.seq[(topic, partition)] = seq + len(values)
+        return part
+
+    def add_offsets(self, group, version=3):
+        return self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, version, transactional_id=self.id,
+                           producer_id=self.producer_id, producer_epoch=self.epoch,
+                           group_id=group).error_code
+
+    def commit_offsets(self, group, offsets, version=3, generation=-1, member=""):
+        r = self.c.call(ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=self.id, group_id=group,
+                        producer_id=self.producer_id, producer_epoch=self.epoch,
+                        generation_id=generation, member_id=member, topics=[
+                            Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
+                                                        committed_metadata="")])
+                            for (t, p), o in offsets.items()])
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+    def end(self, commit, epoch=None, producer_id=None, version=3):
+        return self.c.call(ApiKey.END_TXN, version, transactional_id=self.id,
+                           producer_id=self.producer_id if producer_id is None else producer_id,
+                           producer_epoch=self.epoch if epoch is None else epoch,
+                           committed=commit).error_code
+
+
+def fetch_isolated(client, topic, partition, offset=0, read_committed=True):
+    """One Fetch v12 with an isolation level -> the partition response."""
+    resp = client.call(ApiKey.FETCH, 12, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                       isolation_level=1 if read_committed else 0, topics=[Msg(topic=topic, partitions=[
+                           Msg(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+    part = resp.responses[0].partitions[0]
+    part.records = bytes(part.records or b"")
+    return part
+
+
+def visible_values(client, topic, partition, read_committed=True):
+    """What a consumer sees: data records below the LSO (or HW), minus aborted
+    transactions' records and control batches, as Java's consumer filters."""
+    part = fetch_isolated(client, topic, partition, 0, read_committed)
+    aborted = {a.producer_id: a.first_offset for a in (part.aborted_transactions or [])}
+    out = []
+    for batch in split_batches(part.records):
+        h = header_of(batch)
+        if h.attributes & doze.ATTR_CONTROL:
+            if h.producer_id in aborted and doze.control_type(batch) == doze.CONTROL_ABORT:
+                del aborted[h.producer_id]
+            continue
+        if read_committed and h.attributes & doze.ATTR_TRANSACTIONAL and \
+                h.producer_id in aborted and h.base_offset >= aborted[h.producer_id]:
+            continue
+        out += [v for _, _, v, _ in batch_records(batch)]
+    return out
+
+
+def describe_txn(client, transactional_id):
+    return client.call(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                       transactional_ids=[transactional_id]).transaction_states[0]
+
+
+def committed_offsets(client, group, tps, require_stable=False):
+    r = client.call(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
+                    topics=[Msg(name=t, partition_indexes=[p for tt, p in tps if tt == t])
+                            for t in dict.fromkeys(t for t, _ in tps)])
+    return {(t.name, p.partition_index): (p.error_code, p.committed_offset)
+            for t in r.topics for p in t.partitions}
+
+
+def wait_until(check, timeout_s=5, poll_s=0.02):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def test_txn_scenario_commit_and_abort_as_read_committed_sees_them(client):
+    """Verifies that read_committed sees exactly the committed transactions, and
+    read_uncommitted everything, with the aborted ones listed (KIP-98)."""
+    client.create_topic("orders", 1)
+    txn = Txn(client, "tx-orders")
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"a1", b"a2"]).error_code == 0
+    assert txn.end(commit=True) == 0
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"b1"]).error_code == 0
+    assert txn.end(commit=False) == 0
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"c1"]).error_code == 0
+    assert txn.end(commit=True) == 0
+    assert visible_values(client, "orders", 0) == [b"a1", b"a2", b"c1"]
+    assert visible_values(client, "orders", 0, read_committed=False) == [b"a1", b"a2", b"b1", b"c1"]
+    part = fetch_isolated(client, "orders", 0)
+    # offsets: a1 a2 COMMIT(2) b1(3) ABORT(4) c1(5) COMMIT(6)
+    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(txn.producer_id, 3)]
+    assert part.last_stable_offset == part.high_watermark == 7
+    assert fetch_isolated(client, "orders", 0, read_committed=False).aborted_transactions is None
+
+
+def test_txn_scenario_open_transaction_holds_the_last_stable_offset(client):
+    """Verifies that read_committed stops at the first offset of an open
+    transaction, and ListOffsets(latest, read_committed) answers that LSO."""
+    client.create_topic("lso", 1)
+    client.produce("lso", 0, make_batch([b"plain"]))
+    txn = Txn(client, "tx-lso")
+    txn.add(("lso", 0))
+    txn.produce("lso", 0, [b"pending"])
+    client.produce("lso", 0, make_batch([b"after"]))
+    part = fetch_isolated(client, "lso", 0)
+    assert (part.high_watermark, part.last_stable_offset) == (3, 1)
+    assert visible_values(client, "lso", 0) == [b"plain"]
+    r = client.call(ApiKey.LIST_OFFSETS, 5, replica_id=-1, isolation_level=1, topics=[
+        Msg(name="lso", partitions=[Msg(partition_index=0, timestamp=-1)])])
+    assert r.topics[0].partitions[0].offset == 1
+    assert client.list_offset("lso", 0, -1).offset == 3          # read_uncommitted: the HW
+    assert txn.end(commit=True) == 0
+    assert visible_values(client, "lso", 0) == [b"plain", b"pending", b"after"]
+
+
+# (state the transaction is put in, action, expected error) -- Kafka's EndTxn table
+END_TXN_CASES = [
+    ("empty",            "commit",            ErrorCode.INVALID_TXN_STATE),
+    ("empty",            "abort",             ErrorCode.INVALID_TXN_STATE),
+    ("ongoing",          "commit",            ErrorCode.NONE),
+    ("ongoing",          "abort",             ErrorCode.NONE),
+    ("complete commit",  "commit",            ErrorCode.NONE),
+    ("complete commit",  "abort",             ErrorCode.INVALID_TXN_STATE),
+    ("complete abort",   "abort",             ErrorCode.NONE),
+    ("complete abort",   "commit",            ErrorCode.INVALID_TXN_STATE),
+    ("ongoing",          "commit, old epoch", ErrorCode.PRODUCER_FENCED),
+    ("ongoing",          "commit, v1",        ErrorCode.NONE),
+    ("fenced",           "commit",            ErrorCode.PRODUCER_FENCED),
+    ("fenced",           "commit, v1",        ErrorCode.INVALID_PRODUCER_EPOCH),
+    ("ongoing",          "commit, other id",  ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+]
+
+
+def _put_txn_in(client, state):
+    client.create_topic("et", 1)
+    txn = Txn(client, "tx-et")
+    if state != "empty":
+        txn.add(("et", 0))
+        txn.produce("et", 0, [b"x"])
+    if state == "complete commit":
+        assert txn.end(True) == 0
+    elif state == "complete abort":
+        assert txn.end(False) == 0
+    elif state == "fenced":
+        Txn(client, "tx-et")                 # a second owner fences the first
+    return txn
+
+
+@pytest.mark.parametrize("state,action,expected", END_TXN_CASES,
+                         ids=[f"{s}-{a}" for s, a, _ in END_TXN_CASES])
+def test_end_txn_in_every_state(client, state, action, expected):
+    txn = _put_txn_in(client, state)
+    commit = action.startswith("commit")
+    kw = {}
+    if "old epoch" in action:
+        kw["epoch"] = txn.epoch - 1
+    if "v1" in action:
+        kw["version"] = 1
+    if "other id" in action:
+        kw["producer_id"] = txn.producer_id + 1000
+    assert txn.end(commit, **kw) == expected
+
+
+ADD_PARTITIONS_CASES = [
+    # state,     partitions asked,                 expected per partition
+    ("empty",   [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),
+    ("ongoing", [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),           # a retry
+    ("empty",   [("ap", 0), ("nope", 0)],          {("ap", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+                                                    ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}),
+    ("fenced",  [("ap", 0)],                       {("ap", 0): ErrorCode.PRODUCER_FENCED}),
+    ("fenced v1", [("ap", 0)],                     {("ap", 0): ErrorCode.INVALID_PRODUCER_EPOCH}),
+]
+
+
+@pytest.mark.parametrize("state,tps,expected", ADD_PARTITIONS_CASES,
+                         ids=[c[0] + "-" + str(len(c[1])) for c in ADD_PARTITIONS_CASES])
+def test_add_partitions_to_txn_in_every_state(client, state, tps, expected):
+    client.create_topic("ap", 1)
+    txn = Txn(client, "tx-ap")
+    if state == "ongoing":
+        txn.add(("ap", 0))
+    if state.startswith("fenced"):
+        Txn(client, "tx-ap")
+    assert txn.add(*tps, version=1 if state.endswith("v1") else 3) == expected
+    if ErrorCode.OPERATION_NOT_ATTEMPTED in expected.values():
+        assert describe_txn(client, "tx-ap").transaction_state == "Empty"   # nothing was added
+
+
+def test_add_partitions_unknown_transactional_id_is_a_mapping_error(client):
+    client.create_topic("ap2", 1)
+    r = client.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, transactional_id="never-inited",
+                    producer_id=5, producer_epoch=0, topics=[Msg(name="ap2", partitions=[0])])
+    assert r.results_by_topic[0].results_by_partition[0].partition_error_code == \
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+PRODUCE_TXN_CASES = [
+    ("added",              ErrorCode.NONE),
+    ("not added",          ErrorCode.INVALID_TXN_STATE),
+    ("stale epoch",        ErrorCode.INVALID_PRODUCER_EPOCH),
+    ("no transactional id", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+]
+
+
+@pytest.mark.parametrize("case,expected", PRODUCE_TXN_CASES, ids=[c for c, _ in PRODUCE_TXN_CASES])
+def test_produce_transactional_batch_checks(client, case, expected):
+    client.create_topic("pt", 2)
+    txn = Txn(client, "tx-pt")
+    txn.add(("pt", 0))
+    if case == "stale epoch":
+        fresh = Txn(client, "tx-pt")
+        fresh.add(("pt", 0))
+    if case == "no transactional id":
+        batch = make_batch([b"v"], producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                           base_sequence=0, attributes=doze.ATTR_TRANSACTIONAL)
+        assert client.produce("pt", 0, batch).error_code == expected
+        return
+    part = txn.produce("pt", 1 if case == "not added" else 0, [b"v"])
+    assert part.error_code == expected
+    if expected:
+        assert part.base_offset == -1
+
+
+def test_txn_offset_commit_staged_until_commit_and_require_stable(client):
+    """Verifies that offsets sent with a transaction are invisible until it
+    commits, that require_stable gets UNSTABLE_OFFSET_COMMIT meanwhile (KIP-447),
+    and that an abort discards them."""
+    client.create_topic("src", 1)
+    client.create_topic("dst", 1)
+    tp = ("src", 0)
+    txn = Txn(client, "tx-copy")
+    txn.add(("dst", 0))
+    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: ErrorCode.INVALID_TXN_STATE}
+    assert txn.add_offsets("copy-group") == 0
+    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: 0}
+    assert committed_offsets(client, "copy-group", [tp]) == {tp: (0, -1)}
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True)[tp][0] == \
+        ErrorCode.UNSTABLE_OFFSET_COMMIT
+    assert txn.end(commit=True) == 0
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
+    txn.add(("dst", 0))
+    txn.add_offsets("copy-group")
+    assert txn.commit_offsets("copy-group", {tp: 9}) == {tp: 0}
+    assert txn.end(commit=False) == 0
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
+
+
+def test_txn_offset_commit_checks_the_group_generation(start_broker):
+    """KIP-447: a transactional commit naming a member must match the group."""
+    broker = start_broker({"group.initial.rebalance.delay.ms": 0})
+    client = RawClient(broker.port)
+    client.create_topic("gsrc", 1)
+    join = client.call(ApiKey.JOIN_GROUP, 3, group_id="eos-g", session_timeout_ms=10000,
+                       rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+                       protocols=[Msg(name="range", metadata=b"")])
+    assert join.error_code == 0, join
+    txn = Txn(client, "tx-gen")
+    txn.add_offsets("eos-g")
+    tp = ("gsrc", 0)
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
+                              member=join.member_id) == {tp: 0}
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id + 5,
+                              member=join.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
+                              member="nobody") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+def test_init_producer_id_fences_and_aborts_the_open_transaction(client):
+    """Verifies that a second InitProducerId aborts the open transaction before
+    answering (doze), returns the epoch Kafka's retry would (old + 2), and that
+    the old producer is fenced everywhere."""
+    client.create_topic("fence", 1)
+    old = Txn(client, "tx-fence")
+    old.add(("fence", 0))
+    old.produce("fence", 0, [b"zombie"])
+    new = Txn(client, "tx-fence")
+    assert (new.producer_id, new.epoch) == (old.producer_id, old.epoch + 2)
+    assert describe_txn(client, "tx-fence").transaction_state == "Empty"
+    assert visible_values(client, "fence", 0) == []
+    assert fetch_isolated(client, "fence", 0).last_stable_offset == 2      # data + ABORT marker
+    assert old.produce("fence", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert old.add(("fence", 0)) == {("fence", 0): ErrorCode.PRODUCER_FENCED}
+    assert old.end(True) == ErrorCode.PRODUCER_FENCED
+    assert old.end(True, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_init_producer_id_rules(client):
+    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-max",
+                    transaction_timeout_ms=900_001)
+    assert r.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new", transaction_timeout_ms=1000)
+    assert (r.error_code, r.producer_epoch) == (0, 0)                    # never used: epoch 0
+    again = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id,
+                        producer_epoch=r.producer_epoch)
+    assert (again.producer_id, again.producer_epoch) == (r.producer_id, 1)   # KIP-360 bump
+    retry = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id,
+                        producer_epoch=r.producer_epoch)
+    assert (retry.error_code, retry.producer_epoch) == (0, 1)            # a retry: same answer
+    stale = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
+    assert stale.error_code == ErrorCode.PRODUCER_FENCED
+    stale3 = client.call(ApiKey.INIT_PRODUCER_ID, 3, transactional_id="t-new",
+                         transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
+    assert stale3.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    idem = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=1)
+    assert idem.error_code == 0 and idem.producer_id != r.producer_id
+
+
+def test_txn_timeout_aborts_and_fences(start_broker):
+    """Verifies that a transaction idle past its timeout is aborted by the
+    broker's timer, the LSO moves on, and its producer is fenced."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        client.create_topic("slow", 1)
+        txn = Txn(client, "tx-slow", timeout_ms=2000)
+        txn.add(("slow", 0))
+        txn.produce("slow", 0, [b"abandoned"])
+        assert fetch_isolated(client, "slow", 0).last_stable_offset == 0
+        clock.advance(2500)
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-slow").transaction_state == "CompleteAbort")
+        assert describe_txn(client, "tx-slow").producer_epoch == txn.epoch + 1
+        assert fetch_isolated(client, "slow", 0).last_stable_offset == 2
+        assert visible_values(client, "slow", 0) == []
+        assert txn.end(True) == ErrorCode.PRODUCER_FENCED
+        assert txn.produce("slow", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
+    """Verifies that after a restart an open transaction is still open (its
+    producer can commit it) and aborted transactions are still listed."""
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        client.create_topic("rs", 1)
+        txn = Txn(client, "tx-rs")
+        txn.add(("rs", 0))
+        txn.produce("rs", 0, [b"dropped"])
+        assert txn.end(False) == 0
+        txn.add(("rs", 0))
+        txn.produce("rs", 0, [b"kept"])
+        pid, epoch = txn.producer_id, txn.epoch
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        part = fetch_isolated(client, "rs", 0)
+        assert part.last_stable_offset == 2 and part.high_watermark == 3
+        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+        resumed = Txn.__new__(Txn)
+        resumed.c, resumed.id, resumed.producer_id, resumed.epoch, resumed.seq = \
+            client, "tx-rs", pid, epoch, {("rs", 0): 2}
+        assert resumed.end(True) == 0                  # a fresh connection, no InitProducerId
+        assert visible_values(client, "rs", 0) == [b"kept"]
+
+
+def _wait_for_state(broker, transactional_id, state):
+    """Wait (test thread) until meta.db holds the transaction in `state`."""
+    path = os.path.join(broker.config.data_dir, "meta.db")
+
+    def stored():
+        db = sqlite3.connect(path)
+        try:
+            row = db.execute("SELECT state FROM transactions WHERE transactional_id = ?",
+                             (transactional_id,)).fetchone()
+        finally:
+            db.close()
+        return row and row[0] == state
+    assert wait_until(stored), f"{transactional_id} never reached {state} in meta.db"
+
+
+def _txn_with_offsets(client, name):
+    client.create_topic(name, 2)
+    txn = Txn(client, "tx-" + name)
+    txn.add((name, 0), (name, 1))
+    txn.produce(name, 0, [b"p0"])
+    txn.produce(name, 1, [b"p1"])
+    txn.add_offsets("g-" + name)
+    assert txn.commit_offsets("g-" + name, {(name, 0): 42}) == {(name, 0): 0}
+    return txn
+
+
+def _check_committed(client, name, txn):
+    assert visible_values(client, name, 0) == [b"p0"]
+    assert visible_values(client, name, 1) == [b"p1"]
+    assert committed_offsets(client, "g-" + name, [(name, 0)], require_stable=True) == \
+        {(name, 0): (0, 42)}
+    assert describe_txn(client, "tx-" + name).transaction_state == "CompleteCommit"
+    assert txn.end(True) == 0                          # EndTxn retried gets the outcome
+    assert txn.end(False) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_txn_crash_between_the_decision_and_the_markers(start_broker, monkeypatch):
+    """Verifies that a commit decided in meta.db but with no marker written is
+    carried out on restart: markers, offsets, and EndTxn retried succeeds."""
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "crash1")
+        monkeypatch.setattr(broker.txns, "_append_markers", lambda meta: None)
+        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
+                    producer_epoch=txn.epoch, committed=True)
+        _wait_for_state(broker, txn.id, "PrepareCommit")
+        stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn.c = client
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "crash1", txn)
+
+
+def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch):
+    """Verifies that a commit whose markers are on disk but whose offsets and
+    Complete state are not is finished on restart."""
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "crash2")
+
+        def fail(*args):
+            raise sqlite3.OperationalError("injected: disk I/O error")
+        monkeypatch.setattr(broker.store, "complete_txn", fail)
+        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
+                    producer_epoch=txn.epoch, committed=True)
+        with RawClient(broker.port) as other:          # the markers are durable...
+            assert wait_until(lambda: fetch_isolated(other, "crash2", 1, read_committed=False)
+                              .high_watermark == 2)
+        _wait_for_state(broker, txn.id, "PrepareCommit")  # ...the offsets are not
+        stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn.c = client
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "crash2", txn)
+
+
+class FailingMarkers(doze.Files):
+    """A disk that refuses control batches (markers) while .broken is set."""
+    broken = False
+
+    def write(self, fd, data):
+        if self.broken and len(data) > 21 and data[21 + 1] & doze.ATTR_CONTROL:
+            raise OSError(errno.EIO, "injected: marker write failed")
+        super().write(fd, data)
+
+
+def test_txn_marker_write_failure_keeps_the_decision(start_broker, monkeypatch):
+    """Verifies that when a marker cannot be written the decision stands: EndTxn
+    answers CONCURRENT_TRANSACTIONS, the other decision is never carried out,
+    and the coordinator finishes on its own once the disk recovers."""
+    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
+    files = FailingMarkers()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "mfail")
+        files.broken = True
+        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert txn.end(False) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert describe_txn(client, txn.id).transaction_state == "PrepareCommit"
+        assert fetch_isolated(client, "mfail", 0).last_stable_offset == 0
+        files.broken = False
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "mfail", txn)
+
+
+def test_txn_power_cut_right_after_end_txn_keeps_the_commit(start_broker, tmp_path):
+    """Verifies that a power cut the moment EndTxn answered success cannot take
+    the commit back: markers, offsets and state survive."""
+    files = PowerCutFiles(tmp_path / "data")
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "pcut")
+        assert txn.end(True) == 0
+        stop(broker, clean=False)
+    files.cut()
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn.c = client
+        _check_committed(client, "pcut", txn)
+
+
+def test_describe_and_list_transactions_and_producers(client):
+    client.create_topic("adm", 1)
+    txn = Txn(client, "tx-adm")
+    txn.add(("adm", 0))
+    txn.produce("adm", 0, [b"a", b"b"])
+    d = describe_txn(client, "tx-adm")
+    assert (d.transaction_state, d.producer_id, d.producer_epoch) == ("Ongoing", txn.producer_id, txn.epoch)
+    assert [(t.topic, t.partitions) for t in d.topics] == [("adm", [0])]
+    assert describe_txn(client, "nope").error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    lst = client.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=["Ongoing", "Bogus"],
+                      producer_id_filters=[], duration_filter=-1)
+    assert [(t.transactional_id, t.transaction_state) for t in lst.transaction_states] == \
+        [("tx-adm", "Ongoing")]
+    assert lst.unknown_state_filters == ["Bogus"]
+    prod = client.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=[Msg(name="adm", partition_indexes=[0])])
+    [p] = prod.topics[0].partitions[0].active_producers
+    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset) == \
+        (txn.producer_id, txn.epoch, 1, 0)
+
+
+def test_write_txn_markers_aborts_a_hanging_transaction(client):
+    """kafka-transactions abort: a marker written straight to the partition."""
+    client.create_topic("hang", 1)
+    batch = make_batch([b"h"], producer_id=9999, producer_epoch=3, base_sequence=0,
+                       attributes=doze.ATTR_TRANSACTIONAL)
+    client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-hang", transaction_timeout_ms=60000)
+    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+        producer_id=9999, producer_epoch=3, transaction_result=False, coordinator_epoch=0,
+        topics=[Msg(name="hang", partition_indexes=[0])])])
+    assert r.markers[0].topics[0].partitions[0].error_code == 0
+    assert fetch_isolated(client, "hang", 0).last_stable_offset == 1
+    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+        producer_id=9999, producer_epoch=2, transaction_result=False, coordinator_epoch=0,
+        topics=[Msg(name="hang", partition_indexes=[0])])])
+    assert r.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert batch                                # (the batch above is only the shape of one)
+
 
 
 ###############################################################################
