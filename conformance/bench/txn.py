@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Transactions per second and commit latency of doze-kafka with librdkafka.
+
+    python3 conformance/bench/txn.py [--txns 2000] [--runs 3] [--bootstrap H:P]
+
+One confluent-kafka transactional producer runs one-record transactions
+(begin, produce, commit) back to back; reports commits/s and the p50/p99 of
+commit_transaction()'s latency, median over the runs. Without --bootstrap it
+starts doze_kafka.py itself. Needs: pip install confluent-kafka.
+"""
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
+
+
+def run(bootstrap, topic, txns):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 3, 1)]).values():
+        f.result()
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic + "-tx", "linger.ms": 0})
+    p.init_transactions(30)
+    latencies = []
+    t0 = time.perf_counter()
+    for i in range(txns):
+        p.begin_transaction()
+        p.produce(topic, key=b"%d" % i, value=b"x" * 100)
+        c0 = time.perf_counter()
+        p.commit_transaction(30)
+        latencies.append(time.perf_counter() - c0)
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return txns / elapsed, latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--txns", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bootstrap")
+    args = ap.parse_args()
+    results = []
+    for r in range(args.runs):
+        proc = None
+        with tempfile.TemporaryDirectory() as d:
+            bootstrap = args.bootstrap
+            if not bootstrap:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+                proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", d, "--port", str(port),
+                                         "--log-level", "WARNING"])
+                bootstrap = f"127.0.0.1:{port}"
+                deadline = time.time() + 10
+                while time.time() < deadline:
+                    try:
+                        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                        break
+                    except OSError:
+                        time.sleep(0.01)
+            try:
+                results.append(run(bootstrap, f"txbench{r}-{int(time.time())}", args.txns))
+            finally:
+                if proc:
+                    proc.terminate()
+                    proc.wait(10)
+        print(f"run {r + 1}: {results[-1][0]:.0f} commits/s, commit_transaction p50 "
+              f"{results[-1][1]:.2f} ms, p99 {results[-1][2]:.2f} ms", flush=True)
+    print(f"median: {statistics.median(x[0] for x in results):.0f} commits/s, p50 "
+          f"{statistics.median(x[1] for x in results):.2f} ms, p99 "
+          f"{statistics.median(x[2] for x in results):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
