@@ -2215,6 +2215,271 @@ def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
         assert c.metadata(["entry"], allow_auto_topic_creation=False).topics[0].error_code == 0
 
 
+# --- Consumer groups (the classic protocol) ------------------------------------------
+
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
+
+
+def send_join(client, group, member_id="", instance=None, protocols=(("range", b"sub"),),
+              session_ms=10000, protocol_type="consumer", version=7):
+    return client.send(ApiKey.JOIN_GROUP, version, group_id=group, session_timeout_ms=session_ms,
+                       rebalance_timeout_ms=session_ms, member_id=member_id,
+                       group_instance_id=instance, protocol_type=protocol_type,
+                       protocols=[Msg(name=n, metadata=m) for n, m in protocols])
+
+
+def receive(client, key, sent):
+    cid, version = sent
+    got, msg = client.receive(key, version)
+    assert got == cid
+    return msg
+
+
+def join(client, group, **kw):
+    """A full first join: MEMBER_ID_REQUIRED, then the join with that id (KIP-394)."""
+    first = receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
+    if first.error_code != ErrorCode.MEMBER_ID_REQUIRED:
+        return first
+    kw["member_id"] = first.member_id
+    return receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
+
+
+def send_sync(client, group, generation, member_id, assignments=None, instance=None):
+    return client.send(ApiKey.SYNC_GROUP, 5, group_id=group, generation_id=generation,
+                       member_id=member_id, group_instance_id=instance, protocol_type="consumer",
+                       protocol_name="range", assignments=[
+                           Msg(member_id=m, assignment=a) for m, a in (assignments or {}).items()])
+
+
+def sync(client, group, generation, member_id, assignments=None, instance=None):
+    return receive(client, ApiKey.SYNC_GROUP,
+                   send_sync(client, group, generation, member_id, assignments, instance))
+
+
+def heartbeat(client, group, generation, member_id, instance=None):
+    return client.call(ApiKey.HEARTBEAT, 4, group_id=group, generation_id=generation,
+                       member_id=member_id, group_instance_id=instance).error_code
+
+
+def describe_group(client, group):
+    return client.call(ApiKey.DESCRIBE_GROUPS, 5, groups=[group]).groups[0]
+
+
+def test_group_one_member_joins_syncs_heartbeats_and_leaves(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        first = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo"))
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+        j = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo", member_id=first.member_id))
+        assert (j.error_code, j.generation_id, j.leader, j.protocol_name) == \
+            (0, 1, first.member_id, "range")
+        assert [(m.member_id, m.metadata) for m in j.members] == [(first.member_id, b"sub")]
+        s = sync(c, "solo", 1, j.member_id, {j.member_id: b"assigned"})
+        assert (s.error_code, s.assignment) == (0, b"assigned")
+        assert heartbeat(c, "solo", 1, j.member_id) == 0
+        d = describe_group(c, "solo")
+        assert (d.group_state, d.protocol_data, [m.member_assignment for m in d.members]) == \
+            ("Stable", "range", [b"assigned"])
+        r = c.call(ApiKey.LEAVE_GROUP, 5, group_id="solo", members=[Msg(member_id=j.member_id)])
+        assert (r.error_code, r.members[0].error_code) == (0, 0)
+        assert describe_group(c, "solo").group_state == "Empty"
+        assert heartbeat(c, "solo", 1, j.member_id) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_group_second_member_triggers_a_rebalance(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "pair")
+        assert sync(a, "pair", 1, ja.member_id, {ja.member_id: b"all"}).assignment == b"all"
+        sent_b = send_join(b, "pair")
+        first_b = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_b = send_join(b, "pair", member_id=first_b.member_id)      # parks: rebalance
+        assert wait_until(lambda: describe_group(a, "pair").group_state == "PreparingRebalance")
+        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS
+        ja2 = join(a, "pair", member_id=ja.member_id)
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        assert ja2.generation_id == jb.generation_id == 2
+        assert ja2.leader == jb.leader == ja.member_id
+        assert sorted(m.member_id for m in ja2.members) == sorted([ja.member_id, jb.member_id])
+        assert jb.members == []                        # only the leader sees subscriptions
+        sent_sync_b = send_sync(b, "pair", 2, jb.member_id)              # waits for the leader
+        sa = sync(a, "pair", 2, ja.member_id, {ja.member_id: b"p0", jb.member_id: b"p1"})
+        sb = receive(b, ApiKey.SYNC_GROUP, sent_sync_b)
+        assert (sa.assignment, sb.assignment) == (b"p0", b"p1")
+        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.ILLEGAL_GENERATION
+        assert heartbeat(b, "pair", 2, jb.member_id) == 0
+
+
+def test_group_session_timeout_expels_a_silent_member(start_broker):
+    clock = FakeClock()
+    broker = start_broker(GROUP_SETTINGS, clock=clock)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "quiet", session_ms=6000)
+        sync(a, "quiet", 1, ja.member_id, {ja.member_id: b"x"})
+        sent_b = send_join(b, "quiet", session_ms=6000)
+        jb0 = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_b = send_join(b, "quiet", member_id=jb0.member_id, session_ms=6000)
+        ja2 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_sb = send_sync(b, "quiet", 2, jb.member_id)
+        sync(a, "quiet", 2, ja.member_id, {ja.member_id: b"0", jb.member_id: b"1"})
+        receive(b, ApiKey.SYNC_GROUP, sent_sb)
+        clock.advance(4000)
+        assert heartbeat(a, "quiet", 2, ja.member_id) == 0           # a keeps beating, b does not
+        clock.advance(4000)
+        broker.waker.wake()
+        assert wait_until(lambda: heartbeat(a, "quiet", 2, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS)
+        ja3 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
+        assert (ja3.generation_id, [m.member_id for m in ja3.members]) == (3, [ja.member_id])
+        assert ja2.generation_id == 2
+
+
+def test_group_static_member_restart_gets_its_assignment_without_a_rebalance(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "static", instance="instance-a")
+        assert ja.error_code == 0                      # static members need no MEMBER_ID_REQUIRED
+        sync(a, "static", 1, ja.member_id, {ja.member_id: b"everything"}, instance="instance-a")
+        sent_b = send_join(b, "static", instance="instance-b")
+        ja2 = join(a, "static", member_id=ja.member_id, instance="instance-a")
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        generation = ja2.generation_id
+        sent_sb = send_sync(b, "static", generation, jb.member_id, instance="instance-b")
+        sync(a, "static", generation, ja.member_id,
+             {ja.member_id: b"part-a", jb.member_id: b"part-b"}, instance="instance-a")
+        assert receive(b, ApiKey.SYNC_GROUP, sent_sb).assignment == b"part-b"
+    with RawClient(broker.port) as b2, RawClient(broker.port) as a:
+        # instance-b "restarts": a new connection, no member id, same instance id
+        back = join(b2, "static", instance="instance-b")
+        assert (back.error_code, back.generation_id) == (0, generation)   # no new generation
+        assert back.member_id != jb.member_id
+        assert sync(b2, "static", generation, back.member_id, instance="instance-b").assignment == b"part-b"
+        assert heartbeat(a, "static", generation, ja.member_id, instance="instance-a") == 0
+        assert describe_group(a, "static").group_state == "Stable"
+        assert heartbeat(a, "static", generation, jb.member_id, instance="instance-b") == \
+            ErrorCode.FENCED_INSTANCE_ID
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("other protocol type", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+    ("no common assignor", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+    ("session too short", ErrorCode.INVALID_SESSION_TIMEOUT),
+    ("unknown member", ErrorCode.UNKNOWN_MEMBER_ID),
+    ("group full", ErrorCode.GROUP_MAX_SIZE_REACHED),
+    ("empty group id", ErrorCode.INVALID_GROUP_ID),
+])
+def test_group_join_errors(start_broker, case, expected):
+    broker = start_broker(dict(GROUP_SETTINGS, **{"group.max.size": 1}))
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        j = join(a, "g")
+        sync(a, "g", 1, j.member_id, {j.member_id: b""})
+        kw = {"other protocol type": dict(protocol_type="connect"),
+              "no common assignor": dict(protocols=(("roundrobin", b""),)),
+              "session too short": dict(session_ms=10),
+              "unknown member": dict(member_id="ghost"),
+              "group full": {}, "empty group id": {}}[case]
+        group = "" if case == "empty group id" else "g"
+        assert receive(b, ApiKey.JOIN_GROUP, send_join(b, group, **kw)).error_code == expected
+
+
+def commit_offsets(client, group, offsets, generation=-1, member_id="", version=8):
+    r = client.call(ApiKey.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
+                    member_id=member_id, topics=[
+                        Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
+                                                    committed_metadata="m")])
+                        for (t, p), o in offsets.items()])
+    return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+
+def test_offsets_commit_fetch_and_survive_a_restart(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("ot", 2)
+        assert commit_offsets(c, "simple", {("ot", 0): 10, ("ot", 1): 20}) == \
+            {("ot", 0): 0, ("ot", 1): 0}
+        assert commit_offsets(c, "simple", {("nope", 0): 1}) == \
+            {("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1)]) == \
+            {("ot", 0): (0, 10), ("ot", 1): (0, 20)}
+    stop(broker, clean=False)
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1), ("ot", 5)]) == \
+            {("ot", 0): (0, 10), ("ot", 1): (0, 20), ("ot", 5): (0, -1)}
+        r = c.call(ApiKey.OFFSET_FETCH, 8, groups=[Msg(group_id="simple", topics=None),
+                                                   Msg(group_id="none", topics=None)])
+        assert [(g.group_id, [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
+                              for t in g.topics]) for g in r.groups] == \
+            [("simple", [("ot", [(0, 10), (1, 20)])]), ("none", [])]
+        r = c.call(ApiKey.OFFSET_DELETE, 0, group_id="simple",
+                   topics=[Msg(name="ot", partitions=[Msg(partition_index=0)])])
+        assert (r.error_code, r.topics[0].partitions[0].error_code) == (0, 0)
+        assert committed_offsets(c, "simple", [("ot", 0)]) == {("ot", 0): (0, -1)}
+        lg = c.call(ApiKey.LIST_GROUPS, 4, states_filter=["Empty"])
+        assert [g.group_id for g in lg.groups] == ["simple"]
+        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["simple", "never"])
+        assert [(x.group_id, x.error_code) for x in r.results] == \
+            [("simple", 0), ("never", ErrorCode.GROUP_ID_NOT_FOUND)]
+        assert committed_offsets(c, "simple", [("ot", 1)]) == {("ot", 1): (0, -1)}
+
+
+def test_offsets_commit_checks_generation_and_member(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("gt", 1)
+        j = join(c, "live")
+        tp = ("gt", 0)
+        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: ErrorCode.REBALANCE_IN_PROGRESS}
+        sync(c, "live", 1, j.member_id, {j.member_id: b""})
+        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: 0}
+        assert commit_offsets(c, "live", {tp: 1}, 7, j.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
+        assert commit_offsets(c, "live", {tp: 1}, 1, "ghost") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+        assert commit_offsets(c, "live", {tp: 1}) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}  # not empty
+        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["live"])
+        assert r.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+
+
+def test_group_members_carry_on_after_a_restart(start_broker):
+    """Verifies that a stable group is stored: after a restart its members'
+    heartbeats and commits with the same generation are accepted."""
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("rt", 1)
+        j = join(c, "durable")
+        sync(c, "durable", 1, j.member_id, {j.member_id: b"mine"})
+    stop(broker, clean=False)
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        assert heartbeat(c, "durable", 1, j.member_id) == 0
+        assert sync(c, "durable", 1, j.member_id).assignment == b"mine"
+        assert commit_offsets(c, "durable", {("rt", 0): 3}, 1, j.member_id) == {("rt", 0): 0}
+
+
+def test_offsets_expire_after_the_group_is_empty_for_the_retention(start_broker):
+    clock = FakeClock()
+    broker = start_broker(dict(GROUP_SETTINGS, **{"offsets.retention.minutes": 1,
+                                                  "offsets.retention.check.interval.ms": 100}),
+                          clock=clock)
+    with RawClient(broker.port) as c:
+        c.create_topic("xt", 1)
+        commit_offsets(c, "old", {("xt", 0): 5})
+        clock.advance(30_000)
+        broker.waker.wake()
+        time.sleep(0.2)
+        assert committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, 5)}
+        clock.advance(31_000)
+        broker.waker.wake()
+        assert wait_until(lambda: committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, -1)})
+
+
+def test_find_coordinator_is_always_this_broker(client, broker):
+    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+    assert (r.error_code, r.node_id, r.port) == (0, 1, broker.port)
+    r = client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t1", "t2"])
+    assert [(x.key, x.port, x.error_code) for x in r.coordinators] == \
+        [("t1", broker.port, 0), ("t2", broker.port, 0)]
+
+
 # --- Transactions (KIP-98, classic protocol) --------------------------------------
 
 class Txn:
