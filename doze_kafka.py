@@ -4223,6 +4223,9 @@ def handle_delete_records(ctx, req):
                 if offset < 0 or offset > plog.high_watermark:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
                 ctx.logs.delete_records(plog, offset)
+                table = ctx.broker.producer_states.get((t.name, p.partition_index))
+                if table is not None:
+                    table.forget_before(plog.log_start_offset)
                 part.low_watermark = plog.log_start_offset
             except KafkaError as e:
                 part.error_code = e.code
@@ -5392,6 +5395,10 @@ class Broker:
             self.logs.apply_retention()
         except (OSError, sqlite3.Error):
             log.exception("retention check failed; will try again")
+        for (topic, partition), table in self.producer_states.items():
+            plog = self.logs.logs.get((topic, partition))
+            if plog is not None:
+                table.forget_before(plog.log_start_offset)
         self.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
 
     def producer_state(self, tp):
