@@ -9,20 +9,27 @@
         bootstrap = broker.bootstrap           # "127.0.0.1:PORT"
 
 What it speaks: the Kafka wire protocol as Apache Kafka 4.3 does, for one node:
-topics, Produce and Fetch on durable append-only logs, ListOffsets, DeleteRecords,
-configs, and idempotent producers. Exact APIs and versions: the HANDLERS table in
-section 9, or ``python3 doze_kafka.py --apis``.
+topics, Produce and Fetch on durable append-only logs, ListOffsets,
+DeleteRecords, configs, the classic consumer-group protocol with committed
+offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
+transactional producers, markers, the last stable offset, read_committed --
+with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
+versions: the HANDLERS table in section 9, or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
-"transaction v2" protocol (KIP-890), log compaction, message format v0/v1.
-Batches are stored and served exactly as the producer sent them; doze never
-decompresses on the produce or fetch path.
+"transaction v2" protocol (KIP-890 part 2), log compaction, message format
+v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
+served exactly as the producer sent them; doze never decompresses on the
+produce or fetch path.
 
 Reading guide -- the file reads top to bottom; nothing refers to a later section:
   §1 imports   §2 config   §3 API keys and error codes   §4 wire codec
-  §5 schemas   §6 record batches   §7 storage   §8 coordinators
+  §5 schemas   §6 record batches and CRC-32C   §7 storage (logs, meta.db)
+  §8 coordinators (producer state, groups, transactions)
   §9 request handlers   §10 server loop   §12 CLI
+To learn transactions: read §8 TransactionCoordinator, then the §9 handlers for
+InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
 """
 
 ###############################################################################
@@ -2016,8 +2023,15 @@ class LogManager:
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state (idempotence)
+# 8. COORDINATORS -- producer state, consumer groups, transactions
 ###############################################################################
+# A coordinator is the broker-side owner of one kind of client state. In real
+# Kafka it is chosen by hashing the id onto a partition of an internal topic
+# (__consumer_offsets, __transaction_state); doze is one broker, so it is
+# always the coordinator, FindCoordinator always answers "me", and meta.db
+# stands in for both internal topics.
+#
+# --- Producer state (idempotence) ---------------------------------------------
 # An idempotent producer (KIP-98) numbers its batches per partition: producer
 # id, epoch, and a sequence number that grows by the record count. The
 # partition leader remembers, per producer, the last five batches it took, so
