@@ -11,38 +11,13 @@ the port answers, and the broker's RSS when idle. Needs: pip install confluent-k
 """
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(data_dir, extra):
-    port = free_port()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", data_dir, "--port", str(port),
-                             "--log-level", "WARNING"] + extra,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.perf_counter() - t0 > 10:
-                raise RuntimeError("broker did not start")
-            time.sleep(0.005)
-    return proc, port, time.perf_counter() - t0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dozeproc import DozeProcess  # noqa: E402
 
 
 def rss_kib(pid):
@@ -92,15 +67,14 @@ def main():
         rates, starts, rss = [], [], []
         for run in range(args.runs):
             with tempfile.TemporaryDirectory() as d:
-                proc, port, started = start(d, extra)
-                starts.append(started)
+                broker = DozeProcess(d, "--log-level", "WARNING", *extra)
+                starts.append(broker.start())
                 time.sleep(0.5)
-                rss.append(rss_kib(proc.pid))
+                rss.append(rss_kib(broker.proc.pid))
                 try:
-                    rates.append(produce(port, f"bench{run}", args.records, args.size))
+                    rates.append(produce(broker.port, f"bench{run}", args.records, args.size))
                 finally:
-                    proc.terminate()
-                    proc.wait(10)
+                    broker.stop()
         mbs = statistics.median(r[0] for r in rates)
         rps = statistics.median(r[1] for r in rates)
         print(f"{label:16s} produce {mbs:6.1f} MB/s ({rps:8.0f} records/s), runs: "

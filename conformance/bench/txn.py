@@ -10,15 +10,13 @@ starts doze_kafka.py itself. Needs: pip install confluent-kafka.
 """
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dozeproc import DozeProcess  # noqa: E402
 
 
 def run(bootstrap, topic, txns):
@@ -50,29 +48,18 @@ def main():
     args = ap.parse_args()
     results = []
     for r in range(args.runs):
-        proc = None
         with tempfile.TemporaryDirectory() as d:
+            broker = None
             bootstrap = args.bootstrap
             if not bootstrap:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", 0))
-                    port = s.getsockname()[1]
-                proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", d, "--port", str(port),
-                                         "--log-level", "WARNING"])
-                bootstrap = f"127.0.0.1:{port}"
-                deadline = time.time() + 10
-                while time.time() < deadline:
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                        break
-                    except OSError:
-                        time.sleep(0.01)
+                broker = DozeProcess(d, "--log-level", "WARNING")
+                broker.start()
+                bootstrap = broker.bootstrap
             try:
                 results.append(run(bootstrap, f"txbench{r}-{int(time.time())}", args.txns))
             finally:
-                if proc:
-                    proc.terminate()
-                    proc.wait(10)
+                if broker:
+                    broker.stop()
         print(f"run {r + 1}: {results[-1][0]:.0f} commits/s, commit_transaction p50 "
               f"{results[-1][1]:.2f} ms, p99 {results[-1][2]:.2f} ms", flush=True)
     print(f"median: {statistics.median(x[0] for x in results):.0f} commits/s, p50 "

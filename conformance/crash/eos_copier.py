@@ -18,61 +18,21 @@ import argparse
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dozeproc import DozeProcess  # noqa: E402
+
 IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-copier", "eos-copier-1"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, limit=30):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("broker did not start")
-
-
-class Doze:
-    def __init__(self, tmp):
-        self.tmp, self.port = tmp, free_port()
-        self.data = os.path.join(tmp, "data")
-        self.proc = None
-
-    def start(self):
-        logf = open(os.path.join(self.tmp, "broker.log"), "a")
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port",
-                                      str(self.port), "--override", "group.initial.rebalance.delay.ms=0"],
-                                     stdout=logf, stderr=logf)
-        wait_port(self.port)
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(20)
 
 
 # --- the copier (run as a child process) -------------------------------------
 
 def copier(bootstrap, total, status_path):
-    from confluent_kafka import Consumer, Producer, KafkaException, TopicPartition, KafkaError
+    from confluent_kafka import Consumer, Producer, KafkaException, TopicPartition
     rnd = random.Random()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
@@ -192,7 +152,7 @@ def main():
     if args.bootstrap:
         bootstrap = args.bootstrap
     else:
-        broker = Doze(tmp)
+        broker = DozeProcess(tmp, "--override", "group.initial.rebalance.delay.ms=0")
         broker.start()
         bootstrap = f"127.0.0.1:{broker.port}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

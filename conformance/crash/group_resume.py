@@ -12,44 +12,12 @@ Needs: pip install confluent-kafka kafka-python.
 """
 import argparse
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Doze:
-    def __init__(self, tmp):
-        self.tmp, self.port, self.proc = tmp, free_port(), None
-
-    def start(self):
-        logf = open(os.path.join(self.tmp, "broker.log"), "a")
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", os.path.join(self.tmp, "data"),
-                                      "--port", str(self.port), "--override",
-                                      "group.initial.rebalance.delay.ms=0"], stdout=logf, stderr=logf)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("broker did not start")
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dozeproc import DozeProcess  # noqa: E402
 
 
 def confluent_run(bootstrap, topic, group, limit):
@@ -94,7 +62,7 @@ def main():
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     tmp = tempfile.mkdtemp(prefix="doze-groups-")
-    broker = Doze(tmp)
+    broker = DozeProcess(tmp, "--override", "group.initial.rebalance.delay.ms=0")
     broker.start()
     bootstrap = f"127.0.0.1:{broker.port}"
     ok = True

@@ -17,49 +17,13 @@ import argparse
 import glob
 import os
 import random
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Doze:
-    def __init__(self, data_dir, port):
-        self.data_dir, self.port, self.proc, self.log = data_dir, port, None, ""
-
-    def start(self):
-        self.logfile = open(os.path.join(os.path.dirname(self.data_dir), "broker.log"), "a+")
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data_dir,
-                                      "--port", str(self.port)],
-                                     stdout=self.logfile, stderr=self.logfile)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("broker did not start")
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(20)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dozeproc import DozeProcess  # noqa: E402
 
 
 def read_all(bootstrap, topic):
@@ -89,8 +53,8 @@ def main():
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     tmp = tempfile.mkdtemp(prefix="doze-kill9-")
-    data = os.path.join(tmp, "data")
-    broker = Doze(data, free_port())
+    broker = DozeProcess(tmp)
+    data = broker.data
     bootstrap = f"127.0.0.1:{broker.port}"
     broker.start()
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -136,8 +100,7 @@ def main():
         f.write(tail[:137])
     broker.start()
     time.sleep(0.2)
-    with open(os.path.join(tmp, "broker.log")) as f:
-        cut = [line.strip() for line in f if "torn tail" in line]
+    cut = broker.log_lines("torn tail")
     print("torn tail log line:", cut[-1] if cut else "NONE")
     old_max = {p: max([o for (pp, o) in acked if pp == p], default=-1) for p in range(3)}
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
