@@ -3087,6 +3087,21 @@ def raw_connection(broker):
     return RawClient(broker.port)
 
 
+def test_server_serves_hundreds_of_connections_at_once(broker):
+    """Verifies that 300 connections, each with a request in flight, are all
+    answered (one selectors loop, non-blocking sockets)."""
+    clients = [RawClient(broker.port) for _ in range(300)]
+    try:
+        sent = [c.send(ApiKey.API_VERSIONS, 3, client_software_name="t",
+                       client_software_version="1") for c in clients]
+        for c, (cid, version) in zip(clients, sent):
+            got, msg = c.receive(ApiKey.API_VERSIONS, version)
+            assert (got, msg.error_code) == (cid, 0)
+    finally:
+        for c in clients:
+            c.close()
+
+
 @pytest.mark.parametrize("size", [-1, -2 ** 31, 2 ** 31 - 1])
 def test_server_bad_frame_length_closes_the_connection(broker, bystander, size):
     with raw_connection(broker) as bad:
