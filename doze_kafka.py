@@ -2463,6 +2463,7 @@ class GroupCoordinator:
         new_id = f"{instance_id}-{uuid.uuid4()}"
         m = GroupMember(new_id, instance_id, *args)
         m.assignment = old.assignment
+        m.client_id, m.client_host = old.client_id, old.client_host   # as Kafka 4.3.1 shows it
         m.deadline_ms = self.now_ms() + m.session_timeout_ms
         g.members[new_id] = m
         g.static[instance_id] = new_id
@@ -3960,7 +3961,7 @@ def handle_sync_group(ctx, req):
 # --- DescribeGroups (15) --------------------------------------------------------
 
 @api("""
-DescribeGroups  key=15  versions=0-5  flexible=5+
+DescribeGroups  key=15  versions=0-6  flexible=5+
   request
     groups  []string
     include_authorized_operations  bool  v3+
@@ -3968,6 +3969,7 @@ DescribeGroups  key=15  versions=0-5  flexible=5+
     throttle_time_ms  int32  v1+
     groups  []
       error_code  int16
+      error_message  string? = null  v6+
       group_id  string
       group_state  string
       protocol_type  string
@@ -3982,13 +3984,17 @@ DescribeGroups  key=15  versions=0-5  flexible=5+
       authorized_operations  int32 = -2147483648  v3+
 """)
 def handle_describe_groups(ctx, req):
-    """DescribeGroups: state, protocol and members of each group; an unknown
-    group is described as Dead, as Kafka does before v6."""
+    """DescribeGroups: state, protocol and members of each group. An unknown
+    group is described as Dead; from v6 also with GROUP_ID_NOT_FOUND (KIP-1043)."""
     out = []
     for group_id in req.groups:
         g = ctx.groups.get(group_id)
         if g is None:
-            out.append(Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data=""))
+            missing = Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data="")
+            if ctx.version >= 6:
+                missing.error_code = ErrorCode.GROUP_ID_NOT_FOUND
+                missing.error_message = f"Group {group_id} not found."
+            out.append(missing)
             continue
         stable = g.state == GroupState.STABLE
         out.append(Msg(group_id=group_id, group_state=g.state.value,
