@@ -325,6 +325,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     TOPIC_DELETION_DISABLED = 73
+    MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
@@ -1088,11 +1089,14 @@ def decode_records(batch):
 
 
 class BatchError(Exception):
-    """A produced batch Kafka would refuse; carries the ErrorCode."""
+    """A produced batch Kafka would refuse; carries the ErrorCode. in_log: found
+    by Kafka's LogValidator (its answer carries the log start offset) rather
+    than by the request-level checks (whose answer carries -1)."""
 
-    def __init__(self, code, detail):
+    def __init__(self, code, detail, in_log=False):
         super().__init__(detail)
         self.code = code
+        self.in_log = in_log
 
 
 def validate_produced(records, check_crc=True):
@@ -1101,12 +1105,14 @@ def validate_produced(records, check_crc=True):
     record: exactly one v2 batch, consistent lengths, a good CRC, no control
     flag. Returns its BatchHeader."""
     n = len(records)
+    if n == 0:
+        raise BatchError(ErrorCode.INVALID_RECORD, "Produce v3+ needs one record batch")
     if n < BATCH_HEADER_SIZE:
         raise BatchError(ErrorCode.CORRUPT_MESSAGE, f"{n} bytes is shorter than a batch header")
     h = read_batch_header(records)
     if h.magic != 2:
-        raise BatchError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                         f"magic {h.magic}: only RecordBatch v2 is accepted")
+        raise BatchError(ErrorCode.INVALID_RECORD, f"magic {h.magic}: Produce v3+ carries only "
+                         "RecordBatch v2")
     size = h.batch_length + LOG_OVERHEAD
     if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or size > n:
         raise BatchError(ErrorCode.CORRUPT_MESSAGE, f"batch_length {h.batch_length} with {n} bytes")
@@ -1116,10 +1122,10 @@ def validate_produced(records, check_crc=True):
     if check_crc and crc32c(records[CRC_START:]) != h.crc:
         raise BatchError(ErrorCode.CORRUPT_MESSAGE, "CRC-32C mismatch")
     if h.attributes & ATTR_CONTROL:
-        raise BatchError(ErrorCode.INVALID_RECORD, "clients may not send control batches")
+        raise BatchError(ErrorCode.INVALID_RECORD, "clients may not send control batches", in_log=True)
     if h.records_count != h.last_offset_delta + 1 or h.records_count < 1:
-        raise BatchError(ErrorCode.INVALID_RECORD,
-                         f"records_count {h.records_count} vs last_offset_delta {h.last_offset_delta}")
+        raise BatchError(ErrorCode.INVALID_RECORD, f"records_count {h.records_count} vs "
+                         f"last_offset_delta {h.last_offset_delta}", in_log=True)
     return h
 
 
@@ -2074,6 +2080,21 @@ class ProducerStateTable:
         self.producers = {}
         self.aborted = []          # (producer_id, first_offset, marker_offset), in marker order
         self.completing = []       # (first_offset, marker_offset): decided, marker not yet durable
+        self.verifying = {}        # producer_id -> lowest sequence seen while verifying (KIP-890)
+
+    def has_open_txn(self, producer_id, producer_epoch):
+        """Kafka's hasOngoingTransaction: open here, and with this epoch."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == producer_epoch
+
+    def note_verification(self, producer_id, producer_epoch, first_seq):
+        """Kafka's VerificationStateEntry: the lowest sequence a not-yet-verified
+        transactional producer sent here; a later first batch above it is out of order."""
+        seen = self.verifying.get(producer_id)
+        if seen is None or seen[0] != producer_epoch:
+            self.verifying[producer_id] = (producer_epoch, first_seq)
+        else:
+            self.verifying[producer_id] = (producer_epoch, min(seen[1], first_seq))
 
     def check(self, h, transactional=False):
         """Check a batch header. Returns the (base, last) offsets of a duplicate
@@ -2104,6 +2125,12 @@ class ProducerStateTable:
                              "a non-transactional batch from a producer with an open transaction")
         return None
 
+    def check_verified_sequence(self, h):
+        seen = self.verifying.get(h.producer_id)
+        if seen is not None and seen[0] == h.producer_epoch and h.base_sequence > seen[1]:
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                             f"sequence {h.base_sequence} above {seen[1]}, the lowest sent while verifying")
+
     def update(self, h, base):
         """Record an appended batch (data, or a marker via apply_marker)."""
         entry = self.producers.get(h.producer_id)
@@ -2118,6 +2145,8 @@ class ProducerStateTable:
             entry.batches.append((first_seq, next_sequence(first_seq, h.last_offset_delta),
                                   base, base + h.last_offset_delta))
         entry.last_timestamp = h.max_timestamp
+        if h.attributes & ATTR_TRANSACTIONAL:
+            self.verifying.pop(h.producer_id, None)
         if h.attributes & ATTR_TRANSACTIONAL and entry.txn_first_offset < 0:
             entry.txn_first_offset = base       # this batch opens a transaction here
         return entry
@@ -2140,6 +2169,7 @@ class ProducerStateTable:
                 entry.txn_first_offset = old.txn_first_offset
         entry.last_timestamp = timestamp
         entry.coordinator_epoch = coordinator_epoch
+        self.verifying.pop(producer_id, None)
         first = entry.txn_first_offset
         entry.txn_first_offset = -1
         if first >= 0:
@@ -3327,7 +3357,10 @@ def transactional_request_error(req):
 
 
 def produce_partition(ctx, topic, partition, records, transactional_id=None):
-    """Validate and append one partition's batch; -> its partition response."""
+    """Validate and append one partition's batch; -> its partition response.
+    An error found before the log is consulted is answered with log_start_offset
+    -1, one found by the log's producer-state checks with the real one (Kafka)."""
+    plog, in_log = None, False
     try:
         plog = ctx.logs.get(topic, partition)
         if records is None:
@@ -3341,13 +3374,20 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
             raise BatchError(ErrorCode.RECORD_LIST_TOO_LARGE, "batch larger than segment.bytes")
         transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
         if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
-            raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence")
-        if transactional:
+            raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
+        state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
+        if transactional and not state.has_open_txn(h.producer_id, h.producer_epoch):
+            # KIP-890 part 1: ask the coordinator whether this partition is in the
+            # transaction (Kafka skips this once the partition has it open).
+            state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence)
             ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch,
                                    (topic, partition))
+        if transactional:
             ctx.mark_transactional((topic, partition))    # before the batch is in the log
-        state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
+        in_log = True
         duplicate = state.check(h, transactional) if state else None
+        if transactional and not duplicate:
+            state.check_verified_sequence(h)
         log_append_time = -1
         if duplicate:
             base = duplicate[0]
@@ -3362,7 +3402,9 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         return Msg(index=partition, error_code=ErrorCode.NONE, base_offset=base,
                    log_append_time_ms=log_append_time, log_start_offset=plog.log_start_offset)
     except (KafkaError, BatchError) as e:
+        in_log = in_log or getattr(e, "in_log", False)
         return Msg(index=partition, error_code=e.code, base_offset=-1,
+                   log_start_offset=plog.log_start_offset if plog and in_log else -1,
                    error_message=str(e) if isinstance(e, BatchError) else e.detail or None)
 
 
@@ -3452,8 +3494,7 @@ def fetch_partitions(ctx, req):
     for t in req.topics:
         for p in t.partitions:
             part = Msg(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
-                       log_start_offset=-1, records=None,
-                       aborted_transactions=[] if read_committed else None)
+                       log_start_offset=-1, records=b"", aborted_transactions=[])
             results.append((t.topic, part))
             try:
                 plog = ctx.logs.get(t.topic, p.partition)
@@ -3461,11 +3502,13 @@ def fetch_partitions(ctx, req):
                 part.error_code = e.code
                 continue
             end = last_stable_offset(ctx, plog) if read_committed else plog.high_watermark
+            part.aborted_transactions = [] if read_committed else None
             part.high_watermark = plog.high_watermark
             part.last_stable_offset = last_stable_offset(ctx, plog)
             part.log_start_offset = plog.log_start_offset
             if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.next_offset:
                 part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                part.high_watermark = part.last_stable_offset = part.log_start_offset = -1
                 continue
             limit = min(p.partition_max_bytes, budget)
             records = plog.read(p.fetch_offset, limit, end, min_one=(total == 0)) if limit > 0 else None
@@ -3491,6 +3534,7 @@ def last_stable_offset(ctx, plog):
 # --- ListOffsets (2) ------------------------------------------------------------
 
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -1, -2, -3, -4
+SPECIAL_TIMESTAMP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, -5: 9, -6: 11}   # KIP-734, 405, 1005
 
 
 @api("""
@@ -3534,6 +3578,9 @@ def handle_list_offsets(ctx, req):
             except KafkaError as e:
                 part.error_code = e.code
                 continue
+            if p.timestamp in SPECIAL_TIMESTAMP_VERSIONS and ctx.version < SPECIAL_TIMESTAMP_VERSIONS[p.timestamp]:
+                part.error_code = ErrorCode.UNSUPPORTED_VERSION
+                continue
             part.offset, part.timestamp = list_offset(ctx, plog, p.timestamp, req.isolation_level)
             part.leader_epoch = 0 if part.offset >= 0 else -1
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
@@ -3551,7 +3598,8 @@ def list_offset(ctx, plog, timestamp, isolation_level):
         found = plog.offset_for_timestamp(timestamp)
     else:
         found = None                  # -5/-6: tiered-storage offsets; doze has no tiers
-    if found is None or found[0] >= plog.high_watermark:
+    bound = last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark
+    if found is None or found[0] >= bound:
         return -1, -1
     return found
 
@@ -3559,7 +3607,8 @@ def list_offset(ctx, plog, timestamp, isolation_level):
 # --- Metadata (3) ---------------------------------------------------------------
 
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))   # all: no authorizer
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))   # 8096, as Kafka 4.3.1
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))                # 3400
 
 
 @api("""
@@ -3676,9 +3725,7 @@ def handle_offset_commit(ctx, req):
     OFFSET_METADATA_TOO_LARGE (12).
     """
     results, offsets = [], {}
-    try:
-        if not req.group_id:
-            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+    try:                              # (Kafka 4.3.1 accepts even the group id "" here)
         ctx.groups.check_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                 req.group_instance_id)
         request_error = None
@@ -3808,11 +3855,15 @@ def handle_find_coordinator(ctx, req):
     """
     node_id, host, port = ctx.node(ctx.conn)
     if req.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown key type {req.key_type}")
+        node_id, host, port = -1, "", -1
+        error = Msg(error_code=ErrorCode.INVALID_REQUEST, error_message=None)
+    else:
+        error = Msg(error_code=ErrorCode.NONE, error_message=None)
     if ctx.version >= 4:
         return Msg(coordinators=[Msg(key=k, node_id=node_id, host=host, port=port,
-                                     error_message=None) for k in req.coordinator_keys])
-    return Msg(node_id=node_id, host=host, port=port, error_message=None)
+                                     error_code=error.error_code, error_message=None)
+                                 for k in req.coordinator_keys])
+    return Msg(node_id=node_id, host=host, port=port, error_code=error.error_code, error_message=None)
 
 
 # --- JoinGroup (11) -------------------------------------------------------------
@@ -3853,6 +3904,13 @@ def handle_join_group(ctx, req):
     GROUP_MAX_SIZE_REACHED, REBALANCE_IN_PROGRESS.
     """
     rebalance_timeout = req.rebalance_timeout_ms if ctx.version >= 1 else req.session_timeout_ms
+    try:
+        return join_group(ctx, req, rebalance_timeout)
+    except KafkaError as e:           # Kafka's error answer echoes the member id, no protocol
+        return Msg(error_code=e.code, member_id=req.member_id, protocol_name=None, leader="")
+
+
+def join_group(ctx, req, rebalance_timeout):
     member, response = ctx.groups.join(
         req.group_id, req.member_id, req.group_instance_id, ctx.client_id or "",
         "/" + ctx.conn.addr[0] if isinstance(ctx.conn.addr, tuple) else "", req.session_timeout_ms,
@@ -3914,12 +3972,9 @@ def handle_leave_group(ctx, req):
     if ctx.version < 3:
         code = ctx.groups.leave(req.group_id, req.member_id, None)
         return Msg(error_code=code)
-    results = [Msg(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                   error_code=ctx.groups.leave(req.group_id, m.member_id, m.group_instance_id))
-               for m in req.members]
-    if ctx.groups.get(req.group_id) is None:
-        return Msg(error_code=ErrorCode.UNKNOWN_MEMBER_ID, members=[])
-    return Msg(members=results)
+    return Msg(members=[Msg(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                            error_code=ctx.groups.leave(req.group_id, m.member_id, m.group_instance_id))
+                        for m in req.members])
 
 
 # --- SyncGroup (14) -------------------------------------------------------------
@@ -4003,9 +4058,9 @@ def handle_describe_groups(ctx, req):
                        members=[Msg(member_id=m.member_id, group_instance_id=m.instance_id,
                                     client_id=m.client_id, client_host=m.client_host,
                                     member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                                    member_assignment=m.assignment if stable else b"")
+                                    member_assignment=m.assignment)
                                 for m in g.members.values()],
-                       authorized_operations=(1 << 3 | 1 << 6 | 1 << 8)
+                       authorized_operations=GROUP_OPERATIONS
                        if req.include_authorized_operations else -2147483648))
     return Msg(groups=out)
 
@@ -4039,6 +4094,9 @@ def handle_list_groups(ctx, req):
 
 # --- ApiVersions (18) -----------------------------------------------------------
 
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 @api("""
 ApiVersions  key=18  versions=0-4  flexible=3+
   request
@@ -4059,7 +4117,13 @@ def handle_api_versions(ctx, req):
     every client uses the classic transaction protocol, not KIP-890's v2.
     A request version doze does not know is answered by the dispatcher with
     UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
+
+    Errors: INVALID_REQUEST (v3+: a client software name or version that is not
+    letters, digits, '.' and '-', as KIP-511 requires).
     """
+    if ctx.version >= 3 and not (SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
+                                 and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)):
+        return Msg(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
     return Msg(api_keys=api_versions_list())
 
 
@@ -4112,24 +4176,22 @@ def handle_create_topics(ctx, req):
     counts = collections.Counter(t.name for t in req.topics)
     results = []
     for t in req.topics:
+        if counts[t.name] > 1:
+            continue
         res = Msg(name=t.name, error_message=None)
         results.append(res)
         try:
-            if counts[t.name] > 1:
-                raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 f"Create topics request from client `{ctx.client_id}` contains "
-                                 f"multiple entries for the following topics: {t.name}")
             partitions, replication = check_assignments(ctx, t)
             partitions, configs = ctx.logs.check_new_topic(
                 t.name, partitions, replication, {c.name: c.value for c in t.configs})
-            if not req.validate_only:
-                res.topic_id = ctx.logs.create_topic(t.name, partitions, configs)
+            res.topic_id = uuid.uuid4().bytes if req.validate_only else \
+                ctx.logs.create_topic(t.name, partitions, configs)
             res.num_partitions, res.replication_factor = partitions, 1
-            res.configs = [Msg(name=name, value=str(value_of_topic_config(ctx, t.name, name, configs)),
-                               read_only=False, config_source=1 if name in configs else 5,
-                               is_sensitive=False) for name in sorted(TOPIC_CONFIGS)]
+            res.configs = [describe_new_topic_config(ctx, name, configs) for name in sorted(TOPIC_CONFIGS)]
         except KafkaError as e:
             res.error_code, res.error_message = e.code, e.detail or None
+    results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+                for name, n in counts.items() if n > 1]          # Kafka: one entry each, last
     return Msg(topics=results)
 
 
@@ -4153,12 +4215,16 @@ def check_assignments(ctx, t):
     return len(t.assignments), 1
 
 
-def value_of_topic_config(ctx, topic, name, overrides):
-    if name in overrides:
-        return overrides[name]
+def describe_new_topic_config(ctx, name, overrides):
+    """One config of a topic CreateTopics made (or would make), v5+."""
     kind, broker_name, default = TOPIC_CONFIGS[name]
-    value = ctx.config.settings.get(broker_name, default)
-    return str(value).lower() if isinstance(value, bool) else value
+    if name in overrides:
+        value, source = overrides[name], SOURCE_TOPIC
+    else:
+        chain = broker_setting_chain(ctx, broker_name, default)
+        value, source = (chain[0][1], chain[0][2]) if chain else \
+            (_config_text(ctx.config.settings.get(broker_name, default)), SOURCE_DEFAULT)
+    return Msg(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
 
 
 # --- DeleteTopics (20) ----------------------------------------------------------
@@ -4370,10 +4436,8 @@ def handle_add_offsets_to_txn(ctx, req):
     """AddOffsetsToTxn: this transaction will commit offsets of `group_id`
     (Kafka adds the group's __consumer_offsets partition; doze, the group).
 
-    Errors: as AddPartitionsToTxn, plus INVALID_GROUP_ID.
+    Errors: as AddPartitionsToTxn.
     """
-    if not req.group_id:
-        raise KafkaError(ErrorCode.INVALID_GROUP_ID)
     meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
     ctx.txns.add_partitions(meta, group=req.group_id)
     return Msg()
@@ -4555,6 +4619,46 @@ def _config_text(value):
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+# How Kafka 4.3.1 describes what doze keeps differently (checked by the
+# describe-configs recording): log.retention.ms and log.roll.ms have no default
+# of their own in Kafka (it derives them from the *.hours settings), so they are
+# described as null unless set; and a KRaft cluster writes min.insync.replicas
+# as a cluster-wide dynamic config when it is formatted.
+KAFKA_NULL_DEFAULTS = {"log.retention.ms", "log.roll.ms", "advertised.listeners"}
+KRAFT_CLUSTER_DEFAULTS = {"min.insync.replicas": "1"}
+BROKER_CONFIG_TYPES = {          # Kafka's ConfigDef type of each broker setting doze has
+    "node.id": "int", "num.partitions": "int", "default.replication.factor": "int",
+    "message.max.bytes": "int", "log.segment.bytes": "int", "socket.request.max.bytes": "int",
+    "transaction.max.timeout.ms": "int", "producer.id.expiration.ms": "int",
+    "producer.id.expiration.check.interval.ms": "int", "transactional.id.expiration.ms": "int",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "int",
+    "group.initial.rebalance.delay.ms": "int", "group.min.session.timeout.ms": "int",
+    "group.max.session.timeout.ms": "int", "group.max.size": "int",
+    "offsets.retention.minutes": "int", "offset.metadata.max.bytes": "int",
+    "log.retention.ms": "long", "log.retention.bytes": "long", "log.roll.ms": "long",
+    "log.retention.check.interval.ms": "long", "offsets.retention.check.interval.ms": "long",
+    "auto.create.topics.enable": "boolean", "delete.topic.enable": "boolean",
+    "doze.check.crc": "boolean", "listeners": "string", "advertised.listeners": "string",
+    "log.dirs": "string",
+}
+
+
+def broker_setting_chain(ctx, name, fallback=None):
+    """[(name, value, source)] for one broker setting, most specific first,
+    leaving out a default Kafka does not have."""
+    chain = []
+    if name in KRAFT_CLUSTER_DEFAULTS:
+        chain.append((name, KRAFT_CLUSTER_DEFAULTS[name], SOURCE_DYNAMIC_DEFAULT))
+    elif ctx.store.get_setting(DYNAMIC_PREFIX + name) is not None:
+        chain.append((name, _config_text(ctx.config.settings[name]), SOURCE_DYNAMIC_DEFAULT))
+    elif name in ctx.config.given:
+        chain.append((name, _config_text(ctx.config.settings[name]), SOURCE_STATIC))
+    default = BROKER_DEFAULTS.get(name, fallback)
+    if default is not None and name not in KAFKA_NULL_DEFAULTS:
+        chain.append((name, _config_text(default), SOURCE_DEFAULT))
+    return chain
+
+
 def topic_config_entries(ctx, topic, keys, synonyms):
     meta = ctx.logs.topics[topic]
     entries = []
@@ -4562,50 +4666,46 @@ def topic_config_entries(ctx, topic, keys, synonyms):
         if keys is not None and name not in keys:
             continue
         kind, broker_name, default = TOPIC_CONFIGS[name]
-        chain = []                                         # most specific first
-        if name in meta.configs:
-            chain.append(Msg(name=name, value=meta.configs[name], source=SOURCE_TOPIC))
-        if broker_name in ctx.config.given or ctx.store.get_setting(DYNAMIC_PREFIX + broker_name):
-            chain.append(Msg(name=broker_name, value=_config_text(ctx.config.settings[broker_name]),
-                             source=broker_source(ctx, broker_name)))
-        fallback = BROKER_DEFAULTS.get(broker_name, default)
-        chain.append(Msg(name=broker_name, value=_config_text(fallback), source=SOURCE_DEFAULT))
-        entries.append(Msg(name=name, value=chain[0].value, read_only=False,
-                           config_source=chain[0].source, is_sensitive=False,
-                           synonyms=chain if synonyms else [],
+        chain = [(name, meta.configs[name], SOURCE_TOPIC)] if name in meta.configs else []
+        chain += broker_setting_chain(ctx, broker_name, default)
+        value, source = (chain[0][1], chain[0][2]) if chain else \
+            (_config_text(ctx.logs.topic_config(topic, name)), SOURCE_DEFAULT)
+        entries.append(Msg(name=name, value=value, read_only=False, config_source=source,
+                           is_sensitive=False,
+                           synonyms=[Msg(name=n, value=v, source=src) for n, v, src in chain]
+                           if synonyms else [],
                            config_type=CONFIG_TYPE_CODES[kind], documentation=None))
     return entries
 
 
-def broker_source(ctx, name):
-    if ctx.store.get_setting(DYNAMIC_PREFIX + name) is not None:
-        return SOURCE_DYNAMIC_DEFAULT
-    return SOURCE_STATIC if name in ctx.config.given else SOURCE_DEFAULT
-
-
-def broker_config_entries(ctx, keys, synonyms):
+def broker_config_entries(ctx, resource_name, keys, synonyms):
+    """The broker's settings; for resource "" (the cluster default) only the
+    ones set dynamically for the whole cluster."""
     entries = []
     for name in sorted(BROKER_DEFAULTS):
         if keys is not None and name not in keys:
             continue
-        value = ctx.config.settings[name]
-        source = broker_source(ctx, name)
-        default = BROKER_DEFAULTS[name]
-        kind = {bool: "boolean", int: "long", str: "string"}[type(default)]
-        chain = [Msg(name=name, value=_config_text(value), source=source)]
-        if source != SOURCE_DEFAULT:
-            chain.append(Msg(name=name, value=_config_text(default), source=SOURCE_DEFAULT))
-        entries.append(Msg(name=name, value=_config_text(value),
+        chain = broker_setting_chain(ctx, name)
+        if resource_name == "" and not (chain and chain[0][2] == SOURCE_DYNAMIC_DEFAULT):
+            continue
+        value, source = (chain[0][1], chain[0][2]) if chain else (None, SOURCE_DEFAULT)
+        entries.append(Msg(name=name, value=value,
                            read_only=name not in DYNAMIC_BROKER_CONFIGS, config_source=source,
-                           is_sensitive=False, synonyms=chain if synonyms else [],
-                           config_type=CONFIG_TYPE_CODES[kind], documentation=None))
+                           is_sensitive=False,
+                           synonyms=[Msg(name=n, value=v, source=src) for n, v, src in chain]
+                           if synonyms else [],
+                           config_type=CONFIG_TYPE_CODES[BROKER_CONFIG_TYPES.get(name, "string")],
+                           documentation=None))
     return entries
 
 
 def check_broker_resource(ctx, name):
-    if name not in ("", str(ctx.node(ctx.conn)[0])):
+    node_id = ctx.node(ctx.conn)[0]
+    if name and not re.fullmatch(r"-?\d+", name):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}")
+    if name not in ("", str(node_id)):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected "
-                         f"{ctx.node(ctx.conn)[0]} or empty string, but received {name}")
+                         f"{node_id} or empty string, but received {name}")
 
 
 @api("""
@@ -4656,10 +4756,11 @@ def handle_describe_configs(ctx, req):
                 out.configs = topic_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
             elif res.resource_type == RESOURCE_BROKER:
                 check_broker_resource(ctx, res.resource_name)
-                out.configs = broker_config_entries(ctx, keys, req.include_synonyms)
+                out.configs = broker_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
             else:
-                raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 f"Unsupported resource type {res.resource_type}")
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a "
+                                 "request being malformed by the client library or the message "
+                                 "was sent to an incompatible broker. See the broker logs for more details.")
         except KafkaError as e:
             out.error_code, out.error_message = e.code, e.detail or None
     return Msg(results=results)
@@ -4691,6 +4792,9 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 def apply_config_ops(current, res, incremental, known):
     """-> the new {name: value} after a resource's operations."""
     new = dict(current) if incremental else {}
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     for c in res.configs:
         if c.name not in known:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {c.name}")
@@ -4710,8 +4814,8 @@ def apply_config_ops(current, res, incremental, known):
                 elif op == OP_SUBTRACT and v in items:
                     items.remove(v)
             new[c.name] = ",".join(items)
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operation {op}")
+        else:                          # Kafka's OpType.forId throws: an unexpected error
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown operation {op}")
     return new
 
 
@@ -4799,11 +4903,11 @@ def handle_create_partitions(ctx, req):
     counts = collections.Counter(t.name for t in req.topics)
     results = []
     for t in req.topics:
+        if counts[t.name] > 1:
+            continue
         res = Msg(name=t.name)
         results.append(res)
         try:
-            if counts[t.name] > 1:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
             topic = ctx.logs.topics.get(t.name)
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
@@ -4825,6 +4929,8 @@ def handle_create_partitions(ctx, req):
                 ctx.logs.add_partitions(t.name, t.count)
         except KafkaError as e:
             res.error_code, res.error_message = e.code, e.detail or None
+    results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+                for name, n in counts.items() if n > 1]
     return Msg(results=results)
 
 
@@ -4908,7 +5014,7 @@ def handle_offset_delete(ctx, req):
     for t in req.topics:
         for p in t.partitions:
             code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
-            if t.name not in ctx.logs.topics:
+            if (t.name, p.partition_index) not in ctx.logs.logs:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
             if code == ErrorCode.NONE:
@@ -4941,7 +5047,12 @@ DescribeCluster  key=60  versions=0-1  flexible=0+
 def handle_describe_cluster(ctx, req):
     """DescribeCluster (KIP-700): this broker, which is also the controller.
     Errors: UNSUPPORTED_ENDPOINT_TYPE for an endpoint type other than brokers or controllers."""
-    if req.endpoint_type not in (1, 2):
+    if req.endpoint_type == 2:                  # controllers: not this (broker) listener
+        return Msg(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE, endpoint_type=1,
+                   cluster_id=ctx.store.get_setting("cluster_id"), controller_id=-1,
+                   error_message="The request was sent to an endpoint of type BROKER, but we "
+                                 "wanted an endpoint of type CONTROLLER")
+    if req.endpoint_type != 1:
         raise KafkaError(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"endpoint type {req.endpoint_type}")
     node_id, host, port = ctx.node(ctx.conn)
     return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
@@ -5003,6 +5114,19 @@ def handle_describe_producers(ctx, req):
 
 # --- DescribeTransactions (65) --------------------------------------------------
 
+def java_string_hash(text):
+    """Java's String.hashCode: Kafka places a group on a __consumer_offsets partition by it."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def consumer_offsets_partition(group):
+    """Kafka's partitionFor(groupId) with the default 50 __consumer_offsets partitions."""
+    h = java_string_hash(group)
+    return 0 if h == -(1 << 31) else abs(h) % 50
+
 @api("""
 DescribeTransactions  key=65  versions=0-0  flexible=0+
   request
@@ -5030,14 +5154,16 @@ def handle_describe_transactions(ctx, req):
         if not transactional_id or meta is None:
             out.append(Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
                            else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                           transactional_id=transactional_id, transaction_state="",
-                           transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
+                           transactional_id=transactional_id, transaction_state=""))
             continue
         left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
             if meta.state in DECIDED else meta.partitions
         topics = {}
         for topic, p in sorted(left):
             topics.setdefault(topic, []).append(p)
+        if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
+            for group in sorted(meta.groups, key=consumer_offsets_partition):
+                topics.setdefault("__consumer_offsets", []).append(consumer_offsets_partition(group))
         out.append(Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
                        transaction_timeout_ms=meta.timeout_ms,
                        transaction_start_time_ms=meta.txn_start_ms, producer_id=meta.producer_id,

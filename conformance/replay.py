@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""Replay recordings of Apache Kafka 4.3.1 against another broker and compare.
+
+    import sys; sys.path.insert(0, "conformance")
+    import replay
+    replay.run_recording("endtxn-decisions", broker.bootstrap)   # -> [difference, ...]
+    replay.broker_settings("transaction-timeout")                 # settings to start doze with
+
+Command line:
+
+    python3 conformance/replay.py                  # every recording, each on a fresh in-process doze
+    python3 conformance/replay.py add-offsets --bootstrap 127.0.0.1:9092
+    python3 conformance/replay.py --diff DIR_A DIR_B   # compare two recordings of the same scenarios
+
+Each recorded request is sent again; references ({"$ref": ...}) are resolved
+against the new broker's answers. Every answer is compared field by field with
+Kafka's after normalising the fields listed in NORMALISED (README.md explains
+why). A step listed in the scenario's known_differences is instead compared
+with doze's expected answer, and the difference is reported by name in
+`known_differences_seen` rather than as a failure.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import recorder  # noqa: E402  (puts the repo root on sys.path, imports doze_kafka)
+
+RECORDINGS = recorder.RECORDINGS
+
+# Settings every broker under test needs (Kafka names; the real Kafka gets them from
+# realkafka.py). Per recording, broker_settings(name) adds the scenario's own.
+SETTINGS = {"group.initial.rebalance.delay.ms": 0}
+
+# --- normalisation ------------------------------------------------------------------
+# Field name -> how it is compared. "map:KIND" fields are mapped Kafka value -> doze value
+# by first appearance (consistently, both ways); "ignore" fields are not compared;
+# "time" fields are wall-clock: only "set (>= 0)" vs "unset (< 0)" is compared;
+# "presence" fields: only null vs not null.
+NORMALISED = {
+    "throttle_time_ms": "ignore",            # quota throttling; always 0 here, but not a contract
+    "cluster_id": "ignore",                  # random per cluster
+    "host": "ignore",                        # the broker's address
+    "port": "ignore",
+    "node_id": "map:node", "broker_id": "map:node", "controller_id": "map:node",
+    "leader_id": "map:node", "replica_nodes": "map:node", "isr_nodes": "map:node",
+    "offline_replicas": "map:node",
+    "producer_id": "map:producer", "producer_id_filters": "map:producer",
+    "member_id": "map:member", "leader": "map:member",
+    "topic_id": "map:topic",
+    "log_append_time_ms": "time", "transaction_start_time_ms": "time",
+    "last_timestamp": "time",                # DescribeProducers: includes marker append times
+    "error_message": "ignore", "batch_index_error_message": "ignore",   # prose (see README)
+    "session_id": "set",                     # Fetch: a random id when a session is created
+    "timestamp": "maybe-time", "base_timestamp": "maybe-time", "max_timestamp": "maybe-time",
+}
+# "maybe-time": a timestamp the client chose is compared; one at or after WALL_CLOCK_MIN
+# (2025-01-01) is the broker's clock (a marker's or the log append time): set vs unset.
+# The scenarios use timestamp -1 or ones from 2023.
+WALL_CLOCK_MIN = 1735689600000
+# A batch's CRC covers its producer id (mapped) and, in control batches (transaction
+# markers), the broker's clock: not compared for those batches.
+CONTROL_BATCH_TIME_FIELDS = {"crc"}
+
+
+# Known differences that hold for every step of an API (named like the per-scenario ones).
+API_KNOWN_DIFFERENCES = {
+    "CreateTopics": {"name": "doze-topic-configs-subset", "subset": ["topics.*.configs"],
+                     "why": "CreateTopics v5+ lists the new topic's configs: doze lists the 13 "
+                            "it uses, Kafka all 33; the ones doze lists must match"},
+}
+
+
+class Mapper:
+    """Kafka value <-> doze value, bound at first appearance, per kind."""
+
+    IDENTITY = {None, -1, "", "0" * 32}
+
+    def __init__(self):
+        self.fwd, self.back = {}, {}
+
+    def same(self, kind, a, b):
+        if a in self.IDENTITY or b in self.IDENTITY:
+            return a == b
+        if kind == "producer" and a == b == 0:
+            # 0 is also the "no producer" default of error entries (DescribeTransactions
+            # for an unknown id), besides being a real id: 0 on both sides binds nothing.
+            return True
+        fwd, back = self.fwd.setdefault(kind, {}), self.back.setdefault(kind, {})
+        if a in fwd or b in back:
+            return fwd.get(a) == b and back.get(b) == a
+        fwd[a], back[b] = b, a
+        return True
+
+
+def _key(v):
+    if isinstance(v, dict) and "$uuid" in v:
+        return v["$uuid"]
+    return v
+
+
+def compare(a, b, path, mapper, diffs, api=None, in_control_batch=False):
+    """Kafka's value a vs the other broker's b; appends difference strings to diffs."""
+    parts = path.split(".") if path else [""]
+    while len(parts) > 1 and parts[-1].isdigit():       # list element: the list's name rules
+        parts.pop()
+    name = parts[-1]
+    rule = NORMALISED.get(name)
+    if in_control_batch and name in CONTROL_BATCH_TIME_FIELDS:
+        return
+    if rule == "ignore":
+        return
+    if rule == "set":
+        if bool(a) != bool(b):
+            diffs.append(f"{path}: kafka={a!r} doze={b!r} (set vs unset)")
+        return
+    if rule == "maybe-time" and isinstance(a, int) and isinstance(b, int) \
+            and (a >= WALL_CLOCK_MIN or b >= WALL_CLOCK_MIN):
+        rule = "time"
+    if rule == "time":
+        if isinstance(a, int) and isinstance(b, int):
+            if (a >= 0) != (b >= 0):
+                diffs.append(f"{path}: kafka={a!r} doze={b!r} (wall-clock time: set vs unset)")
+            return
+    if rule and rule.startswith("map:") and not isinstance(a, (list, dict)) or \
+            rule and rule.startswith("map:") and isinstance(a, dict) and "$uuid" in a:
+        if not mapper.same(rule[4:], _key(a), _key(b)):
+            diffs.append(f"{path}: kafka={_show(a)} doze={_show(b)} ({rule[4:]} id mapping)")
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        control = in_control_batch
+        if "header" in a and isinstance(a.get("header"), dict):
+            h = a["header"]
+            control = bool(h.get("attributes", 0) & 0x20) or h.get("producer_id", -1) >= 0
+        for k in list(a) + [k for k in b if k not in a]:
+            sub = f"{path}.{k}" if path else k
+            if k not in a:
+                diffs.append(f"{sub}: kafka has no such field, doze={_show(b[k])}")
+            elif k not in b:
+                diffs.append(f"{sub}: kafka={_show(a[k])}, doze has no such field")
+            else:
+                compare(a[k], b[k], sub, mapper, diffs, api, control)
+        return
+    if isinstance(a, list) and isinstance(b, list):
+        a, b = _sorted_like_a_map(name, a), _sorted_like_a_map(name, b)
+        if len(a) != len(b):
+            diffs.append(f"{path}: kafka has {len(a)} entries, doze {len(b)}: "
+                         f"kafka={_show(a)} doze={_show(b)}")
+            if rule and rule.startswith("map:"):
+                return
+        for i, (x, y) in enumerate(zip(a, b)):
+            compare(x, y, f"{path}.{i}", mapper, diffs, api, in_control_batch)
+        return
+    if a != b:
+        diffs.append(f"{path}: kafka={_show(a)} doze={_show(b)}{_error_names(name, a, b)}")
+
+
+# Lists that are maps in Kafka's code (per-topic / per-partition / per-group results,
+# built from hash maps): compared sorted by their key, not in the order sent.
+MAP_KEYS = ("name", "topic", "group_id", "transactional_id", "key", "resource_name",
+            "partition_index", "index", "partition")
+INT_SET_LISTS = {"partitions", "partition_indexes"}
+
+
+def _sorted_like_a_map(name, items):
+    if not items:
+        return items
+    if name in INT_SET_LISTS and all(isinstance(x, int) for x in items):
+        return sorted(items)
+    if not all(isinstance(x, dict) for x in items):
+        return items
+    for k in MAP_KEYS:
+        if all(k in x for x in items):
+            keys = [json.dumps(x[k], sort_keys=True) for x in items]
+            if len(set(keys)) == len(keys):
+                return [x for _, x in sorted(zip(keys, items), key=lambda p: p[0])]
+            return items
+    return items
+
+
+def _show(v, limit=300):
+    s = json.dumps(v)
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def _error_names(name, a, b):
+    if not name.endswith("error_code") or not isinstance(a, int) or not isinstance(b, int):
+        return ""
+    from doze_kafka import ErrorCode
+
+    def n(c):
+        try:
+            return ErrorCode(c).name
+        except ValueError:
+            return str(c)
+    return f" ({n(a)} vs {n(b)})"
+
+
+def normalise_response(api, resp):
+    """Whole-response normalisation: ApiVersions' list of APIs and versions, and its
+    feature tags (tagged fields doze does not send), unless it is an error answer."""
+    if api == "ApiVersions" and isinstance(resp, dict) and resp.get("error_code") == 0:
+        resp = {k: v for k, v in resp.items() if k not in ("api_keys", "_unknown_tags")}
+    return resp
+
+
+def _pairs_at(a, b, parts):
+    """Parallel walk of a and b along a path with "*": -> [(path, a_node, b_node)]."""
+    out = [("", a, b)]
+    for p in parts:
+        nxt = []
+        for path, x, y in out:
+            if p == "*" and isinstance(x, list) and isinstance(y, list):
+                nxt += [(f"{path}.{i}", xi, yi) for i, (xi, yi) in enumerate(zip(x, y))]
+            elif isinstance(x, dict) and isinstance(y, dict) and p in x and p in y:
+                nxt.append((f"{path}.{p}", x[p], y[p]))
+        out = nxt
+    return [(path.lstrip("."), x, y) for path, x, y in out]
+
+
+def _drop_at(node, parts):
+    if not parts or not isinstance(node, (dict, list)):
+        return node
+    head, rest = parts[0], parts[1:]
+    if head == "*" and isinstance(node, list):
+        return [_drop_at(x, rest) for x in node]
+    if isinstance(node, dict) and head in node:
+        node = dict(node)
+        if rest:
+            node[head] = _drop_at(node[head], rest)
+        else:
+            del node[head]
+    return node
+
+
+def compare_with_subsets(a, b, subset_paths, mapper, diffs, api):
+    """As compare, except that at each of subset_paths (lists of {"name": ...} entries)
+    doze may list fewer entries: each of doze's must equal Kafka's entry of that name."""
+    for pattern in subset_paths:
+        parts = pattern.split(".")
+        for path, x, y in _pairs_at(a, b, parts):
+            if x is None or y is None:
+                if (x is None) != (y is None):
+                    diffs.append(f"{path}: kafka={_show(x)} doze={_show(y)}")
+                continue
+            by_name = {e.get("name"): e for e in x}
+            for i, e in enumerate(y):
+                if e.get("name") not in by_name:
+                    diffs.append(f"{path}.{i}: doze lists {e.get('name')!r}, Kafka does not")
+                else:
+                    compare(by_name[e["name"]], e, f"{path}.{i}", mapper, diffs, api)
+        a, b = _drop_at(a, parts), _drop_at(b, parts)
+    compare(a, b, "", mapper, diffs, api)
+
+
+def subset_matches(expected, actual, mapper, api):
+    """Does actual contain every field of expected (normalised)?"""
+    diffs = []
+    _subset(expected, actual, "", mapper, diffs, api)
+    return diffs
+
+
+def _subset(e, a, path, mapper, diffs, api):
+    if isinstance(e, dict) and isinstance(a, dict):
+        for k, v in e.items():
+            sub = f"{path}.{k}" if path else k
+            if k not in a:
+                diffs.append(f"{sub}: expected {_show(v)}, missing")
+            else:
+                _subset(v, a[k], sub, mapper, diffs, api)
+        return
+    if isinstance(e, list) and isinstance(a, list) and len(e) == len(a):
+        for i, (x, y) in enumerate(zip(e, a)):
+            _subset(x, y, f"{path}.{i}", mapper, diffs, api)
+        return
+    compare(e, a, path, Mapper(), diffs, api)
+
+
+# --- loading and replaying --------------------------------------------------------------
+
+def load(name, directory=RECORDINGS):
+    path = name if name.endswith(".json") else os.path.join(directory, name + ".json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def recording_names(directory=RECORDINGS):
+    return sorted(f[:-5] for f in os.listdir(directory) if f.endswith(".json"))
+
+
+def known_differences(recording):
+    """The scenario's current known differences (scenarios.py), else the recording's."""
+    try:
+        import scenarios
+        sc = scenarios.SCENARIOS.get(recording["scenario"])
+        if sc is not None:
+            return sc.get("known_differences", {})
+    except ImportError:
+        pass
+    return recording.get("known_differences", {})
+
+
+def broker_settings(name_or_recording):
+    """Settings (Kafka names) to start a broker with for this recording."""
+    rec = load(name_or_recording) if isinstance(name_or_recording, str) else name_or_recording
+    settings = dict(SETTINGS)
+    settings.update(rec.get("broker_settings", {}))
+    return settings
+
+
+def _strip_values(template):
+    """A recorded request with each ref's resolved "value" removed."""
+    if isinstance(template, dict):
+        if "$ref" in template:
+            return {k: v for k, v in template.items() if k != "value"}
+        return {k: _strip_values(v) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_strip_values(v) for v in template]
+    return template
+
+
+def _as_step(rec):
+    step = {"id": rec["step"], "api": rec["api"], "v": rec["version"], "conn": rec["conn"]}
+    for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry"):
+        if k in rec:
+            step[k] = rec[k]
+    return step
+
+
+class Result:
+    def __init__(self, name):
+        self.name = name
+        self.differences = []               # failures: "step (api vN) path: ..."
+        self.known_differences_seen = []    # "step: NAME" for known differences that showed
+        self.stale_known = []               # known differences doze no longer has
+
+    def __repr__(self):
+        return f"<Result {self.name}: {len(self.differences)} differences>"
+
+
+def replay(recording, bootstrap):
+    """Send the recording's requests to bootstrap; -> list of difference strings."""
+    return replay_full(recording, bootstrap).differences
+
+
+def replay_full(recording, bootstrap):
+    res = Result(recording.get("scenario", "?"))
+    known = known_differences(recording)
+    runner = recorder.Runner(bootstrap)
+    mapper = Mapper()
+    actual = []
+    try:
+        for rec in recording["steps"]:
+            if "sleep_ms" in rec:
+                time.sleep(rec["sleep_ms"] / 1000)
+                continue
+            got = runner.run_step(_as_step(rec), _strip_values(rec["request"]))
+            actual.append((rec, got))
+        runner.finish()
+    except recorder.RecordingError as e:
+        res.differences.append(f"replay stopped: {e}")
+    except OSError as e:
+        res.differences.append(f"replay stopped: {type(e).__name__}: {e}")
+    finally:
+        runner.close()
+    for rec, got in actual:
+        label = f"{rec['step']} ({rec['api']} v{rec['version']})"
+        diffs = []
+        kafka_resp = normalise_response(rec["api"], rec.get("response"))
+        doze_resp = normalise_response(rec["api"], got.get("response"))
+        kd = known.get(rec["step"]) or API_KNOWN_DIFFERENCES.get(rec["api"])
+        if kd is not None and "subset" in kd:
+            compare_with_subsets(kafka_resp, doze_resp, kd["subset"], mapper, diffs, rec["api"])
+            if not diffs and rec["api"] not in API_KNOWN_DIFFERENCES:
+                res.known_differences_seen.append(f"{rec['step']}: {kd['name']}")
+        elif kd is not None:
+            expect = kd.get("doze")
+            if expect is not None:
+                d = subset_matches(expect, doze_resp or {}, mapper, rec["api"])
+                if not d:
+                    res.known_differences_seen.append(f"{rec['step']}: {kd['name']}")
+                    compare_into = []
+                    compare(kafka_resp, doze_resp, "", Mapper(), compare_into, rec["api"])
+                    if not compare_into:
+                        res.stale_known.append(f"{rec['step']}: {kd['name']} (doze now answers as Kafka)")
+                    continue
+                diffs.append(f"known difference {kd['name']}: doze's answer is not the expected one")
+                diffs.extend(d)
+            else:
+                res.known_differences_seen.append(f"{rec['step']}: {kd['name']} (not compared)")
+                continue
+        else:
+            compare(kafka_resp, doze_resp, "", mapper, diffs, rec["api"])
+        if "final_response" in rec:
+            compare(normalise_response(rec["api"], rec["final_response"]),
+                    normalise_response(rec["api"], got.get("final_response")),
+                    "final_response", mapper, diffs, rec["api"])
+        for d in diffs:
+            res.differences.append(f"{label} {d}")
+    return res
+
+
+def run_recording(name, bootstrap):
+    """Replay recordings/NAME.json against bootstrap; -> list of differences (empty = pass)."""
+    return replay(load(name), bootstrap)
+
+
+def diff_recordings(rec_a, rec_b):
+    """Two recordings of one scenario (e.g. two runs against Kafka), compared with the
+    same normalisation; -> list of differences."""
+    diffs, mapper = [], Mapper()
+    steps_a = [s for s in rec_a["steps"] if "step" in s]
+    steps_b = [s for s in rec_b["steps"] if "step" in s]
+    if [s["step"] for s in steps_a] != [s["step"] for s in steps_b]:
+        return ["the two recordings have different steps"]
+    for sa, sb in zip(steps_a, steps_b):
+        d = []
+        compare(_strip_values(sa["request"]), _strip_values(sb["request"]), "request", mapper, d,
+                sa["api"])
+        for key in ("response", "final_response"):
+            compare(normalise_response(sa["api"], sa.get(key)),
+                    normalise_response(sa["api"], sb.get(key)), key, mapper, d, sa["api"])
+        diffs.extend(f"{sa['step']} ({sa['api']} v{sa['version']}) {x}" for x in d)
+    return diffs
+
+
+def _doze_running(settings):
+    import doze_kafka
+    return doze_kafka.running(settings)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--bootstrap", help="replay against this broker (default: a fresh in-process "
+                    "doze per recording, started with the recording's broker_settings)")
+    ap.add_argument("--diff", nargs=2, metavar=("DIR_A", "DIR_B"),
+                    help="compare two directories of recordings of the same scenarios")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    if a.diff:
+        names = a.names or sorted(set(recording_names(a.diff[0])) & set(recording_names(a.diff[1])))
+        bad = 0
+        for n in names:
+            d = diff_recordings(load(n, a.diff[0]), load(n, a.diff[1]))
+            print(f"{n}: {'same' if not d else f'{len(d)} differences'}")
+            for x in d:
+                print("   ", x)
+            bad += bool(d)
+        return 1 if bad else 0
+    names = a.names or recording_names()
+    import logging
+    logging.basicConfig(level=logging.WARNING)
+    failed = 0
+    for n in names:
+        rec = load(n)
+        t0 = time.time()
+        if a.bootstrap:
+            res = replay_full(rec, a.bootstrap)
+        else:
+            with _doze_running(broker_settings(rec)) as broker:
+                res = replay_full(rec, broker.bootstrap)
+        status = "PASS" if not res.differences else f"FAIL ({len(res.differences)} differences)"
+        print(f"{n}: {status} in {time.time() - t0:.1f}s")
+        for k in res.known_differences_seen:
+            print(f"    known difference {k}")
+        for k in res.stale_known:
+            print(f"    STALE known difference {k}")
+        if not a.quiet:
+            for d in res.differences:
+                print(f"    {d}")
+        failed += bool(res.differences)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1421 @@
+"""Conformance scenarios: short scripts of Kafka requests (see recorder.py for the step DSL).
+
+Each scenario is a dict: description, steps, and optionally broker_settings
+(Kafka setting names, applied to both the real Kafka and doze) and
+known_differences ({step id: {"name": ..., "doze": {expected fields of doze's
+answer}, "why": ...}}: steps where doze differs from Kafka on purpose).
+
+Every scenario names its own topics, groups and transactional ids with its own
+name as prefix, so scenarios are independent of each other and deterministic.
+"""
+
+SCENARIOS = {}
+
+# Error codes used below (Kafka's Errors enum)
+NONE, UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_LOAD_IN_PROGRESS = 0, 3, 14
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+RETRIABLE_COORDINATOR = [COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR]
+CONCURRENT_TRANSACTIONS = 51
+RETRY_CONCURRENT = {"path": "error_code", "in": [CONCURRENT_TRANSACTIONS], "timeout_ms": 30000,
+                    "interval_ms": 50}         # what a client does with CONCURRENT_TRANSACTIONS
+FINISHES_ABORT = "doze-initproducerid-finishes-abort"
+TS = -1        # record timestamps: none (a fixed old time would make Kafka roll segments,
+               # and a Fetch answer holds one segment's batches)
+
+DEFAULT_BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
+
+
+def scenario(name, description="", broker_settings=None, known_differences=None):
+    """Register fn(S) -> steps as scenario `name` (S is the name: the prefix of every
+    topic, group and transactional id it uses)."""
+    def register(fn):
+        SCENARIOS[name] = {"description": description or (fn.__doc__ or "").strip(),
+                           "broker_settings": broker_settings or {},
+                           "known_differences": known_differences or {},
+                           "build": fn}
+        return fn
+    return register
+
+
+def names():
+    return list(SCENARIOS)
+
+
+def get(name):
+    if name not in SCENARIOS:
+        raise KeyError(f"no scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    sc = dict(SCENARIOS[name])
+    sc["steps"] = sc["build"](name)
+    return sc
+
+
+# --- helpers --------------------------------------------------------------------
+
+def ref(path, add=None):
+    r = {"$ref": path}
+    if add is not None:
+        r["add"] = add
+    return r
+
+
+def step(id, api, v, req=None, conn=1, **kw):
+    s = {"id": id, "api": api, "v": v, "req": req or {}, "conn": conn}
+    s.update(kw)
+    return s
+
+
+def create_topics(id, topics, partitions=1, v=4, wait=True, **kw):
+    """CreateTopics (v4 by default: v5+ answers list every topic config), then Metadata
+    polled until every topic is there (Kafka's CreateTopics answers before the broker
+    has the topic). topics: names, or (name, partitions[, configs dict]). -> steps."""
+    items = []
+    for t in topics:
+        if isinstance(t, str):
+            t = (t, partitions)
+        configs = t[2] if len(t) > 2 else {}
+        items.append({"name": t[0], "num_partitions": t[1], "replication_factor": 1,
+                      "assignments": [], "configs": [{"name": k, "value": val}
+                                                     for k, val in configs.items()]})
+    steps = [step(id, "CreateTopics", v, {"topics": items, "timeout_ms": 30000,
+                                          "validate_only": False}, **kw)]
+    if wait:
+        steps.append(wait_topics(f"{id}-wait", [t["name"] for t in items], conn=kw.get("conn", 1)))
+        # ... and until every partition's log is there (Metadata can be ahead of it)
+        steps.append(list_offsets(f"{id}-ready", {t["name"]: {p: -1 for p in range(max(t["num_partitions"], 1))}
+                                                 for t in items}, conn=kw.get("conn", 1),
+                                  until={"path": "topics.*.partitions.*.error_code", "equals": 0,
+                                         "timeout_ms": 30000, "interval_ms": 50}))
+    return steps
+
+
+def metadata(id, topics, v=12, auto_create=False, conn=1, **kw):
+    return step(id, "Metadata", v, {
+        "topics": None if topics is None else [{"name": t} for t in topics],
+        "allow_auto_topic_creation": auto_create,
+        "include_topic_authorized_operations": False}, conn=conn, **kw)
+
+
+def wait_topics(id, topics, conn=1):
+    return metadata(id, topics, conn=conn, until={"path": "topics.*.error_code", "equals": 0,
+                                                  "timeout_ms": 30000, "interval_ms": 50})
+
+
+def find_coordinator(id, key, key_type, conn=1):
+    """FindCoordinator v4, polled until the coordinator is there (a fresh Kafka
+    creates __consumer_offsets / __transaction_state on the first request)."""
+    return step(id, "FindCoordinator", 4, {"key_type": key_type, "coordinator_keys": [key]},
+                conn=conn, until={"path": "coordinators.0.error_code", "equals": 0,
+                                  "timeout_ms": 30000, "interval_ms": 200})
+
+
+def init_pid(id, tid, timeout_ms=60000, v=5, conn=1, poll=True, producer_id=-1, producer_epoch=-1,
+             **kw):
+    req = {"transactional_id": tid, "transaction_timeout_ms": timeout_ms}
+    if v >= 3:
+        req.update(producer_id=producer_id, producer_epoch=producer_epoch)
+    if poll:
+        kw["until"] = {"path": "error_code", "not_in": RETRIABLE_COORDINATOR,
+                       "timeout_ms": 30000, "interval_ms": 200}
+    return step(id, "InitProducerId", v, req, conn=conn, **kw)
+
+
+def pid_of(init_id):
+    return ref(f"{init_id}.producer_id")
+
+
+def epoch_of(init_id, add=None):
+    return ref(f"{init_id}.producer_epoch", add)
+
+
+def add_partitions(id, tid, init_id, topics, v=3, conn=1, epoch=None, **kw):
+    """topics: {name: [partitions]}."""
+    return step(id, "AddPartitionsToTxn", v, {
+        "transactional_id": tid, "producer_id": pid_of(init_id),
+        "producer_epoch": epoch if epoch is not None else epoch_of(init_id),
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}, conn=conn, **kw)
+
+
+def add_offsets(id, tid, init_id, group, v=4, conn=1, **kw):
+    return step(id, "AddOffsetsToTxn", v, {
+        "transactional_id": tid, "producer_id": pid_of(init_id),
+        "producer_epoch": epoch_of(init_id), "group_id": group}, conn=conn, **kw)
+
+
+def end_txn(id, tid, init_id, commit, v=4, conn=1, epoch=None, producer_id=None, **kw):
+    return step(id, "EndTxn", v, {
+        "transactional_id": tid,
+        "producer_id": producer_id if producer_id is not None else pid_of(init_id),
+        "producer_epoch": epoch if epoch is not None else epoch_of(init_id),
+        "committed": commit}, conn=conn, **kw)
+
+
+def batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=False,
+          timestamp_ms=TS, **kw):
+    b = {"records": [[f"k{i}", v] for i, v in enumerate(values)], "producer_id": producer_id,
+         "producer_epoch": producer_epoch, "base_sequence": base_sequence,
+         "attributes": 0x10 if transactional else 0, "timestamp_ms": timestamp_ms}
+    b.update(kw)
+    return {"$batch": b}
+
+
+def txn_batch(init_id, values, seq, epoch=None):
+    return batch(values, pid_of(init_id), epoch if epoch is not None else epoch_of(init_id),
+                 seq, transactional=True)
+
+
+def produce(id, topic_data, v=9, acks=-1, tid=None, conn=1, **kw):
+    """topic_data: {topic: {partition: records-json}}."""
+    req = {"transactional_id": tid, "acks": acks, "timeout_ms": 30000,
+           "topic_data": [{"name": t, "partition_data": [{"index": p, "records": r}
+                                                        for p, r in parts.items()]}
+                          for t, parts in topic_data.items()]}
+    return step(id, "Produce", v, req, conn=conn, **kw)
+
+
+def fetch(id, parts, isolation=0, v=12, max_wait_ms=0, conn=1, **kw):
+    """parts: {topic: {partition: fetch_offset}}."""
+    return step(id, "Fetch", v, {
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1048576,
+        "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": t, "partitions": [
+            {"partition": p, "current_leader_epoch": -1, "fetch_offset": off,
+             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1048576}
+            for p, off in ps.items()]} for t, ps in parts.items()],
+        "forgotten_topics_data": [], "rack_id": ""}, conn=conn, **kw)
+
+
+def list_offsets(id, parts, isolation=0, v=9, conn=1, **kw):
+    """parts: {topic: {partition: timestamp}}."""
+    return step(id, "ListOffsets", v, {
+        "replica_id": -1, "isolation_level": isolation,
+        "topics": [{"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                               "timestamp": ts} for p, ts in ps.items()]}
+                   for t, ps in parts.items()]}, conn=conn, **kw)
+
+
+def describe_txn(id, tids, conn=1, **kw):
+    return step(id, "DescribeTransactions", 0, {"transactional_ids": tids}, conn=conn, **kw)
+
+
+def wait_txn_state(id, tid, state, conn=1):
+    """Poll DescribeTransactions until the transaction is in `state`."""
+    return describe_txn(id, [tid], conn=conn, until={
+        "path": "transaction_states.0.transaction_state", "equals": state,
+        "timeout_ms": 30000, "interval_ms": 50})
+
+
+def join_group(id, group, member_id="", topics=(), v=9, conn=1, session_timeout_ms=30000,
+               instance_id=None, **kw):
+    return step(id, "JoinGroup", v, {
+        "group_id": group, "session_timeout_ms": session_timeout_ms,
+        "rebalance_timeout_ms": 30000, "member_id": member_id, "group_instance_id": instance_id,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": {"$subscription": list(topics)}}],
+        "reason": None}, conn=conn, **kw)
+
+
+def sync_group(id, group, join_id, assignment, v=5, conn=1, **kw):
+    """assignment: {topic: [partitions]} for the (only) member."""
+    return step(id, "SyncGroup", v, {
+        "group_id": group, "generation_id": ref(f"{join_id}.generation_id"),
+        "member_id": ref(f"{join_id}.member_id"), "group_instance_id": None,
+        "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": ref(f"{join_id}.member_id"),
+                         "assignment": {"$assignment": assignment}}]}, conn=conn, **kw)
+
+
+def group_member(prefix, group, topics, assignment, conn=1):
+    """FindCoordinator, JoinGroup (MEMBER_ID_REQUIRED, then again with the id), SyncGroup:
+    a group with one member. Steps: {prefix}-find, -join0, -join, -sync."""
+    return [
+        find_coordinator(f"{prefix}-find", group, 0, conn=conn),
+        join_group(f"{prefix}-join0", group, topics=topics, conn=conn, until={
+            "path": "error_code", "not_in": RETRIABLE_COORDINATOR, "timeout_ms": 30000,
+            "interval_ms": 200}),
+        join_group(f"{prefix}-join", group, member_id=ref(f"{prefix}-join0.member_id"),
+                   topics=topics, conn=conn),
+        sync_group(f"{prefix}-sync", group, f"{prefix}-join", assignment, conn=conn),
+    ]
+
+
+def txn_setup(S, tid, init_id="init", topics=None, conn=1, timeout_ms=60000):
+    """Find the transaction coordinator, then InitProducerId."""
+    return [find_coordinator(f"{init_id}-find", tid, 1, conn=conn),
+            init_pid(init_id, tid, timeout_ms=timeout_ms, conn=conn)]
+
+
+# --- foundation -----------------------------------------------------------------
+
+@scenario("api-versions")
+def _api_versions(S):
+    """ApiVersions v0..v4, and an unknown version (KIP-511: answered in the v0
+    format with UNSUPPORTED_VERSION and ApiVersions' own range)."""
+    steps = [step(f"v{v}", "ApiVersions", v, {"client_software_name": "doze-conformance",
+                                              "client_software_version": "1.0"} if v >= 3 else {})
+             for v in range(5)]
+    steps.append(step("v99", "ApiVersions", 99, {"client_software_name": "doze-conformance",
+                                                 "client_software_version": "1.0"},
+                      body_version=4, decode_version=0))
+    steps.append(step("v3-empty-name", "ApiVersions", 3, {"client_software_name": "",
+                                                          "client_software_version": ""}, conn=2))
+    return steps
+
+
+@scenario("endtxn-decisions")
+def _endtxn_decisions(S):
+    """EndTxn's answers to every decision after every state: commit then commit
+    again (success), commit then abort (INVALID_TXN_STATE), abort then abort,
+    abort then commit, a stale epoch, no transaction, unknown ids."""
+    t = f"{S}-t"
+    a, b, c = f"{S}-a", f"{S}-b", f"{S}-c"
+    return [
+        *create_topics("create", [t]),
+        *txn_setup(S, a, "ia"),
+        add_partitions("a-add", a, "ia", {t: [0]}),
+        produce("a-produce", {t: {0: txn_batch("ia", ["a1"], 0)}}, tid=a),
+        end_txn("a-commit", a, "ia", True),
+        wait_txn_state("a-wait", a, "CompleteCommit"),
+        end_txn("a-commit-again", a, "ia", True),
+        end_txn("a-abort-after-commit", a, "ia", False),
+        init_pid("ib", b),
+        add_partitions("b-add", b, "ib", {t: [0]}),
+        produce("b-produce", {t: {0: txn_batch("ib", ["b1"], 0)}}, tid=b),
+        end_txn("b-abort", b, "ib", False),
+        wait_txn_state("b-wait", b, "CompleteAbort"),
+        end_txn("b-abort-again", b, "ib", False),
+        end_txn("b-commit-after-abort", b, "ib", True),
+        init_pid("ic", c),
+        end_txn("c-commit-no-txn", c, "ic", True),
+        end_txn("c-abort-no-txn", c, "ic", False),
+        init_pid("ic2", c, poll=False),
+        end_txn("c-stale-epoch-v4", c, "ic", True),
+        end_txn("c-stale-epoch-v1", c, "ic", False, v=1),
+        end_txn("c-wrong-pid", c, "ic2", True, producer_id=ref("ic2.producer_id", 1000)),
+        end_txn("unknown-tid", f"{S}-nope", "ic2", True),
+        fetch("fetch", {t: {0: 0}}),
+    ]
+
+
+def one_txn(prefix, tid, init_id, topic, partitions, values_seq0=("v",), conn=1):
+    """Add `partitions` of `topic` to the transaction and produce one batch to each."""
+    return [add_partitions(f"{prefix}-add", tid, init_id, {topic: list(partitions)}, conn=conn),
+            produce(f"{prefix}-produce", {topic: {p: txn_batch(init_id, list(values_seq0), 0)
+                                                  for p in partitions}}, tid=tid, conn=conn)]
+
+
+WINDOW_PARTITIONS = 50
+AFTER_MARKERS = "doze-endtxn-answers-after-markers"
+
+
+_AFTER_MARKERS_WHY = ("doze writes the markers before it answers EndTxn, so a request that "
+                      "follows EndTxn finds the transaction complete; Kafka answers EndTxn after "
+                      "PrepareCommit and answers CONCURRENT_TRANSACTIONS until the markers are written")
+
+
+@scenario("endtxn-while-preparing", known_differences={
+    "abort-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 48}, "why": _AFTER_MARKERS_WHY},
+    "commit-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "why": _AFTER_MARKERS_WHY},
+    "add-follow": {"name": AFTER_MARKERS, "doze": {"results_by_topic": [{"results_by_partition": [
+        {"partition_error_code": 0}]}]}, "why": _AFTER_MARKERS_WHY + " (here: a new transaction starts)"},
+    "add-final": {"name": AFTER_MARKERS, "doze": {"transaction_states": [
+        {"transaction_state": "Ongoing"}]}, "why": "the transaction add-follow started"},
+    "init-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "why": _AFTER_MARKERS_WHY},
+})
+def _endtxn_while_preparing(S):
+    """Requests that arrive while EndTxn's markers are still being written (Kafka:
+    CONCURRENT_TRANSACTIONS). A transaction over 50 partitions makes Kafka's window
+    wide; the follow-up goes on a second connection 5 ms after EndTxn was sent, before
+    its answer (pipelined)."""
+    t = f"{S}-t"
+    n = WINDOW_PARTITIONS
+    steps = [*create_topics("create", [(t, n)])]
+    variants = [("abort", "other decision"), ("commit", "same decision again"),
+                ("add", "AddPartitionsToTxn"), ("init", "InitProducerId")]
+    for name, _ in variants:
+        tid = f"{S}-{name}"
+        i = f"i-{name}"
+        steps += txn_setup(S, tid, i)
+        steps += one_txn(name, tid, i, t, range(n))
+        steps.append(end_txn(f"{name}-end", tid, i, True, nowait=True))
+        if name == "abort":
+            steps.append(end_txn(f"{name}-follow", tid, i, False, conn=2, delay_ms=5))
+        elif name == "commit":
+            steps.append(end_txn(f"{name}-follow", tid, i, True, conn=2, delay_ms=5))
+        elif name == "add":
+            steps.append(add_partitions(f"{name}-follow", tid, i, {t: [0]}, conn=2, delay_ms=5))
+        else:
+            steps.append(init_pid(f"{name}-follow", tid, conn=2, delay_ms=5, poll=False,
+                                  retry=RETRY_CONCURRENT))
+        steps.append({"await": f"{name}-end"})
+        steps.append(describe_txn(f"{name}-final", [tid], until={
+            "path": "transaction_states.0.transaction_state",
+            "in": ["CompleteCommit", "CompleteAbort", "Empty", "Ongoing"],
+            "timeout_ms": 30000, "interval_ms": 50}))
+    steps.append(list_offsets("lso", {t: {p: -1 for p in range(3)}}, isolation=1))
+    return steps
+
+
+@scenario("init-producer-id", known_differences={
+    "b2-while-open": {"name": FINISHES_ABORT, "doze": {"error_code": 0},
+                      "why": "Kafka fences, starts the abort and answers CONCURRENT_TRANSACTIONS (the "
+                             "client retries); doze finishes the abort (markers durable) and answers"},
+})
+def _init_producer_id(S):
+    """InitProducerId: a new id; re-init bumps the epoch and fences the old one;
+    re-init while a transaction is open aborts it; KIP-360 bumps with the current
+    (id, epoch); idempotent (no transactional id); bad timeouts; old versions."""
+    t = f"{S}-t"
+    a, b, c = f"{S}-a", f"{S}-b", f"{S}-c"
+    return [
+        *create_topics("create", [t]),
+        *txn_setup(S, a, "a1"),
+        init_pid("a2", a, poll=False),
+        add_partitions("a-fenced-add", a, "a1", {t: [0]}),
+        add_partitions("a-fenced-add-v1", a, "a1", {t: [0]}, v=1),
+        produce("a-fenced-produce", {t: {0: txn_batch("a1", ["x"], 0)}}, tid=a),
+        end_txn("a-fenced-end", a, "a1", True),
+        init_pid("a3-kip360", a, poll=False, producer_id=pid_of("a2"), producer_epoch=epoch_of("a2")),
+        init_pid("a4-kip360-stale", a, poll=False, producer_id=pid_of("a2"),
+                 producer_epoch=epoch_of("a2")),
+        init_pid("a5-kip360-wrong-pid", a, poll=False, producer_id=ref("a2.producer_id", 1000),
+                 producer_epoch=epoch_of("a3-kip360")),
+        init_pid("a6-v0", a, v=0, poll=False),
+        init_pid("a7-v2", a, v=2, poll=False),
+        # re-init while a transaction is open
+        init_pid("b1", b),
+        add_partitions("b-add", b, "b1", {t: [0]}),
+        produce("b-produce", {t: {0: txn_batch("b1", ["b"], 0)}}, tid=b),
+        init_pid("b2-while-open", b, poll=False, retry=RETRY_CONCURRENT),
+        describe_txn("b-state", [b]),
+        fetch("b-fetch", {t: {0: 0}}),
+        # idempotent producers
+        step("idem1", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                            "producer_id": -1, "producer_epoch": -1}),
+        step("idem2", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 0,
+                                            "producer_id": -1, "producer_epoch": -1}),
+        step("idem-v0", "InitProducerId", 0, {"transactional_id": None, "transaction_timeout_ms": 0}),
+        # timeouts
+        init_pid("c-timeout-over-max", c, timeout_ms=900001, poll=False),
+        init_pid("c-timeout-zero", c, timeout_ms=0, poll=False),
+        init_pid("c-timeout-negative", c, timeout_ms=-1, poll=False),
+        init_pid("c-timeout-max", c, timeout_ms=900000),
+        init_pid("empty-tid", "", poll=False),
+    ]
+
+
+@scenario("add-partitions", known_differences={
+    "i2": {"name": FINISHES_ABORT, "doze": {"error_code": 0}, "why": "see init-producer-id"},
+})
+def _add_partitions(S):
+    """AddPartitionsToTxn: success, again, unknown topic (the others are not attempted),
+    unknown partition, stale epoch, wrong producer id, unknown transactional id, v0-v3."""
+    t, u = f"{S}-t", f"{S}-u"
+    a = f"{S}-a"
+    return [
+        *create_topics("create", [(t, 3), (u, 1)]),
+        *txn_setup(S, a, "i"),
+        add_partitions("add", a, "i", {t: [0, 1]}),
+        add_partitions("add-again", a, "i", {t: [0, 1], u: [0]}),
+        add_partitions("add-unknown-topic", a, "i", {t: [2], f"{S}-nope": [0]}),
+        add_partitions("add-unknown-partition", a, "i", {t: [2, 7]}),
+        add_partitions("add-stale-epoch", a, "i", {t: [2]}, epoch=epoch_of("i", -1)),
+        add_partitions("add-future-epoch", a, "i", {t: [2]}, epoch=epoch_of("i", 1)),
+        step("add-wrong-pid", "AddPartitionsToTxn", 3, {
+            "transactional_id": a, "producer_id": ref("i.producer_id", 1000),
+            "producer_epoch": epoch_of("i"), "topics": [{"name": t, "partitions": [2]}]}),
+        step("add-unknown-tid", "AddPartitionsToTxn", 3, {
+            "transactional_id": f"{S}-nope", "producer_id": pid_of("i"),
+            "producer_epoch": epoch_of("i"), "topics": [{"name": t, "partitions": [2]}]}),
+        add_partitions("add-v0", a, "i", {t: [2]}, v=0),
+        add_partitions("add-v2", a, "i", {u: [0]}, v=2),
+        describe_txn("describe", [a]),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        add_partitions("add-after-commit", a, "i", {t: [0]}),
+        describe_txn("describe-after", [a]),
+        init_pid("i2", a, poll=False, retry=RETRY_CONCURRENT),
+        add_partitions("add-fenced-v1", a, "i", {t: [0]}, v=1),
+        add_partitions("add-fenced-v3", a, "i", {t: [0]}, v=3),
+    ]
+
+
+@scenario("add-offsets")
+def _add_offsets(S):
+    """AddOffsetsToTxn: success, again, empty group id, stale epoch, wrong producer id,
+    unknown transactional id, old versions, then EndTxn commit."""
+    a, g = f"{S}-a", f"{S}-g"
+    return [
+        *txn_setup(S, a, "i"),
+        find_coordinator("group-find", g, 0),
+        add_offsets("add", a, "i", g),
+        add_offsets("add-again", a, "i", g),
+        add_offsets("add-other-group", a, "i", f"{S}-g2"),
+        add_offsets("add-empty-group", a, "i", ""),
+        step("add-stale-epoch", "AddOffsetsToTxn", 4, {
+            "transactional_id": a, "producer_id": pid_of("i"), "producer_epoch": epoch_of("i", -1),
+            "group_id": g}),
+        step("add-stale-epoch-v1", "AddOffsetsToTxn", 1, {
+            "transactional_id": a, "producer_id": pid_of("i"), "producer_epoch": epoch_of("i", -1),
+            "group_id": g}),
+        step("add-wrong-pid", "AddOffsetsToTxn", 4, {
+            "transactional_id": a, "producer_id": ref("i.producer_id", 1000),
+            "producer_epoch": epoch_of("i"), "group_id": g}),
+        step("add-unknown-tid", "AddOffsetsToTxn", 4, {
+            "transactional_id": f"{S}-nope", "producer_id": pid_of("i"),
+            "producer_epoch": epoch_of("i"), "group_id": g}),
+        add_offsets("add-v0", a, "i", g, v=0),
+        describe_txn("describe", [a]),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        describe_txn("describe-after", [a]),
+    ]
+
+
+def txn_offset_commit(id, tid, init_id, group, offsets, v=4, generation=-1, member="", conn=1):
+    """offsets: {topic: {partition: offset}}."""
+    req = {"transactional_id": tid, "group_id": group, "producer_id": pid_of(init_id),
+           "producer_epoch": epoch_of(init_id),
+           "topics": [{"name": t, "partitions": [
+               {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                "committed_metadata": "m"} for p, o in ps.items()]} for t, ps in offsets.items()]}
+    if v >= 3:
+        req.update(generation_id=generation, member_id=member, group_instance_id=None)
+    return step(id, "TxnOffsetCommit", v, req, conn=conn)
+
+
+def offset_fetch(id, group, topics, v=9, require_stable=False, conn=1, **kw):
+    """topics: {topic: [partitions]} or None (all)."""
+    tl = None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]
+    if v >= 8:
+        g = {"group_id": group, "topics": tl}
+        if v >= 9:
+            g.update(member_id=None, member_epoch=-1)
+        req = {"groups": [g], "require_stable": require_stable}
+    else:
+        req = {"group_id": group, "topics": tl}
+        if v >= 7:
+            req["require_stable"] = require_stable
+    return step(id, "OffsetFetch", v, req, conn=conn, **kw)
+
+
+def offset_commit(id, group, offsets, v=9, generation=-1, member="", conn=1, **kw):
+    req = {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+           "topics": [{"name": t, "partitions": [
+               {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1,
+                "committed_metadata": ""} for p, o in ps.items()]} for t, ps in offsets.items()]}
+    if v >= 7:
+        req["group_instance_id"] = None
+    if 2 <= v <= 4:
+        req["retention_time_ms"] = -1
+    return step(id, "OffsetCommit", v, req, conn=conn, **kw)
+
+
+@scenario("txn-offset-commit")
+def _txn_offset_commit(S):
+    """TxnOffsetCommit in a group with a member (JoinGroup/SyncGroup first): success,
+    stale generation, unknown member, without AddOffsetsToTxn, unknown partition,
+    v0-v4, then commit and OffsetFetch."""
+    t, g, a, b = f"{S}-t", f"{S}-g", f"{S}-a", f"{S}-b"
+    gen = ref("m-join.generation_id")
+    mem = ref("m-join.member_id")
+    return [
+        *create_topics("create", [(t, 2)]),
+        *group_member("m", g, [t], {t: [0, 1]}),
+        *txn_setup(S, a, "i"),
+        add_offsets("add-offsets", a, "i", g),
+        txn_offset_commit("commit-ok", a, "i", g, {t: {0: 5}}, generation=gen, member=mem),
+        txn_offset_commit("commit-stale-generation", a, "i", g, {t: {0: 6}},
+                          generation=ref("m-join.generation_id", -1), member=mem),
+        txn_offset_commit("commit-future-generation", a, "i", g, {t: {0: 6}},
+                          generation=ref("m-join.generation_id", 1), member=mem),
+        txn_offset_commit("commit-unknown-member", a, "i", g, {t: {0: 6}}, generation=gen,
+                          member="nobody"),
+        txn_offset_commit("commit-no-member", a, "i", g, {t: {1: 7}}),
+        txn_offset_commit("commit-v2", a, "i", g, {t: {1: 8}}, v=2),
+        txn_offset_commit("commit-v0", a, "i", g, {t: {1: 9}}, v=0),
+        txn_offset_commit("commit-unknown-partition", a, "i", g, {t: {9: 1}}, generation=gen,
+                          member=mem),
+        txn_offset_commit("commit-unknown-topic", a, "i", g, {f"{S}-nope": {0: 1}},
+                          generation=gen, member=mem),
+        txn_offset_commit("commit-other-group", a, "i", f"{S}-g2", {t: {0: 1}}),
+        txn_offset_commit("commit-other-group-v3", a, "i", f"{S}-g2", {t: {0: 1}}, v=3),
+        step("commit-stale-epoch", "TxnOffsetCommit", 4, {
+            "transactional_id": a, "group_id": g, "producer_id": pid_of("i"),
+            "producer_epoch": epoch_of("i", -1), "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]}),
+        *txn_setup(S, b, "ib"),
+        txn_offset_commit("b-commit-without-add-v4", b, "ib", g, {t: {0: 1}}),
+        txn_offset_commit("b-commit-without-add-v3", b, "ib", g, {t: {0: 1}}, v=3),
+        offset_fetch("fetch-stable", g, {t: [0, 1]}, require_stable=True),
+        offset_fetch("fetch-unstable-ok", g, {t: [0, 1]}, require_stable=False),
+        end_txn("end-commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        offset_fetch("fetch-after", g, {t: [0, 1]}, require_stable=True),
+        step("heartbeat", "Heartbeat", 4, {"group_id": g, "generation_id": gen, "member_id": mem,
+                                           "group_instance_id": None}),
+    ]
+
+
+@scenario("offset-fetch-require-stable")
+def _offset_fetch_require_stable(S):
+    """OffsetFetch with require_stable (KIP-447) while a transaction holds offsets of the
+    group (UNSTABLE_OFFSET_COMMIT), without it, old versions; after commit and after abort."""
+    t, g, a = f"{S}-t", f"{S}-g", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 2)]),
+        find_coordinator("group-find", g, 0),
+        offset_commit("commit-plain", g, {t: {0: 1, 1: 1}}),
+        *txn_setup(S, a, "i"),
+        add_offsets("add-offsets", a, "i", g),
+        txn_offset_commit("txn-commit", a, "i", g, {t: {0: 10}}),
+        offset_fetch("v9-stable", g, {t: [0, 1]}, require_stable=True),
+        offset_fetch("v9-stable-all", g, None, require_stable=True),
+        offset_fetch("v9-unstable", g, {t: [0, 1]}),
+        offset_fetch("v8-stable", g, {t: [0, 1]}, v=8, require_stable=True),
+        offset_fetch("v7-stable", g, {t: [0, 1]}, v=7, require_stable=True),
+        offset_fetch("v6-stable-v7-only", g, {t: [0, 1]}, v=6),
+        offset_fetch("v1", g, {t: [0, 1]}, v=1),
+        end_txn("end-abort", a, "i", False),
+        wait_txn_state("wait-abort", a, "CompleteAbort"),
+        offset_fetch("after-abort", g, {t: [0, 1]}, require_stable=True),
+        add_offsets("add-offsets-2", a, "i", g),
+        txn_offset_commit("txn-commit-2", a, "i", g, {t: {1: 20}}),
+        offset_fetch("v7-stable-2", g, {t: [0, 1]}, v=7, require_stable=True),
+        end_txn("end-commit", a, "i", True),
+        wait_txn_state("wait-commit", a, "CompleteCommit"),
+        offset_fetch("after-commit", g, {t: [0, 1]}, require_stable=True),
+    ]
+
+
+@scenario("produce-transactional")
+def _produce_transactional(S):
+    """Transactional Produce: to a partition added and not added, with a stale epoch,
+    a wrong producer id, no transactional id, out-of-order and duplicate sequences,
+    then commit and read."""
+    t, a = f"{S}-t", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 3)]),
+        *txn_setup(S, a, "i"),
+        add_partitions("add", a, "i", {t: [0]}),
+        produce("p0-seq0", {t: {0: txn_batch("i", ["a", "b"], 0)}}, tid=a),
+        produce("p0-seq2", {t: {0: txn_batch("i", ["c"], 2)}}, tid=a),
+        produce("p0-duplicate-seq0", {t: {0: txn_batch("i", ["a", "b"], 0)}}, tid=a),
+        produce("p0-duplicate-seq2", {t: {0: txn_batch("i", ["c"], 2)}}, tid=a),
+        produce("p0-out-of-order-seq5", {t: {0: txn_batch("i", ["d"], 5)}}, tid=a),
+        produce("p0-stale-epoch", {t: {0: txn_batch("i", ["e"], 3, epoch=epoch_of("i", -1))}}, tid=a),
+        produce("p0-future-epoch", {t: {0: txn_batch("i", ["e"], 3, epoch=epoch_of("i", 1))}}, tid=a),
+        produce("p1-not-added", {t: {1: txn_batch("i", ["f"], 0)}}, tid=a),
+        produce("p0-no-tid", {t: {0: txn_batch("i", ["g"], 3)}}, tid=None),
+        produce("p0-other-tid", {t: {0: txn_batch("i", ["g"], 3)}}, tid=f"{S}-nope"),
+        produce("p0-wrong-pid", {t: {0: batch(["h"], ref("i.producer_id", 1000), epoch_of("i"), 3,
+                                               transactional=True)}}, tid=a),
+        produce("p0-v3", {t: {0: txn_batch("i", ["i"], 3)}}, tid=a, v=3),
+        produce("p0-seq4-v7", {t: {0: txn_batch("i", ["j"], 4)}}, tid=a, v=7),
+        add_partitions("add-p1", a, "i", {t: [1]}),
+        produce("p1-seq0-first-not-zero", {t: {1: txn_batch("i", ["k"], 3)}}, tid=a),
+        produce("p1-seq0", {t: {1: txn_batch("i", ["k"], 0)}}, tid=a),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        produce("p0-after-commit", {t: {0: txn_batch("i", ["l"], 5)}}, tid=a),
+        fetch("read", {t: {0: 0, 1: 0}}, isolation=1),
+    ]
+
+
+@scenario("fetch-read-committed")
+def _fetch_read_committed(S):
+    """Fetch with read_committed vs read_uncommitted: the last stable offset, the
+    aborted transactions list, committed/aborted/open transactions mixed with plain
+    records, before and after the open one ends."""
+    t, a, b, c = f"{S}-t", f"{S}-a", f"{S}-b", f"{S}-c"
+    plain = lambda id_, v: produce(id_, {t: {0: batch([v])}})  # noqa: E731
+    return [
+        *create_topics("create", [(t, 1)]),
+        plain("plain-1", "p1"),
+        *txn_setup(S, a, "ia"),
+        *txn_setup(S, b, "ib"),
+        *txn_setup(S, c, "ic"),
+        add_partitions("a-add", a, "ia", {t: [0]}),
+        produce("a-1", {t: {0: txn_batch("ia", ["a1", "a2"], 0)}}, tid=a),
+        add_partitions("b-add", b, "ib", {t: [0]}),
+        produce("b-1", {t: {0: txn_batch("ib", ["b1"], 0)}}, tid=b),
+        plain("plain-2", "p2"),
+        produce("a-2", {t: {0: txn_batch("ia", ["a3"], 2)}}, tid=a),
+        end_txn("a-abort", a, "ia", False),
+        wait_txn_state("a-wait", a, "CompleteAbort"),
+        add_partitions("c-add", c, "ic", {t: [0]}),
+        produce("c-1", {t: {0: txn_batch("ic", ["c1"], 0)}}, tid=c),
+        end_txn("c-commit", c, "ic", True),
+        wait_txn_state("c-wait", c, "CompleteCommit"),
+        plain("plain-3", "p3"),
+        fetch("uncommitted-0", {t: {0: 0}}, isolation=0),
+        fetch("committed-0", {t: {0: 0}}, isolation=1),
+        fetch("committed-from-5", {t: {0: 5}}, isolation=1),
+        list_offsets("lso", {t: {0: -1}}, isolation=1),
+        list_offsets("hw", {t: {0: -1}}, isolation=0),
+        end_txn("b-abort", b, "ib", False),
+        wait_txn_state("b-wait", b, "CompleteAbort"),
+        fetch("uncommitted-after", {t: {0: 0}}, isolation=0),
+        fetch("committed-after", {t: {0: 0}}, isolation=1),
+        fetch("committed-after-from-3", {t: {0: 3}}, isolation=1),
+        fetch("committed-v4", {t: {0: 0}}, isolation=1, v=4),
+        list_offsets("lso-after", {t: {0: -1}}, isolation=1),
+    ]
+
+
+@scenario("list-offsets-isolation")
+def _list_offsets_isolation(S):
+    """ListOffsets latest/earliest/max-timestamp/by-time under both isolation levels,
+    with an open transaction, then after it commits; unknown topic/partition; versions."""
+    t, a = f"{S}-t", f"{S}-a"
+    cfg = {"segment.ms": "3153600000000"}    # no time-based roll for the old timestamps below
+    return [
+        *create_topics("create", [(t, 2, cfg)]),
+        produce("plain", {t: {0: batch(["x", "y"], timestamp_ms=1700000000000)}}),
+        *txn_setup(S, a, "i"),
+        add_partitions("add", a, "i", {t: [0]}),
+        produce("txn", {t: {0: batch(["t1"], pid_of("i"), epoch_of("i"), 0, transactional=True,
+                                     timestamp_ms=1700000001000)}}, tid=a),
+        list_offsets("latest-uncommitted", {t: {0: -1, 1: -1}}, isolation=0),
+        list_offsets("latest-committed", {t: {0: -1, 1: -1}}, isolation=1),
+        list_offsets("earliest-committed", {t: {0: -2}}, isolation=1),
+        list_offsets("max-ts-uncommitted", {t: {0: -3}}, isolation=0),
+        list_offsets("max-ts-committed", {t: {0: -3}}, isolation=1),
+        list_offsets("by-time-committed", {t: {0: 1700000000500}}, isolation=1),
+        list_offsets("by-time-uncommitted", {t: {0: 1700000000500}}, isolation=0),
+        list_offsets("by-time-0", {t: {0: 0}}, isolation=0),
+        list_offsets("by-time-future", {t: {0: 1800000000000}}, isolation=0),
+        list_offsets("earliest-local", {t: {0: -4}}, isolation=0),
+        list_offsets("v1", {t: {0: -1}}, isolation=0, v=1),
+        list_offsets("v2-committed", {t: {0: -1}}, isolation=1, v=2),
+        list_offsets("v5-committed", {t: {0: -1}}, isolation=1, v=5),
+        list_offsets("v11-committed", {t: {0: -1}}, isolation=1, v=11),
+        list_offsets("unknown", {f"{S}-nope": {0: -1}, t: {5: -1}}, isolation=0),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        list_offsets("latest-committed-after", {t: {0: -1}}, isolation=1),
+        list_offsets("max-ts-committed-after", {t: {0: -3}}, isolation=1),
+    ]
+
+
+@scenario("describe-transactions")
+def _describe_transactions(S):
+    """DescribeTransactions in every state: Empty, Ongoing (with its partitions),
+    PrepareCommit done (CompleteCommit), CompleteAbort, unknown id, several at once."""
+    t, a, b = f"{S}-t", f"{S}-a", f"{S}-b"
+    return [
+        *create_topics("create", [(t, 2)]),
+        *txn_setup(S, a, "ia"),
+        describe_txn("empty", [a]),
+        add_partitions("add", a, "ia", {t: [0, 1]}),
+        describe_txn("ongoing-added", [a]),
+        produce("produce", {t: {0: txn_batch("ia", ["v"], 0)}}, tid=a),
+        describe_txn("ongoing", [a]),
+        end_txn("commit", a, "ia", True),
+        wait_txn_state("complete-commit", a, "CompleteCommit"),
+        *txn_setup(S, b, "ib"),
+        add_offsets("b-add-offsets", b, "ib", f"{S}-g"),
+        describe_txn("b-ongoing-offsets", [b]),
+        end_txn("b-abort", b, "ib", False),
+        wait_txn_state("complete-abort", b, "CompleteAbort"),
+        describe_txn("unknown", [f"{S}-nope"]),
+        describe_txn("several", [a, f"{S}-nope", b]),
+        describe_txn("none", []),
+    ]
+
+
+def list_txn(id, states=(), pids=(), v=1, duration=-1, **kw):
+    req = {"state_filters": list(states), "producer_id_filters": list(pids)}
+    if v >= 1:
+        req["duration_filter"] = duration
+    return step(id, "ListTransactions", v, req, **kw)
+
+
+@scenario("list-transactions")
+def _list_transactions(S):
+    """ListTransactions filtered by producer id (other scenarios' transactions are in
+    the same broker) and state; an unknown state filter; the duration filter (v1)."""
+    t, a, b = f"{S}-t", f"{S}-a", f"{S}-b"
+    keep = {"path": "transaction_states", "field": "transactional_id", "prefix": S}
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "ia"),
+        *txn_setup(S, b, "ib"),
+        add_partitions("a-add", a, "ia", {t: [0]}),
+        list_txn("by-pid-a", pids=[pid_of("ia")]),
+        list_txn("by-pid-b", pids=[pid_of("ib")]),
+        list_txn("by-pid-and-state", states=["Ongoing"], pids=[pid_of("ia")]),
+        list_txn("by-pid-wrong-state", states=["CompleteCommit"], pids=[pid_of("ia")]),
+        list_txn("ongoing-mine", states=["Ongoing"], keep=keep),
+        list_txn("empty-mine", states=["Empty"], keep=keep),
+        list_txn("unknown-state", states=["Ongoing", "Bogus"], pids=[pid_of("ia")]),
+        list_txn("duration-long", pids=[pid_of("ia")], duration=3600000),
+        list_txn("duration-zero", pids=[pid_of("ia")], duration=0),
+        list_txn("v0", pids=[pid_of("ia")], v=0),
+        end_txn("a-commit", a, "ia", True),
+        list_txn("after-commit", pids=[pid_of("ia")], until={
+            "path": "transaction_states.0.transaction_state", "equals": "CompleteCommit",
+            "timeout_ms": 30000, "interval_ms": 50}),
+        list_txn("pid-unknown", pids=[ref("ib.producer_id", 100000)]),
+    ]
+
+
+@scenario("describe-producers")
+def _describe_producers(S):
+    """DescribeProducers: idempotent and transactional producers' state per partition
+    (last sequence, epoch, current transaction start offset); unknown topic/partition."""
+    t, a = f"{S}-t", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 2)]),
+        step("idem", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 0,
+                                           "producer_id": -1, "producer_epoch": -1}),
+        produce("idem-1", {t: {0: batch(["a", "b", "c"], pid_of("idem"), epoch_of("idem"), 0)}}),
+        produce("idem-2", {t: {0: batch(["d"], pid_of("idem"), epoch_of("idem"), 3)}}),
+        *txn_setup(S, a, "i"),
+        add_partitions("add", a, "i", {t: [0, 1]}),
+        produce("txn-1", {t: {0: txn_batch("i", ["t"], 0), 1: txn_batch("i", ["u"], 0)}}, tid=a),
+        step("during", "DescribeProducers", 0, {"topics": [{"name": t, "partition_indexes": [0, 1]}]}),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("wait", a, "CompleteCommit"),
+        step("after", "DescribeProducers", 0, {"topics": [{"name": t, "partition_indexes": [0, 1]}]}),
+        step("unknown", "DescribeProducers", 0, {"topics": [
+            {"name": t, "partition_indexes": [7]}, {"name": f"{S}-nope", "partition_indexes": [0]}]}),
+    ]
+
+
+@scenario("transaction-timeout", broker_settings={
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+def _transaction_timeout(S):
+    """A transaction with a 1 s timeout is aborted by the coordinator (the check runs
+    every transaction.abort.timed.out.transaction.cleanup.interval.ms, set low here);
+    the producer's next calls are fenced; a new InitProducerId works."""
+    t, a = f"{S}-t", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "i", timeout_ms=1000),
+        add_partitions("add", a, "i", {t: [0]}),
+        produce("produce", {t: {0: txn_batch("i", ["v"], 0)}}, tid=a),
+        {"sleep_ms": 1500},
+        wait_txn_state("aborted", a, "CompleteAbort"),
+        add_partitions("fenced-add", a, "i", {t: [0]}),
+        produce("fenced-produce", {t: {0: txn_batch("i", ["w"], 1)}}, tid=a),
+        end_txn("fenced-commit", a, "i", True),
+        end_txn("fenced-abort", a, "i", False),
+        add_offsets("fenced-add-offsets", a, "i", f"{S}-g"),
+        fetch("read-uncommitted", {t: {0: 0}}),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        init_pid("reinit", a, poll=False),
+        add_partitions("add-after", a, "reinit", {t: [0]}),
+        end_txn("abort-after", a, "reinit", False),
+    ]
+
+
+# --- foundation APIs ----------------------------------------------------------------
+
+_SYNC_CREATE = {"name": "doze-auto-creates-synchronously",
+                "doze": {"topics": [{"error_code": 0}]},
+                "why": "Kafka asks the controller to create the topic and answers "
+                       "UNKNOWN_TOPIC_OR_PARTITION meanwhile (the client retries); doze creates it "
+                       "before answering"}
+
+
+@scenario("metadata", known_differences={"auto-create": _SYNC_CREATE, "auto-create-v3": _SYNC_CREATE})
+def _metadata(S):
+    """Metadata: named topics in every version, unknown topic with and without
+    auto-creation, an invalid name, an empty list."""
+    t, u = f"{S}-t", f"{S}-u"
+    steps = [*create_topics("create", [(t, 3), (u, 1)])]
+    for v in (0, 1, 4, 7, 8, 9, 10, 11, 12):
+        steps.append(metadata(f"v{v}", [t, u], v=v))
+    steps += [
+        metadata("unknown-no-create", [f"{S}-nope"]),
+        metadata("invalid-name", ["bad name!"]),
+        metadata("empty-list", []),
+        metadata("auto-create", [f"{S}-auto"], auto_create=True),
+        metadata("auto-created", [f"{S}-auto"], until={"path": "topics.0.error_code", "equals": 0,
+                                                       "timeout_ms": 30000, "interval_ms": 50}),
+        metadata("auto-create-v3", [f"{S}-auto3"], v=3),
+    ]
+    return steps
+
+
+@scenario("create-topics")
+def _create_topics(S):
+    """CreateTopics: success (v7 lists the configs), already exists, invalid name,
+    bad partition counts and replication factors, invalid config, manual assignment,
+    validate_only, duplicates in one request, defaults (-1), old versions."""
+    def ct(id, topics, v=7, validate_only=False):
+        return step(id, "CreateTopics", v, {"topics": [
+            dict({"replication_factor": 1, "num_partitions": 1, "assignments": [], "configs": []}, **t)
+            for t in topics], "timeout_ms": 30000, "validate_only": validate_only})
+    return [
+        ct("ok-v7", [{"name": f"{S}-a", "num_partitions": 2}]),
+        wait_topics("ok-wait", [f"{S}-a"]),
+        ct("exists", [{"name": f"{S}-a"}]),
+        ct("invalid-name", [{"name": "bad name!"}]),
+        ct("invalid-name-dots", [{"name": ".."}]),
+        ct("too-long-name", [{"name": "x" * 250}]),
+        ct("zero-partitions", [{"name": f"{S}-z", "num_partitions": 0}]),
+        ct("negative-partitions", [{"name": f"{S}-n", "num_partitions": -5}]),
+        ct("replication-3", [{"name": f"{S}-r", "replication_factor": 3}]),
+        ct("replication-0", [{"name": f"{S}-r0", "replication_factor": 0}]),
+        ct("bad-config", [{"name": f"{S}-c", "configs": [{"name": "retention.ms", "value": "abc"}]}]),
+        ct("unknown-config", [{"name": f"{S}-c2", "configs": [{"name": "no.such.config", "value": "1"}]}]),
+        ct("with-config-v7", [{"name": f"{S}-c3", "configs": [{"name": "retention.ms", "value": "1000"},
+                                                             {"name": "cleanup.policy", "value": "compact"}]}]),
+        ct("defaults", [{"name": f"{S}-d", "num_partitions": -1, "replication_factor": -1}]),
+        ct("assignment", [{"name": f"{S}-m", "num_partitions": -1, "replication_factor": -1,
+                           "assignments": [{"partition_index": 0, "broker_ids": [1]},
+                                           {"partition_index": 1, "broker_ids": [1]}]}]),
+        ct("bad-assignment", [{"name": f"{S}-m2", "num_partitions": -1, "replication_factor": -1,
+                               "assignments": [{"partition_index": 0, "broker_ids": [7]}]}]),
+        ct("assignment-and-count", [{"name": f"{S}-m3", "num_partitions": 2,
+                                     "assignments": [{"partition_index": 0, "broker_ids": [1]}]}]),
+        ct("validate-only-v7", [{"name": f"{S}-v", "num_partitions": 3}], validate_only=True),
+        metadata("validate-only-left-nothing", [f"{S}-v"]),
+        ct("duplicate", [{"name": f"{S}-dup"}, {"name": f"{S}-dup"}]),
+        ct("two", [{"name": f"{S}-b"}, {"name": f"{S}-a"}], v=4),
+        ct("v2", [{"name": f"{S}-e"}], v=2),
+        wait_topics("final-wait", [f"{S}-a", f"{S}-b", f"{S}-c3", f"{S}-d", f"{S}-m", f"{S}-e"]),
+    ]
+
+
+@scenario("delete-topics")
+def _delete_topics(S):
+    """DeleteTopics by name (v1-v5 topic_names, v6 topics) and by id; unknown name,
+    unknown id; a produce to the deleted topic; re-creating it."""
+    a, b, c = f"{S}-a", f"{S}-b", f"{S}-c"
+    return [
+        *create_topics("create", [a, b, c], v=7),
+        step("delete-v6", "DeleteTopics", 6, {"topics": [{"name": a, "topic_id": {"$uuid": "0" * 32}}],
+                                              "timeout_ms": 30000}),
+        step("delete-v6-by-id", "DeleteTopics", 6, {"topics": [
+            {"name": None, "topic_id": ref("create.topics.1.topic_id")}], "timeout_ms": 30000}),
+        step("delete-v5", "DeleteTopics", 5, {"topic_names": [c, f"{S}-nope"], "timeout_ms": 30000}),
+        step("delete-v1-unknown", "DeleteTopics", 1, {"topic_names": [f"{S}-nope"], "timeout_ms": 30000}),
+        step("delete-v6-unknown-id", "DeleteTopics", 6, {"topics": [
+            {"name": None, "topic_id": {"$uuid": "0123456789abcdef0123456789abcdef"}}], "timeout_ms": 30000}),
+        step("delete-again", "DeleteTopics", 6, {"topics": [{"name": a, "topic_id": {"$uuid": "0" * 32}}],
+                                                 "timeout_ms": 30000}),
+        metadata("gone", [a, b, c], until={"path": "topics.*.error_code", "equals": 3,
+                                           "timeout_ms": 30000, "interval_ms": 50}),
+        produce("produce-deleted", {a: {0: batch(["x"])}}),
+        *create_topics("recreate", [a]),
+    ]
+
+
+@scenario("create-partitions")
+def _create_partitions(S):
+    """CreatePartitions: grow, same count, shrink, unknown topic, validate_only,
+    manual assignment, duplicate topic in one request, versions."""
+    t, u = f"{S}-t", f"{S}-u"
+
+    def cp(id, topics, v=3, validate_only=False):
+        return step(id, "CreatePartitions", v, {"topics": [
+            {"name": n, "count": c, "assignments": asg} for n, c, asg in topics],
+            "timeout_ms": 30000, "validate_only": validate_only})
+    return [
+        *create_topics("create", [(t, 1), (u, 2)]),
+        cp("grow", [(t, 3, None)]),
+        metadata("grown", [t], until={"path": "topics.0.partitions.*.partition_index", "count": 3,
+                                      "timeout_ms": 30000, "interval_ms": 50}),
+        cp("same", [(t, 3, None)]),
+        cp("shrink", [(t, 2, None)]),
+        cp("unknown", [(f"{S}-nope", 2, None)]),
+        cp("validate-only", [(u, 4, None)], validate_only=True),
+        metadata("not-grown", [u]),
+        cp("assignment", [(u, 3, [{"broker_ids": [1]}])]),
+        cp("bad-assignment-count", [(u, 5, [{"broker_ids": [1]}])]),
+        cp("bad-assignment-broker", [(u, 4, [{"broker_ids": [9]}])]),
+        cp("duplicate", [(t, 5, None), (t, 6, None)]),
+        cp("v0", [(t, 4, None)], v=0),
+        metadata("final", [t, u], until={"path": "topics.0.partitions.*.partition_index", "count": 4,
+                                         "timeout_ms": 30000, "interval_ms": 50}),
+    ]
+
+
+@scenario("produce-errors")
+def _produce_errors(S):
+    """Produce: success, unknown topic and partition, corrupt CRC, bad acks, message
+    too large, magic 1, two batches, records count mismatch, idempotent sequence
+    errors, old versions."""
+    t, small = f"{S}-t", f"{S}-small"
+    return [
+        *create_topics("create", [(t, 2), (small, 1, {"max.message.bytes": "200"})]),
+        produce("ok", {t: {0: batch(["a", "b"]), 1: batch(["c"])}}),
+        produce("ok-acks1", {t: {0: batch(["d"])}}, acks=1),
+        produce("unknown-topic", {f"{S}-nope": {0: batch(["x"])}}),
+        produce("unknown-partition", {t: {5: batch(["x"])}}),
+        produce("mixed", {t: {0: batch(["e"]), 9: batch(["x"])}}),
+        produce("corrupt-crc", {t: {0: batch(["x"], corrupt_crc=True)}}),
+        produce("acks-2", {t: {0: batch(["x"])}}, acks=2),
+        produce("too-large", {small: {0: batch(["x" * 300])}}),
+        produce("fits", {small: {0: batch(["x" * 50])}}),
+        produce("magic-1", {t: {0: batch(["x"], magic=1)}}),
+        produce("two-batches", {t: {0: {"$batches": [batch(["x"]), batch(["y"])]}}}),
+        produce("count-mismatch", {t: {0: batch(["x", "y"], records_count=5)}}),
+        produce("empty-records", {t: {0: {"$hex": ""}}}),
+        step("idem", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 0,
+                                           "producer_id": -1, "producer_epoch": -1}),
+        produce("idem-seq0", {t: {1: batch(["i0", "i1"], pid_of("idem"), epoch_of("idem"), 0)}}),
+        produce("idem-dup", {t: {1: batch(["i0", "i1"], pid_of("idem"), epoch_of("idem"), 0)}}),
+        produce("idem-gap", {t: {1: batch(["i5"], pid_of("idem"), epoch_of("idem"), 5)}}),
+        produce("idem-seq2", {t: {1: batch(["i2"], pid_of("idem"), epoch_of("idem"), 2)}}),
+        produce("idem-old-epoch", {t: {1: batch(["i3"], pid_of("idem"), epoch_of("idem", -1), 3)}}),
+        produce("idem-new-epoch-seq3", {t: {1: batch(["i3"], pid_of("idem"), epoch_of("idem", 1), 3)}}),
+        produce("idem-new-epoch-seq0", {t: {1: batch(["i3"], pid_of("idem"), epoch_of("idem", 1), 0)}}),
+        produce("idem-unknown-pid", {t: {0: batch(["u"], ref("idem.producer_id", 1000), 0, 7)}}),
+        produce("no-seq", {t: {0: batch(["u"], pid_of("idem"), 0, -1)}}),
+        produce("v3", {t: {0: batch(["f"])}}, v=3),
+        produce("v8-unknown-partition", {t: {7: batch(["f"])}}, v=8),
+        produce("v2-refused", {t: {0: batch(["f"])}}, v=2),
+        fetch("read", {t: {0: 0, 1: 0}}),
+    ]
+
+
+@scenario("fetch", known_differences={
+    "new-session": {"name": "doze-no-fetch-sessions", "doze": {"session_id": 0},
+                    "why": "doze answers every Fetch sessionless (KIP-227 allows it: session id 0 "
+                           "tells the client to send full requests)"},
+    "small-partition-max": {"name": "doze-fetch-whole-batches", "doze": {"responses": [{"partitions": [
+        {"records": {"batches": [{"header": {"base_offset": 0}}]}}]}]},
+        "why": "Kafka cuts the records at partition_max_bytes, leaving a partial batch the "
+               "client drops; doze sends whole batches only (at least one)"},
+})
+def _fetch(S):
+    """Fetch: from the start, from the middle, at the end, past the end, before the
+    start, unknown topic and partition, small max bytes, a session id, versions."""
+    t = f"{S}-t"
+    steps = [*create_topics("create", [(t, 2)])]
+    for i in range(3):
+        steps.append(produce(f"p{i}", {t: {0: batch([f"v{i}a", f"v{i}b"])}}))
+    steps += [
+        fetch("from-0", {t: {0: 0, 1: 0}}),
+        fetch("from-3", {t: {0: 3}}),
+        fetch("at-end", {t: {0: 6}}),
+        fetch("past-end", {t: {0: 7}}),
+        fetch("negative", {t: {0: -1}}),
+        fetch("unknown", {f"{S}-nope": {0: 0}, t: {9: 0}}),
+        step("small-max-bytes", "Fetch", 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 10,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                     "partition_max_bytes": 10}]}],
+            "forgotten_topics_data": [], "rack_id": ""}),
+        step("small-partition-max", "Fetch", 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 100000,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                     "partition_max_bytes": 100}]}],
+            "forgotten_topics_data": [], "rack_id": ""}),
+        step("unknown-session", "Fetch", 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 100000,
+            "isolation_level": 0, "session_id": 12345, "session_epoch": 1,
+            "topics": [{"topic": t, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                     "partition_max_bytes": 100000}]}],
+            "forgotten_topics_data": [], "rack_id": ""}),
+        step("new-session", "Fetch", 12, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 100000,
+            "isolation_level": 0, "session_id": 0, "session_epoch": 0,
+            "topics": [{"topic": t, "partitions": [{"partition": 0, "fetch_offset": 4,
+                                                     "partition_max_bytes": 100000}]}],
+            "forgotten_topics_data": [], "rack_id": ""}),
+        fetch("wait-timeout", {t: {1: 0}}, max_wait_ms=200),
+        fetch("v4", {t: {0: 2}}, v=4),
+        fetch("v11", {t: {0: 2}}, v=11),
+        fetch("v3-refused", {t: {0: 2}}, v=3),
+    ]
+    return steps
+
+
+@scenario("list-offsets")
+def _list_offsets(S):
+    """ListOffsets: earliest, latest, max timestamp, by timestamp, on an empty
+    partition, unknown topic/partition, versions."""
+    t = f"{S}-t"
+    cfg = {"segment.ms": "3153600000000"}
+    return [
+        *create_topics("create", [(t, 2, cfg)]),
+        produce("p1", {t: {0: batch(["a", "b"], timestamp_ms=1700000000000)}}),
+        produce("p2", {t: {0: batch(["c"], timestamp_ms=1700000005000)}}),
+        produce("p3", {t: {0: batch(["d"], timestamp_ms=1700000002000)}}),
+        list_offsets("earliest", {t: {0: -2, 1: -2}}),
+        list_offsets("latest", {t: {0: -1, 1: -1}}),
+        list_offsets("max-ts", {t: {0: -3, 1: -3}}),
+        list_offsets("by-time", {t: {0: 1700000001000}}),
+        list_offsets("by-time-exact", {t: {0: 1700000005000}}),
+        list_offsets("by-time-after-all", {t: {0: 1700000009000}}),
+        list_offsets("by-time-empty", {t: {1: 1700000000000}}),
+        list_offsets("earliest-local", {t: {0: -4}}),
+        list_offsets("latest-tiered", {t: {0: -5}}, v=9),
+        list_offsets("unknown", {f"{S}-nope": {0: -1}, t: {3: -1}}),
+        list_offsets("v1", {t: {0: -1}}, v=1),
+        list_offsets("v4", {t: {0: 1700000001000}}, v=4),
+        list_offsets("v7-max", {t: {0: -3}}, v=7),
+        list_offsets("v6-max", {t: {0: -3}}, v=6),
+        list_offsets("v11", {t: {0: -2}}, v=11),
+        list_offsets("v0-refused", {t: {0: -1}}, v=0),
+    ]
+
+
+@scenario("delete-records")
+def _delete_records(S):
+    """DeleteRecords: to an offset, to the high watermark (-1), beyond it, below the
+    current start; then Fetch before the start and ListOffsets earliest."""
+    t = f"{S}-t"
+
+    def dr(id, parts, v=2):
+        return step(id, "DeleteRecords", v, {"topics": [{"name": t, "partitions": [
+            {"partition_index": p, "offset": o} for p, o in parts.items()]}], "timeout_ms": 30000})
+    return [
+        *create_topics("create", [(t, 2)]),
+        produce("p1", {t: {0: batch(["a", "b"])}}),
+        produce("p2", {t: {0: batch(["c", "d"])}}),
+        dr("to-1", {0: 1}),
+        fetch("fetch-0", {t: {0: 0}}),
+        fetch("fetch-1", {t: {0: 1}}),
+        list_offsets("earliest", {t: {0: -2}}),
+        dr("back-to-0", {0: 0}),
+        dr("to-3", {0: 3}, v=0),
+        dr("beyond", {0: 10}),
+        dr("to-hw", {0: -1, 1: -1}),
+        dr("unknown-partition", {7: 0}),
+        step("unknown-topic", "DeleteRecords", 2, {"topics": [{"name": f"{S}-nope", "partitions": [
+            {"partition_index": 0, "offset": 0}]}], "timeout_ms": 30000}),
+        list_offsets("after", {t: {0: -2, 1: -2}}),
+        produce("p3", {t: {0: batch(["e"])}}),
+        fetch("fetch-after", {t: {0: 4}}),
+    ]
+
+
+def describe_configs(id, resources, v=4, synonyms=False, **kw):
+    """resources: [(type, name, keys or None)]."""
+    return step(id, "DescribeConfigs", v, {"resources": [
+        {"resource_type": rt, "resource_name": n, "configuration_keys": keys}
+        for rt, n, keys in resources], "include_synonyms": synonyms,
+        **({"include_documentation": False} if v >= 3 else {})}, **kw)
+
+
+TOPIC_KEYS = ["cleanup.policy", "retention.ms", "retention.bytes", "segment.bytes", "max.message.bytes",
+              "min.insync.replicas", "message.timestamp.type", "compression.type"]
+BROKER_KEYS = ["num.partitions", "log.retention.ms", "message.max.bytes", "auto.create.topics.enable",
+               "log.segment.bytes", "default.replication.factor"]
+
+
+@scenario("describe-configs")
+def _describe_configs(S):
+    """DescribeConfigs of a topic (named keys: doze lists fewer configs than Kafka when
+    asked for all), with an override, with synonyms, of the broker, unknown topic,
+    unknown broker, versions."""
+    t, u = f"{S}-t", f"{S}-u"
+    return [
+        *create_topics("create", [(t, 1), (u, 1, {"retention.ms": "123456", "cleanup.policy": "compact"})]),
+        describe_configs("topic", [(2, t, TOPIC_KEYS)]),
+        describe_configs("topic-override", [(2, u, TOPIC_KEYS)]),
+        describe_configs("topic-synonyms", [(2, u, ["retention.ms", "cleanup.policy", "segment.bytes"])],
+                         synonyms=True),
+        describe_configs("topic-unknown-key", [(2, t, ["no.such.config"])]),
+        describe_configs("broker", [(4, "1", BROKER_KEYS)]),
+        describe_configs("broker-synonyms", [(4, "1", ["log.retention.ms", "num.partitions"])], synonyms=True),
+        describe_configs("broker-default", [(4, "", ["log.retention.ms"])]),
+        describe_configs("broker-wrong-id", [(4, "7", ["num.partitions"])]),
+        describe_configs("broker-bad-id", [(4, "abc", ["num.partitions"])]),
+        describe_configs("unknown-topic", [(2, f"{S}-nope", ["retention.ms"])]),
+        describe_configs("two", [(2, t, ["retention.ms"]), (2, u, ["retention.ms"])]),
+        describe_configs("v1", [(2, u, ["retention.ms"])], v=1),
+        describe_configs("v1-synonyms", [(2, u, ["retention.ms"])], v=1, synonyms=True),
+        describe_configs("unknown-type", [(99, "x", ["a"])]),
+    ]
+
+
+@scenario("alter-configs")
+def _alter_configs(S):
+    """AlterConfigs (replaces a topic's overrides) and IncrementalAlterConfigs (SET,
+    DELETE, APPEND, SUBTRACT), validate_only, invalid values and names, unknown topic,
+    then DescribeConfigs."""
+    t = f"{S}-t"
+
+    def ac(id, configs, v=2, validate_only=False, name=t, rtype=2):
+        return step(id, "AlterConfigs", v, {"resources": [
+            {"resource_type": rtype, "resource_name": name,
+             "configs": [{"name": k, "value": val} for k, val in configs.items()]}],
+            "validate_only": validate_only})
+
+    def iac(id, ops, v=1, validate_only=False, name=t, rtype=2):
+        return step(id, "IncrementalAlterConfigs", v, {"resources": [
+            {"resource_type": rtype, "resource_name": name,
+             "configs": [{"name": k, "config_operation": op, "value": val} for k, op, val in ops]}],
+            "validate_only": validate_only})
+    keys = ["retention.ms", "cleanup.policy", "segment.bytes", "max.message.bytes"]
+    return [
+        *create_topics("create", [(t, 1, {"segment.bytes": "1048576"})]),
+        ac("alter", {"retention.ms": "1000", "cleanup.policy": "compact"}),
+        describe_configs("after-alter", [(2, t, keys)]),
+        ac("alter-validate-only", {"retention.ms": "2000"}, validate_only=True),
+        ac("alter-bad-value", {"retention.ms": "abc"}),
+        ac("alter-unknown-name", {"no.such.config": "1"}),
+        ac("alter-unknown-topic", {"retention.ms": "1"}, name=f"{S}-nope"),
+        ac("alter-v0", {"max.message.bytes": "5000"}, v=0),
+        describe_configs("after-alter-v0", [(2, t, keys)]),
+        iac("inc-set", [("retention.ms", 0, "5000")]),
+        iac("inc-delete", [("max.message.bytes", 1, None)]),
+        iac("inc-append", [("cleanup.policy", 2, "delete")]),
+        describe_configs("after-inc", [(2, t, keys)]),
+        iac("inc-subtract", [("cleanup.policy", 3, "compact")]),
+        iac("inc-append-non-list", [("retention.ms", 2, "1")]),
+        iac("inc-bad-op", [("retention.ms", 9, "1")]),
+        iac("inc-bad-value", [("retention.ms", 0, "abc")]),
+        iac("inc-unknown-name", [("no.such.config", 0, "1")]),
+        iac("inc-validate-only", [("retention.ms", 0, "7")], validate_only=True),
+        iac("inc-duplicate", [("retention.ms", 0, "7"), ("retention.ms", 0, "8")]),
+        iac("inc-v0", [("segment.bytes", 0, "2097152")], v=0),
+        describe_configs("final", [(2, t, keys)]),
+    ]
+
+
+@scenario("describe-cluster")
+def _describe_cluster(S):
+    """DescribeCluster v0 and v1, with authorized operations, and a controller endpoint type."""
+    return [
+        step("v0", "DescribeCluster", 0, {"include_cluster_authorized_operations": False}),
+        step("v0-ops", "DescribeCluster", 0, {"include_cluster_authorized_operations": True}),
+        step("v1-brokers", "DescribeCluster", 1, {"include_cluster_authorized_operations": False,
+                                                  "endpoint_type": 1}),
+        step("v1-controllers", "DescribeCluster", 1, {"include_cluster_authorized_operations": False,
+                                                      "endpoint_type": 2}),
+        step("v1-bad-type", "DescribeCluster", 1, {"include_cluster_authorized_operations": False,
+                                                   "endpoint_type": 7}),
+    ]
+
+
+@scenario("find-coordinator")
+def _find_coordinator(S):
+    """FindCoordinator for groups and transactional ids, v0-v5, several keys (v4+), an
+    invalid key type, an empty key."""
+    g, a = f"{S}-g", f"{S}-a"
+    return [
+        find_coordinator("v4-group", g, 0),
+        find_coordinator("v4-txn", a, 1),
+        step("v0", "FindCoordinator", 0, {"key": g}),
+        step("v1", "FindCoordinator", 1, {"key": g, "key_type": 0}),
+        step("v2-txn", "FindCoordinator", 2, {"key": a, "key_type": 1}),
+        step("v3", "FindCoordinator", 3, {"key": g, "key_type": 0}),
+        step("v4-several", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": [g, f"{S}-g2"]}),
+        step("v5", "FindCoordinator", 5, {"key_type": 0, "coordinator_keys": [g]}),
+        step("v4-bad-type", "FindCoordinator", 4, {"key_type": 9, "coordinator_keys": [g]}),
+        step("v3-bad-type", "FindCoordinator", 3, {"key": g, "key_type": 9}),
+        step("v4-empty-key", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": [""]}),
+        step("v4-empty-txn-key", "FindCoordinator", 4, {"key_type": 1, "coordinator_keys": [""]}),
+        step("v4-no-keys", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": []}),
+    ]
+
+
+@scenario("group-membership")
+def _group_membership(S):
+    """The classic group protocol: JoinGroup (MEMBER_ID_REQUIRED, then with the id),
+    SyncGroup, Heartbeat (ok, stale generation, unknown member, unknown group),
+    LeaveGroup, and rejoining; bad session timeouts; old versions."""
+    t, g = f"{S}-t", f"{S}-g"
+    gen, mem = ref("m-join.generation_id"), ref("m-join.member_id")
+
+    def hb(id, generation, member, group=g, v=4):
+        req = {"group_id": group, "generation_id": generation, "member_id": member}
+        if v >= 3:
+            req["group_instance_id"] = None
+        return step(id, "Heartbeat", v, req)
+    return [
+        *create_topics("create", [(t, 2)]),
+        *group_member("m", g, [t], {t: [0, 1]}),
+        hb("hb-ok", gen, mem),
+        hb("hb-v0", gen, mem, v=0),
+        hb("hb-stale-generation", ref("m-join.generation_id", -1), mem),
+        hb("hb-unknown-member", gen, "nobody"),
+        hb("hb-unknown-group", 1, "nobody", group=f"{S}-nope"),
+        step("sync-stale-generation", "SyncGroup", 5, {
+            "group_id": g, "generation_id": ref("m-join.generation_id", 5), "member_id": mem,
+            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": []}),
+        step("sync-wrong-protocol", "SyncGroup", 5, {
+            "group_id": g, "generation_id": gen, "member_id": mem,
+            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "roundrobin",
+            "assignments": []}),
+        join_group("join-bad-session", g, member_id="", topics=[t], session_timeout_ms=10),
+        join_group("join-huge-session", g, member_id="", topics=[t], session_timeout_ms=99999999),
+        step("join-bad-protocol-type", "JoinGroup", 9, {
+            "group_id": g, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": mem, "group_instance_id": None, "protocol_type": "connect",
+            "protocols": [{"name": "range", "metadata": {"$hex": ""}}], "reason": None}),
+        join_group("rejoin-same", g, member_id=mem, topics=[t]),
+        step("describe", "DescribeGroups", 5, {"groups": [g], "include_authorized_operations": False}),
+        step("leave-v5", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": mem, "group_instance_id": None, "reason": "done"}]}),
+        hb("hb-after-leave", gen, mem),
+        step("leave-again", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": mem, "group_instance_id": None, "reason": None}]}),
+        step("leave-v0-unknown", "LeaveGroup", 0, {"group_id": g, "member_id": "nobody"}),
+        step("leave-unknown-group", "LeaveGroup", 4, {"group_id": f"{S}-nope", "members": [
+            {"member_id": "x", "group_instance_id": None}]}),
+        step("join-v3", "JoinGroup", 3, {
+            "group_id": f"{S}-g3", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": {"$subscription": [t]}}]}),
+        step("describe-g3", "DescribeGroups", 5, {"groups": [f"{S}-g3"],
+                                                 "include_authorized_operations": False}),
+        step("join-empty-group-id", "JoinGroup", 9, {
+            "group_id": "", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": {"$subscription": [t]}}], "reason": None}),
+    ]
+
+
+@scenario("offset-commit-fetch")
+def _offset_commit_fetch(S):
+    """OffsetCommit (standalone, by a member, stale generation, unknown member, unknown
+    topic, large metadata) and OffsetFetch (named partitions, all, unknown group,
+    several groups at once in v8+), versions."""
+    t, g, s = f"{S}-t", f"{S}-g", f"{S}-simple"
+    gen, mem = ref("m-join.generation_id"), ref("m-join.member_id")
+    return [
+        *create_topics("create", [(t, 3)]),
+        find_coordinator("find-simple", s, 0),
+        offset_commit("simple", s, {t: {0: 5, 1: 6}}),
+        offset_commit("simple-v2", s, {t: {2: 7}}, v=2),
+        offset_fetch("simple-fetch", s, {t: [0, 1, 2]}),
+        offset_fetch("simple-fetch-all", s, None),
+        offset_fetch("simple-fetch-v1", s, {t: [0, 1, 2]}, v=1),
+        offset_fetch("simple-fetch-v5", s, {t: [0, 1, 2]}, v=5),
+        offset_commit("unknown-topic", s, {f"{S}-nope": {0: 1}}),
+        offset_commit("unknown-partition", s, {t: {9: 1}}),
+        step("large-metadata", "OffsetCommit", 9, {
+            "group_id": s, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": "m" * 5000}]}]}),
+        *group_member("m", g, [t], {t: [0, 1, 2]}),
+        offset_commit("member", g, {t: {0: 10}}, generation=gen, member=mem),
+        offset_commit("member-stale-generation", g, {t: {0: 11}},
+                      generation=ref("m-join.generation_id", -1), member=mem),
+        offset_commit("member-unknown", g, {t: {0: 12}}, generation=gen, member="nobody"),
+        offset_commit("no-member-in-active-group", g, {t: {0: 13}}),
+        offset_fetch("member-fetch", g, {t: [0, 1]}),
+        step("fetch-two-groups", "OffsetFetch", 8, {"groups": [
+            {"group_id": g, "topics": None}, {"group_id": s, "topics": [{"name": t, "partition_indexes": [0]}]}],
+            "require_stable": False}),
+        offset_fetch("unknown-group", f"{S}-nope", {t: [0]}),
+        offset_fetch("unknown-group-all", f"{S}-nope", None),
+        offset_fetch("unknown-topic-fetch", s, {f"{S}-nope": [0]}),
+        offset_commit("empty-group-id", "", {t: {0: 1}}),
+    ]
+
+
+@scenario("describe-groups")
+def _describe_groups(S):
+    """DescribeGroups: a stable group with a member, an empty group (after LeaveGroup),
+    a group with only offsets, an unknown group, versions."""
+    t, g, s = f"{S}-t", f"{S}-g", f"{S}-simple"
+    mem = ref("m-join.member_id")
+
+    def dg(id, groups, v=5):
+        req = {"groups": groups}
+        if v >= 3:
+            req["include_authorized_operations"] = False
+        return step(id, "DescribeGroups", v, req)
+    return [
+        *create_topics("create", [(t, 1)]),
+        *group_member("m", g, [t], {t: [0]}),
+        find_coordinator("find-simple", s, 0),
+        offset_commit("commit-simple", s, {t: {0: 1}}),
+        dg("stable", [g]),
+        dg("stable-v0", [g], v=0),
+        dg("stable-v4", [g], v=4),
+        dg("only-offsets", [s]),
+        dg("unknown", [f"{S}-nope"]),
+        dg("several", [g, f"{S}-nope", s]),
+        step("describe-ops", "DescribeGroups", 5, {"groups": [g], "include_authorized_operations": True}),
+        step("leave", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": mem, "group_instance_id": None, "reason": None}]}),
+        dg("empty", [g]),
+    ]
+
+
+@scenario("list-groups")
+def _list_groups(S):
+    """ListGroups (only this scenario's groups are kept: the broker holds other
+    scenarios' groups too): all, by state (v4), by type (v5), unknown state."""
+    t, g, s = f"{S}-t", f"{S}-g", f"{S}-simple"
+    keep = {"path": "groups", "field": "group_id", "prefix": S}
+
+    def lg(id, v=5, states=(), types=()):
+        req = {}
+        if v >= 4:
+            req["states_filter"] = list(states)
+        if v >= 5:
+            req["types_filter"] = list(types)
+        return step(id, "ListGroups", v, req, keep=keep)
+    return [
+        *create_topics("create", [(t, 1)]),
+        *group_member("m", g, [t], {t: [0]}),
+        find_coordinator("find-simple", s, 0),
+        offset_commit("simple", s, {t: {0: 1}}),
+        lg("all"),
+        lg("all-v0", v=0),
+        lg("all-v3", v=3),
+        lg("stable", states=["Stable"]),
+        lg("empty", states=["Empty"]),
+        lg("stable-lower", states=["stable"]),
+        lg("unknown-state", states=["Bogus"]),
+        lg("classic", types=["classic"]),
+        lg("consumer", types=["consumer"]),
+        lg("unknown-type", types=["bogus"]),
+        lg("v4-stable", v=4, states=["Stable"]),
+    ]
+
+
+@scenario("delete-groups")
+def _delete_groups(S):
+    """DeleteGroups: an empty group with offsets, a group with a member (NON_EMPTY_GROUP),
+    an unknown group, the same group twice, versions; then OffsetFetch of the deleted group."""
+    t, g, s = f"{S}-t", f"{S}-g", f"{S}-simple"
+    return [
+        *create_topics("create", [(t, 1)]),
+        *group_member("m", g, [t], {t: [0]}),
+        find_coordinator("find-simple", s, 0),
+        offset_commit("simple", s, {t: {0: 1}}),
+        offset_commit("simple2", f"{S}-simple2", {t: {0: 1}}),
+        step("delete", "DeleteGroups", 2, {"groups_names": [s, g, f"{S}-nope"]}),
+        step("delete-again", "DeleteGroups", 2, {"groups_names": [s]}),
+        step("delete-v0", "DeleteGroups", 0, {"groups_names": [f"{S}-simple2"]}),
+        offset_fetch("fetch-deleted", s, {t: [0]}),
+        step("describe-deleted", "DescribeGroups", 5, {"groups": [s], "include_authorized_operations": False}),
+    ]
+
+
+@scenario("offset-delete")
+def _offset_delete(S):
+    """OffsetDelete: offsets of an empty group, of a group subscribed to the topic
+    (GROUP_SUBSCRIBED_TO_TOPIC), of a topic it is not subscribed to, unknown group,
+    unknown topic."""
+    t, u, g, s = f"{S}-t", f"{S}-u", f"{S}-g", f"{S}-simple"
+    mem, gen = ref("m-join.member_id"), ref("m-join.generation_id")
+
+    def od(id, group, topics):
+        return step(id, "OffsetDelete", 0, {"group_id": group, "topics": [
+            {"name": n, "partitions": [{"partition_index": p} for p in ps]} for n, ps in topics.items()]})
+    return [
+        *create_topics("create", [(t, 2), (u, 1)]),
+        find_coordinator("find-simple", s, 0),
+        offset_commit("simple", s, {t: {0: 1, 1: 2}}),
+        od("empty-group", s, {t: [0]}),
+        offset_fetch("after", s, {t: [0, 1]}),
+        od("not-committed", s, {t: [0]}),
+        od("unknown-partition", s, {t: [9]}),
+        od("unknown-topic", s, {f"{S}-nope": [0]}),
+        od("unknown-group", f"{S}-nope", {t: [0]}),
+        *group_member("m", g, [t], {t: [0, 1]}),
+        offset_commit("member", g, {t: {0: 5}, u: {0: 6}}, generation=gen, member=mem),
+        od("subscribed", g, {t: [0]}),
+        od("not-subscribed", g, {u: [0]}),
+        od("mixed", g, {t: [1], u: [0]}),
+        offset_fetch("member-after", g, {t: [0], u: [0]}),
+    ]
