@@ -3152,6 +3152,14 @@ class TransactionCoordinator:
         if meta.state != TxnState.ONGOING or tp not in meta.partitions:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Partition was not added to the transaction")
 
+    def check_not_decided(self, transactional_id):
+        """A transaction already decided takes no more data, even on a partition
+        where it is open (Kafka checks only partitions it has not verified: the
+        KAFKA-17754 window). NOT_ENOUGH_REPLICAS makes the client retry."""
+        meta = self.txns.get(transactional_id)
+        if meta is not None and meta.state in DECIDED:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "the transaction is being ended")
+
     # --- timers ---
     def tick(self):
         """Time out transactions that stopped changing (transaction.timeout.ms),
@@ -3376,6 +3384,8 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
             raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
+        if transactional:
+            ctx.txns.check_not_decided(transactional_id)
         if transactional and not state.has_open_txn(h.producer_id, h.producer_epoch):
             # KIP-890 part 1: ask the coordinator whether this partition is in the
             # transaction (Kafka skips this once the partition has it open).

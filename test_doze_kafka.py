@@ -3003,6 +3003,61 @@ def test_txn_marker_write_failure_keeps_the_decision(start_broker, monkeypatch):
         _check_committed(client, "mfail", txn)
 
 
+TXN_STATES = ["empty", "ongoing", "prepare commit", "complete commit", "complete abort", "fenced"]
+# API -> expected error in each of TXN_STATES (doze; Kafka's where they agree -- see
+# the conformance recordings for the two places they do not: InitProducerId on an
+# open transaction, and anything while markers are being written).
+TXN_TABLE = {
+    "InitProducerId":     [0, 0, 51, 0, 0, 90],
+    "AddPartitionsToTxn": [0, 0, 51, 0, 0, 90],
+    "AddOffsetsToTxn":    [0, 0, 51, 0, 0, 90],
+    "TxnOffsetCommit":    [48, 0, 51, 48, 48, 47],
+    "EndTxn commit":      [48, 0, 51, 0, 48, 90],
+    "EndTxn abort":       [48, 0, 51, 48, 0, 90],
+    "Produce":            [48, 0, 19, 48, 48, 47],
+}
+
+
+@pytest.mark.parametrize("api,state", [(a, s) for a in TXN_TABLE for s in TXN_STATES])
+def test_txn_every_api_in_every_state(start_broker, monkeypatch, api, state):
+    """Each transactional API, asked by the transaction's producer (or, in
+    "fenced", by the producer a newer InitProducerId replaced), in each state."""
+    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 200)
+    files = FailingMarkers()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("st", 2)
+        txn = Txn(c, "tx-state")
+        if state != "empty":
+            txn.add(("st", 0))
+            txn.add_offsets("g-state")
+            txn.produce("st", 0, [b"x"])
+        if state == "prepare commit":
+            files.broken = True
+            assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        elif state in ("complete commit", "complete abort"):
+            assert txn.end(state == "complete commit") == 0
+        elif state == "fenced":
+            Txn(c, "tx-state")
+        want = ErrorCode(TXN_TABLE[api][TXN_STATES.index(state)])
+        if api == "InitProducerId":
+            kw = dict(producer_id=txn.producer_id, producer_epoch=txn.epoch) if state == "fenced" else {}
+            got = c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-state",
+                         transaction_timeout_ms=60000, **kw).error_code
+        elif api == "AddPartitionsToTxn":
+            got = txn.add(("st", 1))[("st", 1)]
+        elif api == "AddOffsetsToTxn":
+            got = txn.add_offsets("g-other")
+        elif api == "TxnOffsetCommit":
+            got = txn.commit_offsets("g-state", {("st", 0): 1})[("st", 0)]
+        elif api.startswith("EndTxn"):
+            got = txn.end(api.endswith("commit"))
+        else:
+            got = txn.produce("st", 0, [b"y"]).error_code
+        assert got == want
+        files.broken = False
+
+
 def test_txn_power_cut_right_after_end_txn_keeps_the_commit(start_broker, tmp_path):
     """Verifies that a power cut the moment EndTxn answered success cannot take
     the commit back: markers, offsets and state survive."""
