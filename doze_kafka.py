@@ -2500,7 +2500,10 @@ class GroupCoordinator:
         was_leader = g.leader == old.member_id
         if was_leader:
             g.leader = new_id
-        if g.state == GroupState.STABLE and old.protocols == m.protocols:
+        # Kafka: a static member rejoining a stable group triggers no rebalance as
+        # long as the protocol the group would select stays the same (its
+        # subscription bytes may differ: a restarted consumer owns nothing yet).
+        if g.state == GroupState.STABLE and g.select_protocol() == g.protocol_name:
             self._save(g)
             response = self._join_response(g, m)
             if was_leader:
