@@ -5729,6 +5729,8 @@ class Broker:
             conn.close(f"{spec.name} v{version} request (correlation id {correlation_id}) "
                        f"does not decode: {e}")
             return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s <- %s v%d #%d %s", conn.name, spec.name, version, correlation_id, req)
         slot = Slot()
         conn.slots.append(slot)
         ctx = RequestContext(self, conn, api_key, version, client_id)
@@ -5793,6 +5795,8 @@ class Broker:
             conn.close(f"{spec.name} response could not be encoded")
             return
         chunks = w.finish()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
         size = sum(len(c) for c in chunks) - 4
         chunks[0] = I32.pack(size) + chunks[0][4:]
         if not conn.closed:

@@ -42,6 +42,8 @@ class DozeProcess:
         self.log_path = os.path.join(tmp, "broker.log")
         self.port = free_port()
         self.extra = list(extra_args)
+        if os.environ.get("DOZE_LOG_LEVEL"):             # e.g. DEBUG: every request and answer
+            self.extra += ["--log-level", os.environ["DOZE_LOG_LEVEL"]]
         self.proc = None
 
     @property

@@ -34,15 +34,25 @@ IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-copier", "eos-copier-1"
 def copier(bootstrap, total, status_path):
     from confluent_kafka import Consumer, Producer, KafkaException, TopicPartition
     rnd = random.Random()
+    # librdkafka 2.16's re-bootstrap (KIP-899), which starts when every known
+    # broker is down -- as when the only broker restarts -- can leave
+    # send_offsets_to_transaction() waiting forever on a decommissioned broker
+    # handle (seen here: "Handle is terminating" with refcounts held). A one-broker
+    # cluster has nothing to re-bootstrap to, so it is turned off.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                         "metadata.recovery.strategy": "none",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
     consumer.subscribe([IN])
 
     def new_producer():
         while True:
-            p = Producer({"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
-                          "transaction.timeout.ms": 20000, "message.timeout.ms": 20000})
+            conf = {"bootstrap.servers": bootstrap, "transactional.id": TXN_ID,
+                    "metadata.recovery.strategy": "none",
+                    "transaction.timeout.ms": 20000, "message.timeout.ms": 20000}
+            if os.environ.get("COPIER_RDKAFKA_DEBUG"):          # e.g. "eos,protocol,broker"
+                conf["debug"] = os.environ["COPIER_RDKAFKA_DEBUG"]
+            p = Producer(conf)
             try:
                 p.init_transactions(30)
                 return p
