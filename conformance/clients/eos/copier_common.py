@@ -1,0 +1,98 @@
+"""Shared bits of the Python exactly-once copiers (see conformance/clients/README.md).
+
+Every copier, in any language, follows the same contract:
+
+    copier --bootstrap H:P --input IN --output OUT --group G --txn-id T
+           --attempt A --status FILE [--abort-rate 0.125] [--max-batch 200] [--seed S]
+
+* It reads IN in consumer group G (read_committed, no auto commit) and, for every input
+  record, writes one record to OUT inside a transaction of transactional.id T that also
+  carries the consumer offsets (send offsets to transaction).
+* Output record: key = input key, value = input value, headers
+  src = "<input partition>:<input offset>", txn = "<attempt>.<seq>", plan = "commit"|"abort".
+* About abort-rate of the transactions are aborted on purpose, after their records were
+  written (flushed); the copier then rewinds to the committed offsets.
+* After every transaction it rewrites FILE (atomically) with a JSON status:
+  {"client", "version", "attempt", "commits", "aborts", "error_aborts", "errors",
+   "committed": {"<attempt>.<seq>": n_records}, "aborted": {"<attempt>.<seq>": n_records},
+   "last_error"}. "committed" lists only transactions whose commit the client confirmed,
+  "aborted" only the on-purpose aborts the client confirmed.
+* It runs until killed (the runner sends SIGTERM once the group's committed offsets cover
+  the whole input).
+"""
+import argparse
+import faulthandler
+import json
+import os
+import random
+import signal
+import time
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)   # the runner dumps stacks of a hung copier
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--txn-id", required=True)
+    ap.add_argument("--attempt", type=int, default=1)
+    ap.add_argument("--status", required=True)
+    ap.add_argument("--abort-rate", type=float, default=0.125)
+    ap.add_argument("--max-batch", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=None)
+    return ap.parse_args(argv)
+
+
+class Status:
+    def __init__(self, args, client, version):
+        self.path = args.status
+        self.attempt = args.attempt
+        self.rnd = random.Random(args.seed)
+        self.abort_rate = args.abort_rate
+        self.seq = 0
+        self.d = {"client": client, "version": version, "attempt": args.attempt,
+                  "commits": 0, "aborts": 0, "error_aborts": 0, "errors": 0,
+                  "committed": {}, "aborted": {}, "last_error": None, "started": time.time()}
+        self.write()
+
+    def next_txn(self):
+        """A new transaction: returns (tag, plan)."""
+        self.seq += 1
+        plan = "abort" if self.rnd.random() < self.abort_rate else "commit"
+        return "%d.%d" % (self.attempt, self.seq), plan
+
+    def committed(self, tag, n):
+        self.d["commits"] += 1
+        self.d["committed"][tag] = n
+        self.write()
+
+    def aborted(self, tag, n):
+        self.d["aborts"] += 1
+        self.d["aborted"][tag] = n
+        self.write()
+
+    def error(self, what, exc, aborted=False):
+        self.d["errors"] += 1
+        if aborted:
+            self.d["error_aborts"] += 1
+        self.d["last_error"] = "%s: %s" % (what, exc)
+        log("ERROR %s: %r" % (what, exc))
+        self.write()
+
+    def write(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.d, f)
+        os.replace(tmp, self.path)
+
+
+def log(msg):
+    print("%s %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def headers(partition, offset, tag, plan):
+    return [("src", ("%d:%d" % (partition, offset)).encode()),
+            ("txn", tag.encode()), ("plan", plan.encode())]

@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""The exactly-once matrix: every client x every fault, on doze-kafka or a real Kafka 4.3.1.
+
+Run it through conformance/clients/run (which sets up the Python venv first):
+
+    conformance/clients/run [--clients a,b] [--faults none,broker,client] [--kafka]
+                            [--records 10000] [--workdir DIR] [--job-timeout 420]
+
+One job = fresh broker, fresh topics eos-in/eos-out (3 partitions each), N input records
+(idempotent producer), then a copier process (the client under test, see
+eos/copier_common.py for its contract) copies them exactly once. The runner watches the
+group's committed offsets (OffsetFetch with require_stable) and
+  fault=broker: kills the broker with SIGKILL at ~20% and ~55% progress and restarts it
+                on the same port and data directory;
+  fault=client: kills the copier with SIGKILL at ~40% and starts a new one (attempt 2),
+                which must pick up from the committed offsets;
+and stops the copier (SIGTERM) once the committed offsets cover the whole input. Then
+conformance/clients/verify.py checks the output. Exit 1 if any job fails.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENTS_DIR = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(CLIENTS_DIR))
+DOZE = os.path.join(REPO, "doze_kafka.py")
+sys.path.insert(0, CLIENTS_DIR)
+sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
+
+import verify as verify_mod  # noqa: E402
+
+CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
+ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama"]
+ALL_FAULTS = ["none", "broker", "client"]
+IN, OUT = "eos-in", "eos-out"
+
+
+def log(msg):
+    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- clients
+
+def _pinned(path, pattern):
+    try:
+        with open(path) as f:
+            m = re.search(pattern, f.read(), re.M)
+        return m.group(1) if m else "?"
+    except OSError:
+        return "?"
+
+
+def _go_build(name):
+    out = os.path.join(CACHE, "bin", name + "-copier")
+    src = os.path.join(HERE, "go")
+    srcs = [os.path.join(src, f) for f in ("go.mod", "go.sum")] + \
+           [os.path.join(src, name, f) for f in os.listdir(os.path.join(src, name))]
+    if not os.path.exists(out) or os.path.getmtime(out) < max(os.path.getmtime(f) for f in srcs):
+        log("go build %s" % name)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run(["go", "build", "-o", out, "./" + name], cwd=src, check=True)
+    return [out]
+
+
+def _npm_ci():
+    dst = os.path.join(CACHE, "node")
+    lock = os.path.join(HERE, "node", "package-lock.json")
+    stamp = os.path.join(dst, ".lock-copy")
+    want = open(lock).read()
+    if not (os.path.exists(stamp) and open(stamp).read() == want):
+        log("npm ci into %s" % dst)
+        os.makedirs(dst, exist_ok=True)
+        for f in ("package.json", "package-lock.json"):
+            shutil.copy(os.path.join(HERE, "node", f), dst)
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=dst, check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(stamp, "w") as f:
+            f.write(want)
+    return ["node", os.path.join(HERE, "node", "copier.js")]
+
+
+REQ = os.path.join(HERE, "requirements.txt")
+CLIENTS = {
+    "confluent": (lambda: [sys.executable, os.path.join(HERE, "copier_confluent.py")],
+                  lambda: "confluent-kafka " + _pinned(REQ, r"^confluent-kafka==(\S+)")),
+    "kafka-python": (lambda: [sys.executable, os.path.join(HERE, "copier_kafka_python.py")],
+                     lambda: "kafka-python " + _pinned(REQ, r"^kafka-python==(\S+)")),
+    "aiokafka": (lambda: [sys.executable, os.path.join(HERE, "copier_aiokafka.py")],
+                 lambda: "aiokafka " + _pinned(REQ, r"^aiokafka==(\S+)")),
+    "kafkajs": (_npm_ci, lambda: "kafkajs " + _pinned(os.path.join(HERE, "node", "package.json"),
+                                                     r'"kafkajs":\s*"([^"]+)"')),
+    "franz-go": (lambda: _go_build("franz"),
+                 lambda: "franz-go " + _pinned(os.path.join(HERE, "go", "go.mod"),
+                                               r"github.com/twmb/franz-go (\S+)")),
+    "sarama": (lambda: _go_build("sarama"),
+               lambda: "sarama " + _pinned(os.path.join(HERE, "go", "go.mod"), r"github.com/IBM/sarama (\S+)")),
+}
+
+
+# --------------------------------------------------------------------------- brokers
+
+def wait_api(port, limit, proc=None, logpath=None):
+    from realkafka import api_versions
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = open(logpath, errors="replace").read()[-600:] if logpath else ""
+            raise RuntimeError("broker exited with %s at start-up: %s" % (proc.returncode, tail.strip()))
+        try:
+            api_versions("127.0.0.1", port)
+            return
+        except (OSError, Exception):
+            time.sleep(0.1)
+    raise RuntimeError("broker on port %d not answering after %ds" % (port, limit))
+
+
+class Doze:
+    name = "doze"
+
+    def __init__(self, dir):
+        self.dir, self.port, self.proc = dir, free_port(), None
+        self.data = os.path.join(dir, "data")
+
+    @property
+    def bootstrap(self):
+        return "127.0.0.1:%d" % self.port
+
+    def start(self):
+        logf = open(os.path.join(self.dir, "broker.log"), "a")
+        logf.write("==== start %s\n" % time.strftime("%H:%M:%S"))
+        logf.flush()
+        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port", str(self.port),
+                                      "--override", "group.initial.rebalance.delay.ms=0"],
+                                     stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_api(self.port, 60, self.proc, os.path.join(self.dir, "broker.log"))
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        with open(os.path.join(self.dir, "broker.log"), "a") as f:
+            f.write("==== kill -9 %s\n" % time.strftime("%H:%M:%S"))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup(self):
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+class Kafka:
+    """A real Kafka 4.3.1 via realkafka.py; restarted after kill -9 on the same data dir."""
+    name = "kafka"
+
+    def __init__(self, dir):
+        from realkafka import RealKafka
+        self.dir = os.path.join(dir, "kafka")
+        self.k = RealKafka(port=free_port(), dir=self.dir, keep=True)
+
+    @property
+    def bootstrap(self):
+        return self.k.bootstrap
+
+    @property
+    def port(self):
+        return self.k.port
+
+    def start(self):
+        if self.k.controller_port is None:
+            self.k.start()          # formats the storage (first start only)
+            return
+        # Restart without re-formatting (RealKafka.start wipes data/): same command line.
+        import realkafka as rk
+        props = os.path.join(self.dir, "server.properties")
+        logfile = os.path.join(self.dir, "server.log")
+        cmd = ([rk.java_bin(), "-Xmx" + self.k.heap, "-Xms" + self.k.heap] + rk.JVM_COMMON
+               + ["-Dlog4j2.configurationFile=" + os.path.join(self.dir, "log4j2.properties"),
+                  "-Dkafka.logs.dir=" + self.dir, "-cp", rk._classpath(), "kafka.Kafka", props])
+        t0 = time.time()
+        with open(logfile, "ab") as out:
+            out.write(b"==== restart\n")
+            out.flush()
+            self.k.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                           cwd=self.dir, start_new_session=True)
+        self.k.pid = self.k.proc.pid
+        with open(os.path.join(self.dir, "kafka.pid"), "w") as f:
+            f.write("%d\n" % self.k.pid)
+        self.k._wait_ready(t0, logfile)
+
+    def kill9(self):
+        self.k.proc.send_signal(signal.SIGKILL)
+        self.k.proc.wait()
+        with open(os.path.join(self.dir, "server.log"), "a") as f:
+            f.write("==== kill -9 %s\n" % time.strftime("%H:%M:%S"))
+
+    def stop(self):
+        self.k.stop()
+
+    def cleanup(self):
+        shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- one job
+
+def setup_topics(bootstrap, n):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for t, f in admin.create_topics([NewTopic(IN, 3, 1), NewTopic(OUT, 3, 1)], operation_timeout=30).items():
+        f.result(60)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(IN, key=b"k%05d" % i, value=b"v%05d-" % i + b"x" * (i % 50))
+                break
+            except BufferError:
+                p.poll(0.1)
+    left = p.flush(120)
+    if left:
+        raise RuntimeError("%d input records not delivered" % left)
+
+
+class Monitor:
+    """Reads the group's committed offsets (OffsetFetch, require_stable) without joining it."""
+
+    def __init__(self, bootstrap, group):
+        from confluent_kafka import Consumer, TopicPartition
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "isolation.level": "read_committed", "enable.auto.commit": False,
+                           "socket.timeout.ms": 5000, "log_level": 0})
+        self.tps = [TopicPartition(IN, p) for p in range(3)]
+
+    def committed(self):
+        try:
+            return sum(max(tp.offset, 0) for tp in self.c.committed(self.tps, timeout=3))
+        except Exception:
+            return None
+
+    def close(self):
+        self.c.close()
+
+
+def run_job(client, fault, broker_cls, args, root):
+    name = "%s-%s-%s" % (broker_cls.name, client, fault)
+    jdir = os.path.join(root, name)
+    os.makedirs(jdir)
+    row = {"client": client, "version": CLIENTS[client][1](), "fault": fault, "inputs": args.records,
+           "commits": 0, "aborts": 0, "result": "FAIL", "seconds": 0.0, "notes": [], "dir": jdir,
+           "broker": broker_cls.name}
+    broker = broker_cls(jdir)
+    copier = None
+    t_start = time.time()
+    try:
+        cmd = CLIENTS[client][0]()
+        broker.start()
+        setup_topics(broker.bootstrap, args.records)
+        group = "eos-%s-%s" % (client, fault)
+        txn_id = "eos-%s-%s" % (client, fault)
+        statuses = []
+        rnd = random.Random(args.seed)
+
+        def start_copier(attempt):
+            st = os.path.join(jdir, "status-%d.json" % attempt)
+            statuses.append(st)
+            logf = open(os.path.join(jdir, "copier-%d.log" % attempt), "w")
+            full = cmd + ["--bootstrap", broker.bootstrap, "--input", IN, "--output", OUT, "--group", group,
+                          "--txn-id", txn_id, "--attempt", str(attempt), "--status", st,
+                          "--seed", str(rnd.randrange(1 << 30))]
+            logf.write("$ %s\n" % " ".join(full))
+            logf.flush()
+            env = dict(os.environ, NODE_PATH=os.path.join(CACHE, "node", "node_modules"))
+            return subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+
+        t0 = time.time()
+        attempt = 1
+        copier = start_copier(attempt)
+        mon = Monitor(broker.bootstrap, group)
+        kill_at = {"broker": [0.2, 0.55], "client": [0.4], "none": []}[fault]
+        done = False
+        last = -1
+        crashes = 0
+        def progress():
+            """Records in transactions the copiers confirmed committed (from their status files)."""
+            n = 0
+            for p in statuses:
+                try:
+                    with open(p) as fh:
+                        n += sum(json.load(fh).get("committed", {}).values())
+                except (OSError, ValueError):
+                    pass
+            return n
+
+        next_check = 0.0
+        while time.time() - t0 < args.job_timeout:
+            if kill_at and progress() >= kill_at[0] * args.records:
+                kill_at.pop(0)
+                time.sleep(rnd.uniform(0, 0.2))
+                c = progress()
+                if fault == "broker":
+                    log("%s: kill -9 broker at %d/%d copied" % (name, c, args.records))
+                    broker.kill9()
+                    time.sleep(rnd.uniform(0.2, 1.0))
+                    broker.start()
+                    row["notes"].append("broker kill@%d" % c)
+                    mon.close()
+                    mon = Monitor(broker.bootstrap, group)
+                else:
+                    log("%s: kill -9 copier at %d/%d copied" % (name, c, args.records))
+                    os.killpg(copier.pid, signal.SIGKILL)
+                    copier.wait()
+                    attempt += 1
+                    copier = start_copier(attempt)
+                    row["notes"].append("client kill@%d" % c)
+            if time.time() >= next_check and not kill_at:
+                c = mon.committed()
+                next_check = time.time() + 0.25
+                if c is not None:
+                    last = c
+                    if c >= args.records:
+                        done = True
+                        break
+            if copier.poll() is not None:
+                crashes += 1
+                row["notes"].append("copier %d exited rc=%s" % (attempt, copier.returncode))
+                log("%s: copier attempt %d exited with %s" % (name, attempt, copier.returncode))
+                if crashes > 2:
+                    break
+                attempt += 1
+                copier = start_copier(attempt)
+            time.sleep(0.05)
+        mon.close()
+        if not done and copier.poll() is None:
+            try:
+                copier.send_signal(signal.SIGUSR1)     # Python copiers dump their stacks
+                time.sleep(1)
+            except OSError:
+                pass
+        if copier.poll() is None:
+            copier.terminate()
+            try:
+                copier.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(copier.pid, signal.SIGKILL)
+                copier.wait()
+        if not done:
+            row["notes"].append("not done after %ds (%s/%d committed)" % (args.job_timeout, last, args.records))
+        sts = []
+        for p in statuses:
+            try:
+                with open(p) as f:
+                    sts.append(json.load(f))
+            except (OSError, ValueError) as e:
+                row["notes"].append("status %s: %s" % (os.path.basename(p), e))
+        row["commits"] = sum(s.get("commits", 0) for s in sts)
+        row["aborts"] = sum(s.get("aborts", 0) for s in sts)
+        errs = sum(s.get("errors", 0) for s in sts)
+        if errs:
+            row["notes"].append("%d client errors" % errs)
+        if sts and sts[0].get("version"):
+            row["version"] = sts[0]["version"]
+        row["copy_seconds"] = round(time.time() - t0, 1)
+        res = verify_mod.verify(broker.bootstrap, IN, OUT, sts)
+        with open(os.path.join(jdir, "verify.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        if not res["ok"]:
+            row["notes"].append("verify: " + "; ".join(res["problems"][:3]))
+        if kill_at:
+            row["notes"].append("fault not injected (job done first)")
+        if res["ok"] and done and crashes == 0 and not kill_at:
+            row["result"] = "PASS"
+    except Exception as e:  # noqa: BLE001
+        row["notes"].append("runner: %s: %s" % (type(e).__name__, e))
+        log("%s: %r" % (name, e))
+    finally:
+        if copier and copier.poll() is None:
+            os.killpg(copier.pid, signal.SIGKILL)
+            copier.wait()
+        try:
+            broker.stop()
+        except Exception as e:  # noqa: BLE001
+            row["notes"].append("broker stop: %s" % e)
+        if row["result"] == "PASS" and not args.keep:
+            broker.cleanup()
+    row["seconds"] = round(time.time() - t_start, 1)
+    return row
+
+
+def print_table(rows, out=sys.stdout):
+    cols = ["client", "version", "fault", "inputs", "commits", "aborts", "result", "seconds", "notes"]
+    cells = [[str(r[c]) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
+    w = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)), file=out)
+    print("  ".join("-" * w[i] for i in range(len(cols))), file=out)
+    for r in cells:
+        print("  ".join(x.ljust(w[i]) for i, x in enumerate(r)), file=out)
+    out.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="exactly-once matrix (see conformance/clients/README.md)")
+    ap.add_argument("--clients", default=",".join(ALL_CLIENTS))
+    ap.add_argument("--faults", default=",".join(ALL_FAULTS))
+    ap.add_argument("--kafka", action="store_true", help="run against a real Kafka 4.3.1 instead of doze-kafka")
+    ap.add_argument("--records", type=int, default=10000)
+    ap.add_argument("--job-timeout", type=int, default=420, help="seconds per copy job")
+    ap.add_argument("--workdir", help="where job directories go (default: a new dir under %s/runs)" % CACHE)
+    ap.add_argument("--keep", action="store_true", help="keep broker data of passing jobs")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--json", help="write the rows here")
+    a = ap.parse_args()
+    clients = [c for c in a.clients.split(",") if c]
+    faults = [f for f in a.faults.split(",") if f]
+    for c in clients:
+        if c not in CLIENTS:
+            ap.error("unknown client %r (have %s)" % (c, ", ".join(ALL_CLIENTS)))
+    for f in faults:
+        if f not in ALL_FAULTS:
+            ap.error("unknown fault %r (have %s)" % (f, ", ".join(ALL_FAULTS)))
+    root = a.workdir or os.path.join(CACHE, "runs", time.strftime("%Y%m%d-%H%M%S") + ("-kafka" if a.kafka else "-doze"))
+    os.makedirs(root, exist_ok=True)
+    log("job directories under %s" % root)
+    broker_cls = Kafka if a.kafka else Doze
+    rows = []
+    for c in clients:
+        for f in faults:
+            log("---- %s / %s / %s" % (broker_cls.name, c, f))
+            row = run_job(c, f, broker_cls, a, root)
+            log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"],
+                                              "; ".join(row["notes"])))
+            rows.append(row)
+            with open(a.json or os.path.join(root, "results.json"), "w") as fh:
+                json.dump(rows, fh, indent=1)
+    if a.kafka:
+        print("broker: Apache Kafka 4.3.1 (conformance/kafka/realkafka.py)")
+    else:
+        import hashlib
+        with open(DOZE, "rb") as fh:
+            print("broker: doze-kafka %s (sha1 %s at the end of the run)" % (DOZE, hashlib.sha1(fh.read()).hexdigest()[:12]))
+    print_table(rows)
+    failed = [r for r in rows if r["result"] != "PASS"]
+    print("%d passed, %d failed; job dirs in %s" % (len(rows) - len(failed), len(failed), root))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
