@@ -29,6 +29,7 @@ REALKAFKA_TOOL_HEAP (tool -Xmx, default 512m).
 import argparse
 import base64
 import os
+import re
 import shutil
 import signal
 import socket
@@ -397,7 +398,8 @@ class RealKafka:
     host = "127.0.0.1"
 
     def __init__(self, port=0, dir=None, keep=False, heap=None, startup_timeout=120.0,
-                 extra_props=None, quiet=True):
+                 extra_props=None, quiet=True, keep_data=False):
+        self.keep_data = keep_data        # restart on the data a previous start() left (stop --keep)
         self.port = port or _free_port()
         self.controller_port = None
         self.dir = dir
@@ -450,24 +452,37 @@ class RealKafka:
         if old and _pid_alive(old) and _pid_is_ours(old, self.dir):
             raise RealKafkaError("a broker (pid %d) is already running in %s" % (old, self.dir))
         data = os.path.join(self.dir, "data")
-        if os.path.exists(data):
-            shutil.rmtree(data)
-        self.controller_port = _free_port()
-        while self.controller_port == self.port:
+        reuse = self.keep_data and os.path.exists(os.path.join(data, "meta.properties"))
+        if reuse:
+            # the formatted quorum names the controller's endpoint: keep the old one
+            with open(os.path.join(self.dir, "server.properties")) as f:
+                found = re.search(r"^controller\.quorum\.bootstrap\.servers=[^:]+:(\d+)$", f.read(), re.M)
+            if not found:
+                raise RealKafkaError("cannot reuse %s: no controller port in server.properties" % data)
+            self.controller_port = int(found.group(1))
+        else:
+            if os.path.exists(data):
+                shutil.rmtree(data)
             self.controller_port = _free_port()
+            while self.controller_port == self.port:
+                self.controller_port = _free_port()
         props = _write_if_changed(os.path.join(self.dir, "server.properties"), self._properties())
         log4j = _write_if_changed(os.path.join(self.dir, "log4j2.properties"), BROKER_LOG4J)
         logfile = os.path.join(self.dir, "server.log")
 
         # kafka-storage format --standalone (single-node dynamic KRaft quorum)
-        cluster_id = _new_cluster_id()
-        fmt = tool_command("kafka-storage", ["format", "--standalone", "-t", cluster_id,
-                                             "-c", props])
-        r = subprocess.run(fmt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        with open(logfile, "wb") as f:
-            f.write(b"$ " + " ".join(fmt).encode() + b"\n" + r.stdout)
-        if r.returncode != 0:
-            raise RealKafkaError("kafka-storage format failed:\n" + r.stdout.decode(errors="replace"))
+        if reuse:
+            with open(logfile, "ab") as f:
+                f.write(b"$ (restart on the existing data: no format)\n")
+        else:
+            cluster_id = _new_cluster_id()
+            fmt = tool_command("kafka-storage", ["format", "--standalone", "-t", cluster_id,
+                                                 "-c", props])
+            r = subprocess.run(fmt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            with open(logfile, "wb") as f:
+                f.write(b"$ " + " ".join(fmt).encode() + b"\n" + r.stdout)
+            if r.returncode != 0:
+                raise RealKafkaError("kafka-storage format failed:\n" + r.stdout.decode(errors="replace"))
         t_fmt = time.time() - t0
 
         cmd = ([java_bin(), "-Xmx" + self.heap, "-Xms" + self.heap] + JVM_COMMON
@@ -594,7 +609,7 @@ def _cmd_start(a):
             raise RealKafkaError("--prop wants KEY=VALUE, got %r" % kv)
         k, v = kv.split("=", 1)
         extra[k.strip()] = v.strip()
-    k = RealKafka(port=a.port, dir=run_dir, keep=True, quiet=False,
+    k = RealKafka(port=a.port, dir=run_dir, keep=True, quiet=False, keep_data=a.keep_data,
                   startup_timeout=a.timeout, extra_props=extra, heap=a.heap)
     k.start()
     print("pid %d, dir %s, log %s" % (k.pid, run_dir, os.path.join(run_dir, "server.log")),
@@ -666,6 +681,8 @@ def main(argv=None):
             sp.add_argument("--prop", action="append", default=[], metavar="KEY=VALUE",
                             help="extra/overriding server.properties entry (repeatable)")
             sp.add_argument("--heap", help="broker -Xmx/-Xms (default $REALKAFKA_HEAP or 1g)")
+            sp.add_argument("--keep-data", action="store_true",
+                            help="restart on the data a previous `stop --keep` left")
         if name == "stop":
             sp.add_argument("--keep", action="store_true", help="keep the run directory")
             sp.add_argument("--timeout", type=float, default=30.0,
