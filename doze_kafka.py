@@ -3929,11 +3929,17 @@ def join_group(ctx, req, rebalance_timeout):
         "/" + ctx.conn.addr[0] if isinstance(ctx.conn.addr, tuple) else "", req.session_timeout_ms,
         rebalance_timeout, req.protocol_type, [(p.name, p.metadata) for p in req.protocols],
         require_known_member_id=ctx.version >= 4)
-    if response is None and member.join_result is not None:
-        response = member.join_result          # this join completed the rebalance
+    return answer_or_wait(response, member, "join_result", req.group_id)
+
+
+def answer_or_wait(response, member, field, group_id):
+    """The answer now (also when this very request completed the rebalance),
+    or a Park until the coordinator sets member.<field>."""
+    if response is None:
+        response = getattr(member, field)
     if response is not None:
         return response
-    return Park(lambda expired: member.join_result, keys=[("group", req.group_id)])
+    return Park(lambda expired: getattr(member, field), keys=[("group", group_id)])
 
 
 # --- Heartbeat (12) -------------------------------------------------------------
@@ -4021,9 +4027,7 @@ def handle_sync_group(ctx, req):
     member, response = ctx.groups.sync(req.group_id, req.generation_id, req.member_id,
                                        req.group_instance_id, req.protocol_type,
                                        req.protocol_name, req.assignments)
-    if response is not None:
-        return response
-    return Park(lambda expired: member.sync_result, keys=[("group", req.group_id)])
+    return answer_or_wait(response, member, "sync_result", req.group_id)
 
 
 # --- DescribeGroups (15) --------------------------------------------------------
