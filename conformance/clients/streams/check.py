@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Kafka Streams 4.3.1 exactly_once_v2 check, on doze-kafka (default) or a real Kafka 4.3.1 (--kafka).
+
+    conformance/clients/streams/run [--faults none,client,broker] [--kafka] [--records 10000] [--keys 100]
+                                    [--bootstrap H:P] [--workdir DIR] [--job-timeout 300]
+
+One job per fault, each on a fresh broker this script starts (doze through conformance/dozeproc.py,
+Kafka through conformance/kafka/realkafka.py), or on --bootstrap H:P (then fault "broker" is skipped):
+
+  1. topics st-in-<job> and st-out-<job>, 3 partitions each (Tool topics);
+  2. a producer writes N records (key r%06d, value g%03d of i % K) at --rate records/s (Tool produce);
+  3. two Streams instances (separate JVMs, same application.id, own state dirs) run the topology
+     input -> selectKey(value) -> repartition -> count() (store + changelog) -> output (App);
+  4. a read_committed watcher (Tool watch) reads the output from offset 0 and checks that each key's
+     counts go 1, 2, 3, ... up to the number of input records with that key: no repeat, no gap; and at
+     the end that the LSO equals the high watermark on every output partition.
+  fault=client: kill -9 instance A at ~40% (--kill-at) of the output and start it again on the same state dir;
+  fault=broker: kill -9 the broker at ~40% and start it again on the same data (and port).
+The instances' logs, the broker log and result.json are in the job's directory. Exit 1 if a job fails.
+Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG.
+"""
+import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.join(REPO, "conformance"))
+sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
+JAR = os.path.join(HERE, "target", "streams-eos-check-1.0.jar")
+
+
+def log(msg):
+    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def build():
+    srcs = [os.path.join(HERE, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
+                                             os.walk(os.path.join(HERE, "src")) for f in fs]
+    if not os.path.exists(JAR) or os.path.getmtime(JAR) < max(os.path.getmtime(f) for f in srcs):
+        log("mvn package in %s" % HERE)
+        subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
+
+
+def java(cls, *args):
+    return ["java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("STREAMS_LOG", "warn"),
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozestreams." + cls] + list(args)
+
+
+class DozeBroker:
+    def __init__(self, d):
+        from dozeproc import DozeProcess
+        self.p = DozeProcess(d, "--override", "group.initial.rebalance.delay.ms=0")
+        self.bootstrap = self.p.bootstrap
+
+    def start(self):
+        self.p.start()
+
+    def kill9(self):
+        self.p.kill9()
+
+    def stop(self):
+        if self.p.proc and self.p.proc.poll() is None:
+            self.p.stop()
+
+
+class KafkaBroker:
+    def __init__(self, d):
+        from realkafka import RealKafka
+        self.k = RealKafka(dir=os.path.join(d, "kafka"), keep=True, keep_data=True)
+        self.bootstrap = self.k.bootstrap
+
+    def start(self):
+        self.k.start()              # keep_data: a restart reuses the data (no format)
+
+    def kill9(self):
+        self.k.proc.send_signal(signal.SIGKILL)
+        self.k.proc.wait()
+        self.k.proc = self.k.pid = None
+        os.remove(os.path.join(self.k.dir, "kafka.pid"))
+
+    def stop(self):
+        if self.k.proc:
+            self.k.stop()
+
+
+class Proc:
+    """A child JVM with its output in a log file; watcher lines also go to a queue."""
+
+    def __init__(self, cmd, logpath, lines=None):
+        self.logpath = logpath
+        self.f = open(logpath, "a")
+        self.f.write("$ %s\n" % " ".join(cmd))
+        self.f.flush()
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE if lines is not None else self.f,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                  start_new_session=True)
+        if lines is not None:
+            def pump():
+                for line in self.p.stdout:
+                    if not line.startswith("progress "):
+                        self.f.write(line)
+                        self.f.flush()
+                    lines.put(line.rstrip("\n"))
+                lines.put(None)
+            threading.Thread(target=pump, daemon=True).start()
+
+    def kill9(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+
+    def stop(self, grace=30):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.f.close()
+
+
+def run_job(fault, args, root, broker_cls, idx):
+    name = "%d-%s-%s" % (idx, "kafka" if args.kafka else ("ext" if args.bootstrap else "doze"), fault)
+    jdir = os.path.join(root, name)
+    os.makedirs(jdir)
+    row = {"job": name, "fault": fault, "records": args.records, "keys": args.keys, "ok": False,
+           "notes": [], "dir": jdir}
+    broker = None
+    procs = []
+    t0 = time.time()
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            broker = broker_cls(jdir)
+            broker.start()
+            bootstrap = broker.bootstrap
+        suffix = "%s-%d" % (fault, int(time.time()))
+        tin, tout, app_id = "st-in-" + suffix, "st-out-" + suffix, "st-app-" + suffix
+        r = subprocess.run(java("Tool", "topics", "--bootstrap", bootstrap, "--input", tin, "--output", tout),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        if r.returncode:
+            raise RuntimeError("topics: " + r.stdout[-2000:])
+        lines = queue.Queue()
+        watch = Proc(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
+                          str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
+                     os.path.join(jdir, "watch.log"), lines)
+        procs.append(watch)
+        prod = Proc(java("Tool", "produce", "--bootstrap", bootstrap, "--input", tin, "--records",
+                         str(args.records), "--keys", str(args.keys), "--rate", str(args.rate)),
+                    os.path.join(jdir, "produce.log"))
+        procs.append(prod)
+
+        def app(inst):
+            return Proc(java("App", "--bootstrap", bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
+                             "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
+                        os.path.join(jdir, "app-%s.log" % inst))
+        apps = {"A": app("A"), "B": app("B")}
+        procs.extend(apps.values())
+        kill_at = int(args.records * args.kill_at) if fault != "none" else None
+        result, progress = None, 0
+        while True:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            if line.startswith("progress "):
+                progress = int(line.split()[1])
+            elif line.startswith("RESULT "):
+                result = json.loads(line[7:])
+            if kill_at is not None and progress >= kill_at:
+                kill_at = None
+                if fault == "client":
+                    log("%s: kill -9 instance A at %d/%d output records" % (name, progress, args.records))
+                    apps["A"].kill9()
+                    apps["A"].f.close()
+                    time.sleep(1)
+                    apps["A"] = app("A")
+                    procs.append(apps["A"])
+                    row["notes"].append("instance A kill -9 @%d, restarted" % progress)
+                elif fault == "broker":
+                    log("%s: kill -9 broker at %d/%d output records" % (name, progress, args.records))
+                    broker.kill9()
+                    time.sleep(1)
+                    broker.start()
+                    row["notes"].append("broker kill -9 @%d, restarted" % progress)
+            for k, a in apps.items():
+                if a.p.poll() is not None and not a.f.closed:
+                    row["notes"].append("instance %s exited rc=%s" % (k, a.p.returncode))
+                    log("%s: instance %s exited rc=%s" % (name, k, a.p.returncode))
+                    a.f.close()
+        watch.p.wait()
+        if prod.p.wait() != 0:
+            row["notes"].append("producer rc=%s" % prod.p.returncode)
+        row["result"] = result
+        row["ok"] = bool(result and result.get("ok")) and prod.p.returncode == 0
+    except Exception as e:
+        row["notes"].append("error: %r" % e)
+    finally:
+        for p in procs:
+            if not p.f.closed:
+                p.stop()
+            elif p.p.poll() is None:
+                p.kill9()
+        if broker:
+            broker.stop()
+    row["seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(jdir, "result.json"), "w") as f:
+        json.dump(row, f, indent=1)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="use this broker instead of starting one (no broker fault)")
+    ap.add_argument("--kafka", action="store_true", help="start a real Kafka 4.3.1 instead of doze")
+    ap.add_argument("--faults", default="none,client,broker")
+    ap.add_argument("--records", type=int, default=10000)
+    ap.add_argument("--keys", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=500.0, help="input records per second")
+    ap.add_argument("--kill-at", type=float, default=0.4, help="fault when this share of the output is read")
+    ap.add_argument("--threads", type=int, default=1, help="stream threads per instance")
+    ap.add_argument("--job-timeout", type=int, default=300)
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    build()
+    root = args.workdir or tempfile.mkdtemp(prefix="streams-eos-")
+    os.makedirs(root, exist_ok=True)
+    log("work dir %s" % root)
+    broker_cls = KafkaBroker if args.kafka else DozeBroker
+    rows = []
+    for idx, fault in enumerate(args.faults.split(","), 1):
+        if fault == "broker" and args.bootstrap:
+            log("skip fault=broker with --bootstrap")
+            continue
+        log("job %s ..." % fault)
+        row = run_job(fault, args, root, broker_cls, idx)
+        rows.append(row)
+        res = row.get("result") or {}
+        log("job %s: %s in %.0fs; output %s/%s, keys wrong %s, violations %s, lso %s hw %s, read_uncommitted %s; %s" % (
+            fault, "PASS" if row["ok"] else "FAIL", row["seconds"], res.get("output_records"), args.records,
+            res.get("keys_wrong"), res.get("violations"), res.get("lso"), res.get("hw"), res.get("read_uncommitted_records"), "; ".join(row["notes"])))
+    print("%-8s %-6s %8s %s" % ("fault", "result", "seconds", "notes"))
+    for r in rows:
+        print("%-8s %-6s %8.1f %s" % (r["fault"], "PASS" if r["ok"] else "FAIL", r["seconds"], "; ".join(r["notes"])))
+    print("%d passed, %d failed" % (sum(r["ok"] for r in rows), sum(not r["ok"] for r in rows)))
+    sys.exit(0 if all(r["ok"] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
