@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 import verify as verify_mod  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
-ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama"]
+ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java"]
 ALL_FAULTS = ["none", "broker", "client"]
 IN, OUT = "eos-in", "eos-out"
 
@@ -94,6 +94,21 @@ def _npm_ci():
     return ["node", os.path.join(HERE, "node", "copier.js")]
 
 
+JAVA_DIR = os.path.join(CLIENTS_DIR, "java")
+
+
+def _java_build():
+    """Builds conformance/clients/java (as its `run` script does) if the jar is missing or stale."""
+    jar = os.path.join(JAVA_DIR, "target", "java-client-checks-1.0.jar")
+    srcs = [os.path.join(JAVA_DIR, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
+                                                  os.walk(os.path.join(JAVA_DIR, "src")) for f in fs]
+    if not os.path.exists(jar) or os.path.getmtime(jar) < max(os.path.getmtime(f) for f in srcs):
+        log("mvn package in %s" % JAVA_DIR)
+        subprocess.run(["mvn", "-q", "-B", "package"], cwd=JAVA_DIR, check=True, timeout=600)
+    return ["java", "-Xmx512m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("DOZECHECK_LOG", "warn"),
+            "-cp", jar + os.pathsep + os.path.join(JAVA_DIR, "target", "lib", "*"), "dozecheck.EosCopier"]
+
+
 REQ = os.path.join(HERE, "requirements.txt")
 CLIENTS = {
     "confluent": (lambda: [sys.executable, os.path.join(HERE, "copier_confluent.py")],
@@ -109,6 +124,8 @@ CLIENTS = {
                                                r"github.com/twmb/franz-go (\S+)")),
     "sarama": (lambda: _go_build("sarama"),
                lambda: "sarama " + _pinned(os.path.join(HERE, "go", "go.mod"), r"github.com/IBM/sarama (\S+)")),
+    "java": (_java_build, lambda: "kafka-clients " + _pinned(os.path.join(JAVA_DIR, "pom.xml"),
+                                                            r"<kafka.version>([^<]+)</kafka.version>")),
 }
 
 
