@@ -682,11 +682,7 @@ class Plan:
         self.steps = [(f, _plan_child(f, version)) for f in present if f.tag is None]
         self.tagged = {f.tag: (f, _plan_child(f, version)) for f in present if f.tag is not None}
         self.absent = [(f.name, f.default) for f in fields if not f.in_version(version) or f.tag is not None]
-        self.names = frozenset(_all_names(fields))
-
-
-def _all_names(fields):
-    return [f.name for f in fields]
+        self.names = frozenset(f.name for f in fields)
 
 
 def _plan_child(f, version):
@@ -795,10 +791,8 @@ def encode_body(spec, version, direction, msg, w=None):
     """Encode a request or response body; returns the Writer."""
     w = w or Writer()
     api_key = spec.key
-    fix = None
-    if any(k[0] == api_key for k in OLDER_CLIENTS_GET):
-        def fix(code):
-            return error_for_version(api_key, version, ErrorCode(code))
+    has_fallbacks = any(k[0] == api_key for k in OLDER_CLIENTS_GET)
+    fix = (lambda code: error_for_version(api_key, version, ErrorCode(code))) if has_fallbacks else None
     write_struct(w, plan_for(spec, version, direction), msg, spec.flexible(version), fix)
     return w
 
@@ -1260,9 +1254,7 @@ class Segment:
                 or zlib.crc32(body) != crc:
             return 0
         for i, arr in enumerate((self.bases, self.lasts, self.positions, self.max_timestamps)):
-            arr.frombytes(body[i * count * 8:(i + 1) * count * 8])
-            if sys.byteorder != "big":
-                pass                         # stored in native order; same machine
+            arr.frombytes(body[i * count * 8:(i + 1) * count * 8])   # native order: a cache
         return covered
 
     def save_index_cache(self):
@@ -1371,7 +1363,6 @@ class PartitionLog:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.dir_unsynced = False
-        self.created_ms = clock() * 1000
 
     # --- opening ---
     def create(self):
@@ -1554,9 +1545,8 @@ class PartitionLog:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self._delete_segment(self.segments.pop(0))
         if self.log_start_offset >= self.next_offset and self.active.bases:
-            seg = self.roll()   # everything is deleted: start afresh at the same offset
+            self.roll()         # everything is deleted: start afresh at the same offset
             self._delete_segment(self.segments.pop(0))
-            del seg
 
     def apply_retention(self, now_ms):
         """retention.ms and retention.bytes: delete the oldest segments that are
@@ -3317,17 +3307,19 @@ def handle_produce(ctx, req):
     given offsets, and appended as it came. With acks=1 or -1 the answer waits
     for the group commit's fsync; acks=0 gets no answer at all.
 
-    Errors: UNSUPPORTED_VERSION (v0-2), INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION,
+    v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
+    connection of a client that sends one (see §10).
+
+    Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    INVALID_PRODUCER_ID_MAPPING,
     CORRUPT_MESSAGE (bad length or CRC), INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
     MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_PRODUCER_EPOCH,
     OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE (transactional batches), KAFKA_STORAGE_ERROR.
     """
-    if ctx.version < HANDLERS[ApiKey.PRODUCE][0].min_served:
-        code, parts = ErrorCode.UNSUPPORTED_VERSION, None
-    elif req.acks not in (0, 1, -1):
-        code, parts = ErrorCode.INVALID_REQUIRED_ACKS, None
+    if req.acks not in (0, 1, -1):
+        code = ErrorCode.INVALID_REQUIRED_ACKS
     else:
-        code, parts = transactional_request_error(req), []
+        code = transactional_request_error(req)
     results = []
     for topic in req.topic_data:
         for p in topic.partition_data:

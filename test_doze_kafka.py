@@ -30,7 +30,6 @@ import struct
 import sys
 import threading
 import time
-import zlib
 
 import pytest
 
