@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Spring Kafka exactly-once check (spring-kafka 4.0.6 from the Spring Boot 4.0.7 BOM), on doze-kafka
+(default) or a real Kafka 4.3.1 (--kafka).
+
+    conformance/clients/spring/run [--faults none,client] [--kafka] [--records 5000] [--fail-every 50]
+                                   [--concurrency 3] [--kill-at 0.4] [--workdir DIR] [--job-timeout 300]
+
+One job per fault, each on a fresh broker (doze via conformance/dozeproc.py, Kafka via realkafka.py):
+  1. topics sp-in (3 partitions), sp-out (3), sp-side (1), made with confluent-kafka's AdminClient;
+  2. N input records (key r%06d, value v%06d) written with an idempotent confluent-kafka producer;
+  3. the Spring app (App.java) runs: transactional @KafkaListener in -> out (one output per input, sent
+     inside the container's transaction, offsets committed with it; records n % fail-every == 3 send and
+     then throw on their first attempt -> rollback + retry), and a thread doing executeInTransaction
+     batches of 5 records to sp-side, every 5th batch aborted on purpose;
+  fault=client: kill -9 the app when the group's committed input offsets reach --kill-at of N, start it
+     again (same group, same transactional.id prefix);
+  4. when the group has committed all input and the (last) app's side thread is done, the app is stopped
+     and a read_committed confluent-kafka consumer checks: every input key exactly once in sp-out with
+     its input value; in sp-side every batch complete (5 records, each once), no aborted batch, every
+     SIDE-COMMITTED batch present, and unlogged batches only from a killed run (its last one);
+     and that each partition's read_committed end (LSO) equals its high watermark.
+Logs (app-*.log, broker.log) and result.json are in the job's directory. Exit 1 if a job fails.
+Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.join(REPO, "conformance"))
+sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
+JAR = os.path.join(HERE, "target", "spring-eos-check-1.0.jar")
+
+
+def log(msg):
+    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def build():
+    srcs = [os.path.join(HERE, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
+                                             os.walk(os.path.join(HERE, "src")) for f in fs]
+    if not os.path.exists(JAR) or os.path.getmtime(JAR) < max(os.path.getmtime(f) for f in srcs):
+        log("mvn package in %s" % HERE)
+        subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
+
+
+class DozeBroker:
+    def __init__(self, d):
+        from dozeproc import DozeProcess
+        self.p = DozeProcess(d, "--override", "group.initial.rebalance.delay.ms=0")
+        self.bootstrap = self.p.bootstrap
+
+    def start(self):
+        self.p.start()
+
+    def stop(self):
+        if self.p.proc and self.p.proc.poll() is None:
+            self.p.stop()
+
+
+class KafkaBroker:
+    def __init__(self, d):
+        from realkafka import RealKafka
+        self.k = RealKafka(dir=os.path.join(d, "kafka"), keep=True, keep_data=True)
+        self.bootstrap = self.k.bootstrap
+
+    def start(self):
+        self.k.start()
+
+    def stop(self):
+        if self.k.proc:
+            self.k.stop()
+
+
+class App:
+    def __init__(self, args, bootstrap, t, run, jdir):
+        self.logpath = os.path.join(jdir, "app-run%d.log" % run)
+        self.f = open(self.logpath, "w")
+        cmd = ["java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("SPRING_LOG", "warn"),
+               "-Dorg.slf4j.simpleLogger.showDateTime=true",
+               "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozespring.App",
+               "--bootstrap", bootstrap, "--group", t["group"], "--input", t["in"], "--output", t["out"],
+               "--side", t["side"], "--run", str(run), "--fail-every", str(args.fail_every),
+               "--concurrency", str(args.concurrency), "--side-batches", str(args.side_batches)]
+        self.f.write("$ %s\n" % " ".join(cmd))
+        self.f.flush()
+        self.p = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+
+    def lines(self):
+        with open(self.logpath) as f:
+            return f.read().splitlines()
+
+    def kill9(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+        self.f.close()
+
+    def stop(self, grace=30):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        if not self.f.closed:
+            self.f.close()
+
+
+def read_all(bootstrap, topic, parts, isolation):
+    """-> (list of (partition, key, value), {partition: end offset reached}, {partition: high watermark})"""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sp-verify-%d" % time.time_ns(),
+                  "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    tps = [TopicPartition(topic, p, 0) for p in range(parts)]
+    hw = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(parts)}
+    c.assign(tps)
+    out, eof, t0 = [], {}, time.time()
+    while len(eof) < parts and time.time() - t0 < 60:
+        for m in c.consume(500, 1.0):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof[m.partition()] = m.offset()
+                else:
+                    raise RuntimeError(str(m.error()))
+            else:
+                eof.pop(m.partition(), None)
+                out.append((m.partition(), m.key().decode(), m.value().decode()))
+    c.close()
+    return out, eof, hw
+
+
+def committed_total(bootstrap, group, topic, parts):
+    # read_uncommitted: librdkafka's default read_committed asks OffsetFetch for stable offsets, which keeps
+    # answering UNSTABLE_OFFSET_COMMIT while the app has a transaction open (nearly always, one txn per record)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_uncommitted"})
+    try:
+        res = c.committed([TopicPartition(topic, p) for p in range(parts)], timeout=10)
+        return sum(max(tp.offset, 0) for tp in res)
+    finally:
+        c.close()
+
+
+def run_job(fault, args, root, broker_cls, idx):
+    name = "%d-%s-%s" % (idx, "kafka" if args.kafka else "doze", fault)
+    jdir = os.path.join(root, name)
+    os.makedirs(jdir)
+    row = {"job": name, "fault": fault, "records": args.records, "ok": False, "notes": [], "dir": jdir}
+    broker, apps = None, []
+    t0 = time.time()
+    try:
+        broker = broker_cls(jdir)
+        broker.start()
+        bs = broker.bootstrap
+        sfx = "%s-%d" % (fault, int(time.time()))
+        t = {"in": "sp-in-" + sfx, "out": "sp-out-" + sfx, "side": "sp-side-" + sfx, "group": "sp-app-" + sfx}
+        admin = AdminClient({"bootstrap.servers": bs})
+        fs = admin.create_topics([NewTopic(t["in"], 3, 1), NewTopic(t["out"], 3, 1), NewTopic(t["side"], 1, 1)])
+        for f in fs.values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(args.records):
+            p.produce(t["in"], key="r%06d" % i, value="v%06d" % i)
+            if i % 1000 == 999:
+                p.poll(0)
+        if p.flush(60):
+            raise RuntimeError("input producer did not flush")
+        log("%s: %d input records written" % (name, args.records))
+        run = 1
+        apps.append(App(args, bs, t, run, jdir))
+        kill_at = int(args.records * args.kill_at) if fault == "client" else None
+        deadline = time.time() + args.job_timeout
+        done = 0
+        while time.time() < deadline:
+            time.sleep(0.5)
+            try:
+                done = committed_total(bs, t["group"], t["in"], 3)
+            except KafkaException as e:      # e.g. NOT_COORDINATOR while __consumer_offsets is being made
+                log("%s: committed offsets not readable yet: %s" % (name, e))
+            if kill_at is not None and done >= kill_at:
+                log("%s: kill -9 app run%d at %d/%d committed input" % (name, run, done, args.records))
+                apps[-1].kill9()
+                row["notes"].append("app kill -9 @%d committed, restarted" % done)
+                kill_at = None
+                time.sleep(1)
+                run += 1
+                apps.append(App(args, bs, t, run, jdir))
+                continue
+            if apps[-1].p.poll() is not None:
+                raise RuntimeError("app run%d exited rc=%s" % (run, apps[-1].p.returncode))
+            if done >= args.records and any(l.startswith("SIDE-DONE") for l in apps[-1].lines()):
+                break
+        else:
+            raise RuntimeError("timeout: %d/%d input committed" % (done, args.records))
+        log("%s: all %d input committed after %.0fs" % (name, done, time.time() - t0))
+        apps[-1].stop()
+        # verify the output
+        res = {}
+        out, eof, hw = read_all(bs, t["out"], 3, "read_committed")
+        seen = {}
+        for part, k, v in out:
+            seen.setdefault(k, []).append(v)
+        missing = [("r%06d" % i) for i in range(args.records) if ("r%06d" % i) not in seen]
+        dups = {k: v for k, v in seen.items() if len(v) > 1}
+        badval = [k for k, v in seen.items() if not v[0].startswith("v" + k[1:] + "|")]
+        extra = [k for k in seen if not re.fullmatch(r"r\d{6}", k) or int(k[1:]) >= args.records]
+        unc, _, _ = read_all(bs, t["out"], 3, "read_uncommitted")
+        res.update(output_records=len(out), missing=len(missing), duplicates=len(dups), bad_values=len(badval),
+                   extra=len(extra), output_read_uncommitted=len(unc),
+                   lso_eq_hw=all(eof.get(pp) == hw[pp] for pp in range(3)), out_end=eof, out_hw=hw)
+        if missing:
+            res["missing_sample"] = missing[:10]
+        if dups:
+            res["duplicate_sample"] = dict(list(dups.items())[:5])
+        # fail-once lines (rollbacks that happened)
+        logs = {i + 1: a.lines() for i, a in enumerate(apps)}
+        res["fail_once"] = sum(l.startswith("FAIL-ONCE") for ls in logs.values() for l in ls)
+        # side output
+        committed, aborted, errors = set(), set(), []
+        for ls in logs.values():
+            for l in ls:
+                if l.startswith("SIDE-COMMITTED "):
+                    committed.add(l.split()[1])
+                elif l.startswith("SIDE-ABORTED "):
+                    aborted.add(l.split()[1])
+                elif l.startswith("SIDE-ERROR "):
+                    errors.append(l)
+        sout, seof, shw = read_all(bs, t["side"], 1, "read_committed")
+        batches = {}
+        for _, k, v in sout:
+            batches.setdefault(k, []).append(v)
+        incomplete = [b for b, vs in batches.items() if sorted(vs) != ["%s-%d" % (b, j) for j in range(5)]]
+        aborted_seen = [b for b in batches if b in aborted or int(b.split("-")[1]) % 5 == 4]
+        committed_missing = sorted(committed - set(batches))
+        unlogged = sorted(set(batches) - committed)
+        bad_unlogged = []
+        for b in unlogged:        # allowed only: a killed run's batch right after its last logged one
+            r, s = b.split("-")
+            r, s = int(r), int(s)
+            last = max([int(c.split("-")[1]) for c in committed | aborted if c.startswith("%d-" % r)] or [-1])
+            if r == len(apps) or s != last + 1:
+                bad_unlogged.append(b)
+        sunc, _, _ = read_all(bs, t["side"], 1, "read_uncommitted")
+        res.update(side_batches=len(batches), side_committed_logged=len(committed), side_aborted_logged=len(aborted),
+                   side_incomplete=incomplete, side_aborted_visible=aborted_seen,
+                   side_committed_missing=committed_missing, side_unlogged_ok=[b for b in unlogged if b not in bad_unlogged],
+                   side_unlogged_bad=bad_unlogged, side_errors=errors[:5], side_read_uncommitted=len(sunc),
+                   side_lso_eq_hw=seof.get(0) == shw[0])
+        row["result"] = res
+        row["ok"] = (not missing and not dups and not badval and not extra and res["lso_eq_hw"]
+                     and res["fail_once"] > 0 and not incomplete and not aborted_seen and not committed_missing
+                     and not bad_unlogged and not errors and len(committed) > 0 and res["side_lso_eq_hw"])
+    except Exception as e:
+        row["notes"].append("error: %r" % e)
+    finally:
+        for a in apps:
+            a.stop()
+        if broker:
+            broker.stop()
+    row["seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(jdir, "result.json"), "w") as f:
+        json.dump(row, f, indent=1)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kafka", action="store_true", help="start a real Kafka 4.3.1 instead of doze")
+    ap.add_argument("--faults", default="none,client")
+    ap.add_argument("--records", type=int, default=5000)
+    ap.add_argument("--fail-every", type=int, default=50)
+    ap.add_argument("--concurrency", type=int, default=3)
+    ap.add_argument("--side-batches", type=int, default=40)
+    ap.add_argument("--kill-at", type=float, default=0.4)
+    ap.add_argument("--job-timeout", type=int, default=300)
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    build()
+    root = args.workdir or tempfile.mkdtemp(prefix="spring-eos-")
+    os.makedirs(root, exist_ok=True)
+    log("work dir %s" % root)
+    rows = []
+    for idx, fault in enumerate(args.faults.split(","), 1):
+        log("job %s ..." % fault)
+        row = run_job(fault, args, root, KafkaBroker if args.kafka else DozeBroker, idx)
+        rows.append(row)
+        res = row.get("result") or {}
+        log("job %s: %s in %.0fs; %s; %s" % (fault, "PASS" if row["ok"] else "FAIL", row["seconds"],
+                                             json.dumps(res), "; ".join(row["notes"])))
+    print("%-8s %-6s %8s %s" % ("fault", "result", "seconds", "notes"))
+    for r in rows:
+        print("%-8s %-6s %8.1f %s" % (r["fault"], "PASS" if r["ok"] else "FAIL", r["seconds"], "; ".join(r["notes"])))
+    print("%d passed, %d failed" % (sum(r["ok"] for r in rows), sum(not r["ok"] for r in rows)))
+    sys.exit(0 if all(r["ok"] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
