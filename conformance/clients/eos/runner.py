@@ -39,7 +39,8 @@ sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 import verify as verify_mod  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
-ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java"]
+ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
+               "streams", "spring", "flink"]
 ALL_FAULTS = ["none", "broker", "client"]
 IN, OUT = "eos-in", "eos-out"
 
@@ -425,6 +426,44 @@ def run_job(client, fault, broker_cls, args, root):
     return row
 
 
+# JVM frameworks with checks of their own (a job of their shape does not fit the
+# copier protocol): each check runs one fault per call and writes result.json;
+# their rows join the table. client -> (folder, version, faults it implements).
+EXTERNAL = {
+    "streams": ("streams", "Kafka Streams 4.3.1 exactly_once_v2", {"none", "client", "broker"}),
+    "spring": ("spring", "Spring Kafka 4.0.6 (Spring Boot 4.0.7)", {"none", "client"}),
+    "flink": ("flink", "Flink 2.2.1 + flink-connector-kafka 5.0.0-2.2", {"none", "client", "broker"}),
+}
+
+
+def run_external(client, fault, kafka, root):
+    """One fault of a framework's own check (conformance/clients/<folder>/run)."""
+    folder, version, faults = EXTERNAL[client]
+    row = {"client": client, "version": version, "fault": fault, "inputs": "-", "commits": "-",
+           "aborts": "-", "result": "FAIL", "seconds": 0.0, "notes": [], "broker": "kafka" if kafka else "doze"}
+    if fault not in faults:
+        row["result"], row["notes"] = "NOT RUN", ["this check has no %s fault yet" % fault]
+        return row
+    jroot = os.path.join(root, "%s-%s-%s" % (row["broker"], client, fault))
+    os.makedirs(jroot, exist_ok=True)
+    cmd = [os.path.join(CLIENTS_DIR, folder, "run"), "--faults", fault, "--workdir", jroot]
+    if kafka:
+        cmd.append("--kafka")
+    t0 = time.time()
+    with open(os.path.join(jroot, "check.log"), "w") as out:
+        code = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=900)
+    row["seconds"] = round(time.time() - t0, 1)
+    row["result"] = "PASS" if code == 0 else "FAIL"
+    for directory, _, names in os.walk(jroot):
+        if "result.json" in names:
+            with open(os.path.join(directory, "result.json")) as fh:
+                res = json.load(fh)
+            for key in ("records", "inputs", "n"):
+                if isinstance(res, dict) and key in res:
+                    row["inputs"] = res[key]
+    return row
+
+
 def print_table(rows, out=sys.stdout):
     cols = ["client", "version", "fault", "inputs", "commits", "aborts", "result", "seconds", "notes"]
     cells = [[str(r[c]) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
@@ -451,7 +490,7 @@ def main():
     clients = [c for c in a.clients.split(",") if c]
     faults = [f for f in a.faults.split(",") if f]
     for c in clients:
-        if c not in CLIENTS:
+        if c not in CLIENTS and c not in EXTERNAL:
             ap.error("unknown client %r (have %s)" % (c, ", ".join(ALL_CLIENTS)))
     for f in faults:
         if f not in ALL_FAULTS:
@@ -464,7 +503,7 @@ def main():
     for c in clients:
         for f in faults:
             log("---- %s / %s / %s" % (broker_cls.name, c, f))
-            row = run_job(c, f, broker_cls, a, root)
+            row = run_external(c, f, a.kafka, root) if c in EXTERNAL else run_job(c, f, broker_cls, a, root)
             log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"],
                                               "; ".join(row["notes"])))
             rows.append(row)
