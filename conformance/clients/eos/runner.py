@@ -431,7 +431,7 @@ def run_job(client, fault, broker_cls, args, root):
 # their rows join the table. client -> (folder, version, faults it implements).
 EXTERNAL = {
     "streams": ("streams", "Kafka Streams 4.3.1 exactly_once_v2", {"none", "client", "broker"}),
-    "spring": ("spring", "Spring Kafka 4.0.6 (Spring Boot 4.0.7)", {"none", "client"}),
+    "spring": ("spring", "Spring Kafka 4.0.6 (Spring Boot 4.0.7)", {"none", "client", "broker"}),
     "flink": ("flink", "Flink 2.2.1 + flink-connector-kafka 5.0.0-2.2", {"none", "client", "broker"}),
 }
 
@@ -461,6 +461,8 @@ def run_external(client, fault, kafka, root):
             for key in ("records", "inputs", "n"):
                 if isinstance(res, dict) and key in res:
                     row["inputs"] = res[key]
+            if isinstance(res, dict):
+                row["notes"] += [n for n in res.get("notes", []) if isinstance(n, str)]
     return row
 
 

@@ -63,6 +63,9 @@ class DozeBroker:
     def start(self):
         self.p.start()
 
+    def kill9(self):
+        self.p.kill9()
+
     def stop(self):
         if self.p.proc and self.p.proc.poll() is None:
             self.p.stop()
@@ -75,7 +78,13 @@ class KafkaBroker:
         self.bootstrap = self.k.bootstrap
 
     def start(self):
-        self.k.start()
+        self.k.start()              # keep_data: a restart reuses the data (no format)
+
+    def kill9(self):
+        self.k.proc.send_signal(signal.SIGKILL)
+        self.k.proc.wait()
+        self.k.proc = self.k.pid = None
+        os.remove(os.path.join(self.k.dir, "kafka.pid"))
 
     def stop(self):
         if self.k.proc:
@@ -182,7 +191,7 @@ def run_job(fault, args, root, broker_cls, idx):
         log("%s: %d input records written" % (name, args.records))
         run = 1
         apps.append(App(args, bs, t, run, jdir))
-        kill_at = int(args.records * args.kill_at) if fault == "client" else None
+        kill_at = int(args.records * args.kill_at) if fault in ("client", "broker") else None
         deadline = time.time() + args.job_timeout
         done = 0
         while time.time() < deadline:
@@ -191,6 +200,14 @@ def run_job(fault, args, root, broker_cls, idx):
                 done = committed_total(bs, t["group"], t["in"], 3)
             except KafkaException as e:      # e.g. NOT_COORDINATOR while __consumer_offsets is being made
                 log("%s: committed offsets not readable yet: %s" % (name, e))
+            if kill_at is not None and done >= kill_at and fault == "broker":
+                log("%s: kill -9 broker at %d/%d committed input" % (name, done, args.records))
+                broker.kill9()
+                row["notes"].append("broker kill -9 @%d committed, restarted" % done)
+                kill_at = None
+                time.sleep(0.5)
+                broker.start()
+                continue
             if kill_at is not None and done >= kill_at:
                 log("%s: kill -9 app run%d at %d/%d committed input" % (name, run, done, args.records))
                 apps[-1].kill9()
@@ -280,7 +297,7 @@ def run_job(fault, args, root, broker_cls, idx):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kafka", action="store_true", help="start a real Kafka 4.3.1 instead of doze")
-    ap.add_argument("--faults", default="none,client")
+    ap.add_argument("--faults", default="none,client,broker")
     ap.add_argument("--records", type=int, default=5000)
     ap.add_argument("--fail-every", type=int, default=50)
     ap.add_argument("--concurrency", type=int, default=3)
