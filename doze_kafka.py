@@ -392,7 +392,8 @@ UUID_ZERO = bytes(16)
 
 
 class Reader:
-    """A cursor over one request body. Every read succeeds or raises ProtocolError."""
+    """A cursor over one request body. Every read succeeds or raises ProtocolError,
+    and nothing is allocated for a length before it is known to fit."""
     __slots__ = ("buf", "pos", "end")
 
     def __init__(self, buf, pos=0):
@@ -414,11 +415,13 @@ class Reader:
         self.pos = pos + n
         return self.buf[pos:pos + n]
 
-    def uvarint(self):
-        """Unsigned LEB128: 7 bits a byte, low bits first, high bit = more follows."""
+    def uvarint(self, max_bytes=5):
+        """Unsigned LEB128: 7 bits a byte, low bits first, high bit = more follows.
+        The protocol's are 32-bit (at most 5 bytes, read as Java reads them:
+        the low 32 bits, signed); records' 64-bit varlongs take up to 10."""
         result = shift = 0
         buf, pos, end = self.buf, self.pos, self.end
-        while True:
+        for _ in range(max_bytes):
             if pos >= end:
                 raise ProtocolError("varint runs past the end of the body")
             byte = buf[pos]
@@ -426,19 +429,30 @@ class Reader:
             result |= (byte & 0x7F) << shift
             if byte < 0x80:
                 self.pos = pos
-                return result
+                if max_bytes == 5:
+                    result &= 0xFFFFFFFF
+                    return result - (1 << 32) if result >= 1 << 31 else result
+                return result & 0xFFFFFFFFFFFFFFFF
             shift += 7
-            if shift > 63:
-                raise ProtocolError("varint longer than 10 bytes")
+        raise ProtocolError(f"varint longer than {max_bytes} bytes")
 
     def varint(self):
-        """Signed varint, zig-zag encoded (records use these)."""
-        n = self.uvarint()
+        """Signed varint, zig-zag encoded (records use these): 32 bits."""
+        n = self.uvarint() & 0xFFFFFFFF
+        return (n >> 1) ^ -(n & 1)
+
+    def varlong(self):
+        """Signed 64-bit varint, zig-zag encoded (a record's timestamp delta)."""
+        n = self.uvarint(10)
         return (n >> 1) ^ -(n & 1)
 
     def length(self, flexible, classic):
-        """A string/bytes/array length; -1 means null."""
-        return self.uvarint() - 1 if flexible else self.fixed(classic)
+        """A string/bytes/array length; negative means null. Compact lengths are
+        N + 1 as a 32-bit varint, in Java's int arithmetic."""
+        if flexible:
+            n = self.uvarint() - 1
+            return n if n >= -(1 << 31) else (1 << 31) - 1
+        return self.fixed(classic)
 
 
 class FileSlice:
@@ -514,21 +528,26 @@ def varint_bytes(n):
 #
 #   <ApiName>  key=<n>  versions=<lo>-<hi>  flexible=<v>+ | none
 #     request | response
-#       <field>  <type>[?]  [= <default>]  [v<a>+ | v<a>-<b>]  [tag=<n>]
+#       <field>  <type>[?[<a>+ | <a>-<b>]]  [= <default>]  [v<a>+ | v<a>-<b>]  [tag=<n>]
 #
 # Types: bool int8 int16 int32 int64 uint16 float64 uuid string bytes records.
 # "[]T" is an array of a primitive; a bare "[]" is an array of the struct whose
 # fields follow, indented; "{}" is a single nested struct. "?" marks a field
-# that may be null. Compact or classic encoding is never written: it follows
-# from flexible= (KIP-482). A field absent in a version decodes to its default,
-# so handlers read req.producer_id without checking versions. Field names are
-# the snake_case of Apache Kafka's message JSON names.
+# that may be null -- in every version it has, or only in the versions that
+# follow it ("string?7+": Kafka's nullableVersions). A null anywhere else is
+# refused both ways: a request carrying one does not decode (Kafka closes the
+# connection), and a response carrying one is a bug the encoder raises on.
+# Compact or classic encoding is never written: it follows from flexible=
+# (KIP-482). A field absent in a version decodes to its default, so handlers
+# read req.producer_id without checking versions. Field names are the
+# snake_case of Apache Kafka's message JSON names; conformance/schemacheck.py
+# compares every field, version and nullability with Kafka's own JSON.
 
 @dataclasses.dataclass
 class Field:
     name: str
     type: str                    # "int16", "string", "[]int32", "[]" or "{}"
-    nullable: bool = False
+    nullable: object = None      # (first, last) version in which null is allowed, or None
     default: object = None
     since: int = 0               # first version with this field
     until: int = 32767           # last version with this field
@@ -537,6 +556,9 @@ class Field:
 
     def in_version(self, v):
         return self.since <= v <= self.until
+
+    def nullable_in(self, v):
+        return self.nullable is not None and self.nullable[0] <= v <= self.nullable[1]
 
 
 @dataclasses.dataclass
@@ -556,7 +578,8 @@ class Api:
 
 _HEADER = re.compile(r"(?P<name>\w+)\s+key=(?P<key>\d+)\s+versions=(?P<lo>\d+)-(?P<hi>\d+)"
                      r"\s+flexible=(?:(?P<flex>\d+)\+|none)")
-_FIELD = re.compile(r"(?P<indent> *)(?P<name>\w+)\s+(?P<type>\[\]\w*|\{\}|\w+)(?P<null>\?)?"
+_FIELD = re.compile(r"(?P<indent> *)(?P<name>\w+)\s+(?P<type>\[\]\w*|\{\}|\w+)"
+                    r"(?P<null>\?(?:(?P<nlo>\d+)(?:\+|-(?P<nhi>\d+)))?)?"
                     r"(?:\s*=\s*(?P<default>-?\w+))?"
                     r"(?:\s+v(?P<since>\d+)(?:\+|-(?P<until>\d+)))?"
                     r"(?:\s+tag=(?P<tag>\d+))?")
@@ -601,7 +624,10 @@ def parse_api(text):
         element = m["type"][2:] if m["type"].startswith("[]") else m["type"]
         if element not in PRIMITIVE_DEFAULTS and m["type"] not in ("[]", "{}"):
             raise SyntaxError(f"schema line {lineno}: unknown type {m['type']!r}")
-        f = Field(m["name"], m["type"], nullable=bool(m["null"]),
+        nullable = None
+        if m["null"]:
+            nullable = (int(m["nlo"] or 0), int(m["nhi"]) if m["nhi"] else 32767)
+        f = Field(m["name"], m["type"], nullable=nullable,
                   default=_literal(m["default"], m["type"]),
                   since=int(m["since"] or 0),
                   until=int(m["until"]) if m["until"] else 32767,
@@ -614,27 +640,39 @@ def parse_api(text):
 
 # --- The generic codec --------------------------------------------------------
 # A (field list, version) pair is compiled once into a "plan": the fields that
-# exist in that version, each with its reader and writer. Decoding and encoding
-# then walk the plan with no per-field version checks.
+# exist in that version, each with its reader and writer and whether it may be
+# null there. Decoding and encoding then walk the plan with no version checks.
+# The reads are the checks of Kafka's generated message classes: a negative
+# length is null, and refused where the field is not nullable; a compact
+# string longer than 0x7fff, an array claiming more elements than bytes are
+# left, or a varint over 5 bytes does not decode. Malformed UTF-8 becomes
+# U+FFFD, as Java's String decoding does.
 
-def _read_string(r, flexible):
+def _null(r, name):
+    raise ProtocolError(f"non-nullable field {name} was serialized as null")
+
+
+def _read_string(r, flexible, nullable=True, name="string"):
     n = r.length(flexible, I16)
     if n < 0:
-        return None
-    try:
-        return str(r.take(n), "utf-8")
-    except UnicodeDecodeError as e:
-        raise ProtocolError(f"string is not UTF-8: {e}") from None
+        return None if nullable else _null(r, name)
+    if n > 0x7FFF:
+        raise ProtocolError(f"string field {name} had invalid length {n}")
+    return str(r.take(n), "utf-8", "replace")
 
 
-def _read_bytes(r, flexible):
+def _read_bytes(r, flexible, nullable=True, name="bytes"):
     n = r.length(flexible, I32)
-    return None if n < 0 else bytes(r.take(n))
+    if n < 0:
+        return None if nullable else _null(r, name)
+    return bytes(r.take(n))
 
 
-def _read_records(r, flexible):
+def _read_records(r, flexible, nullable=True, name="records"):
     n = r.length(flexible, I32)
-    return None if n < 0 else r.take(n)        # a memoryview into the request: no copy
+    if n < 0:
+        return None if nullable else _null(r, name)
+    return r.take(n)        # a memoryview into the request: no copy
 
 
 def _write_string(w, value, flexible):
@@ -658,29 +696,34 @@ def _write_bytes(w, value, flexible):
 
 
 def _fixed_codec(s):
-    return (lambda r, flexible: r.fixed(s)), (lambda w, v, flexible: w.fixed(s, v))
+    return (lambda r, flexible, nullable=False, name="": r.fixed(s)), \
+        (lambda w, v, flexible: w.fixed(s, v))
 
 
 PRIMITIVES = {
     "bool": _fixed_codec(BOOL), "int8": _fixed_codec(I8), "int16": _fixed_codec(I16),
     "int32": _fixed_codec(I32), "int64": _fixed_codec(I64), "uint16": _fixed_codec(U16),
     "float64": _fixed_codec(F64),
-    "uuid": (lambda r, flexible: bytes(r.take(16)),
+    "uuid": (lambda r, flexible, nullable=False, name="": bytes(r.take(16)),
              lambda w, v, flexible: w.out.__iadd__(v or UUID_ZERO)),
     "string": (_read_string, _write_string),
     "bytes": (_read_bytes, _write_bytes),
     "records": (_read_records, _write_bytes),
 }
+NULLABLE_TYPES = ("string", "bytes", "records", "[]", "{}")
 
 
 class Plan:
-    """The fields of one struct in one version: what read_struct/write_struct walk."""
+    """The fields of one struct in one version: what read_struct/write_struct walk.
+    A step is (field, child plan, nullable in this version)."""
     __slots__ = ("steps", "tagged", "absent", "names")
 
     def __init__(self, fields, version):
         present = [f for f in fields if f.in_version(version)]
-        self.steps = [(f, _plan_child(f, version)) for f in present if f.tag is None]
-        self.tagged = {f.tag: (f, _plan_child(f, version)) for f in present if f.tag is not None}
+        self.steps = [(f, _plan_child(f, version), f.nullable_in(version))
+                      for f in present if f.tag is None]
+        self.tagged = {f.tag: (f, _plan_child(f, version), f.nullable_in(version))
+                       for f in present if f.tag is not None}
         self.absent = [(f.name, f.default) for f in fields if not f.in_version(version) or f.tag is not None]
         self.names = frozenset(f.name for f in fields)
 
@@ -689,21 +732,23 @@ def _plan_child(f, version):
     return Plan(f.fields, version) if f.type in ("[]", "{}") else None
 
 
-def _read_value(r, f, child, flexible):
+def _read_value(r, f, child, nullable, flexible):
     t = f.type
     if t == "[]" or (t.startswith("[]") and len(t) > 2):
         n = r.length(flexible, I32)
         if n < 0:
-            return None
+            return None if nullable else _null(r, f.name)
         if n > r.end - r.pos:               # every element takes at least one byte
             raise ProtocolError(f"array {f.name} claims {n} elements in {r.end - r.pos} bytes")
         if t == "[]":
             return [read_struct(r, child, flexible) for _ in range(n)]
         read = PRIMITIVES[t[2:]][0]
-        return [read(r, flexible) for _ in range(n)]
+        return [read(r, flexible, False, f.name) for _ in range(n)]
     if t == "{}":
+        if nullable and r.fixed(I8) < 0:    # a nullable struct: int8 -1 null, 1 present
+            return None
         return read_struct(r, child, flexible)
-    return PRIMITIVES[t][0](r, flexible)
+    return PRIMITIVES[t][0](r, flexible, nullable, f.name)
 
 
 def read_struct(r, plan, flexible):
@@ -712,26 +757,33 @@ def read_struct(r, plan, flexible):
     d = msg.__dict__
     for name, default in plan.absent:
         d[name] = list(default) if isinstance(default, list) else default
-    for f, child in plan.steps:
-        d[f.name] = _read_value(r, f, child, flexible)
+    for f, child, nullable in plan.steps:
+        d[f.name] = _read_value(r, f, child, nullable, flexible)
     if flexible:
         for _ in range(r.uvarint()):
             tag, size = r.uvarint(), r.uvarint()
             known = plan.tagged.get(tag)
             if known:
                 sub = Reader(r.take(size))
-                d[known[0].name] = _read_value(sub, known[0], known[1], flexible)
+                d[known[0].name] = _read_value(sub, known[0], known[1], known[2], flexible)
+                if sub.pos != sub.end:
+                    raise ProtocolError(f"tagged field {known[0].name} has {sub.end - sub.pos} "
+                                        "bytes left over")
             else:
                 r.take(size)
     return msg
 
 
-def _write_value(w, f, child, value, flexible, fix_error):
+def _write_value(w, f, child, nullable, value, flexible, fix_error):
     t = f.type
-    if t.startswith("[]"):
-        if value is None:
-            w.length(flexible, I32, -1)
-            return
+    if value is None:
+        if not nullable:
+            raise TypeError(f"{f.name} is null, which its schema does not allow here")
+        if t == "{}":
+            w.fixed(I8, -1)
+        else:
+            w.length(flexible, I16 if t == "string" else I32, -1)
+    elif t.startswith("[]"):
         w.length(flexible, I32, len(value))
         if t == "[]":
             for item in value:
@@ -739,9 +791,13 @@ def _write_value(w, f, child, value, flexible, fix_error):
         else:
             write = PRIMITIVES[t[2:]][1]
             for item in value:
+                if item is None:
+                    raise TypeError(f"{f.name} holds a null element")
                 write(w, item, flexible)
     elif t == "{}":
-        write_struct(w, child, value if value is not None else Msg(), flexible, fix_error)
+        if nullable:
+            w.fixed(I8, 1)
+        write_struct(w, child, value, flexible, fix_error)
     else:
         if fix_error and f.name.endswith("error_code") and value:
             value = fix_error(value)
@@ -750,22 +806,20 @@ def _write_value(w, f, child, value, flexible, fix_error):
 
 def write_struct(w, plan, msg, flexible, fix_error=None):
     """Encode one struct; missing attributes get the schema default. An attribute
-    the schema does not declare is a bug in a handler, so it raises."""
+    the schema does not declare, or a null where it allows none, is a bug in a
+    handler, so it raises."""
     d = msg.__dict__
     if not plan.names.issuperset(d):
         raise TypeError(f"fields not in the schema: {sorted(set(d) - plan.names)}")
-    for f, child in plan.steps:
-        value = d.get(f.name, f.default)
-        if value is None and not f.nullable and f.type.startswith("[]"):
-            value = []
-        _write_value(w, f, child, value, flexible, fix_error)
+    for f, child, nullable in plan.steps:
+        _write_value(w, f, child, nullable, d.get(f.name, f.default), flexible, fix_error)
     if flexible:
-        tagged = [(tag, f, child) for tag, (f, child) in sorted(plan.tagged.items())
+        tagged = [(tag, f, child, nullable) for tag, (f, child, nullable) in sorted(plan.tagged.items())
                   if d.get(f.name, f.default) != f.default]
         w.uvarint(len(tagged))
-        for tag, f, child in tagged:
+        for tag, f, child, nullable in tagged:
             sub = Writer()
-            _write_value(sub, f, child, d[f.name], flexible, fix_error)
+            _write_value(sub, f, child, nullable, d[f.name], flexible, fix_error)
             w.uvarint(tag)
             w.uvarint(len(sub.out))
             w.out += sub.out
@@ -814,7 +868,7 @@ def parse_request_header(frame):
         raise ProtocolError(f"request of {len(frame)} bytes is shorter than a header")
     api_key, api_version, correlation_id = REQUEST_HEADER.unpack_from(frame, 0)
     r = Reader(frame, REQUEST_HEADER.size)
-    client_id = _read_string(r, False)
+    client_id = _read_string(r, False, True, "client_id")
     return api_key, api_version, correlation_id, client_id, r
 
 

@@ -384,7 +384,12 @@ UVARINT_VECTORS = [
 @pytest.mark.parametrize("value,hexed", ZIGZAG_VECTORS)
 def test_codec_zigzag_varint_vectors(value, hexed):
     assert doze.varint_bytes(value).hex() == hexed
-    assert doze.Reader(bytes.fromhex(hexed)).varint() == value
+    assert doze.Reader(bytes.fromhex(hexed)).varlong() == value
+    if -2 ** 31 <= value < 2 ** 31:                   # a 32-bit varint reads it too
+        assert doze.Reader(bytes.fromhex(hexed)).varint() == value
+    else:                                             # ... and refuses a longer one
+        with pytest.raises(doze.ProtocolError):
+            doze.Reader(bytes.fromhex(hexed)).varint()
     assert zigzag(value).hex() == hexed               # the tests' own encoder agrees
 
 
@@ -392,7 +397,18 @@ def test_codec_zigzag_varint_vectors(value, hexed):
 def test_codec_unsigned_varint_vectors(value, hexed):
     assert doze.uvarint_bytes(value).hex() == hexed
     r = doze.Reader(bytes.fromhex(hexed))
-    assert r.uvarint() == value and r.pos == len(hexed) // 2
+    java_int = value - 2 ** 32 if value >= 2 ** 31 else value     # readUnsignedVarint's int
+    assert r.uvarint() == java_int and r.pos == len(hexed) // 2
+
+
+@pytest.mark.parametrize("hexed,value", [("ffffffff7f", -1), ("8080808010", 0), ("ffffffff07", 2 ** 31 - 1)])
+def test_codec_five_byte_uvarint_keeps_the_low_32_bits_as_java_does(hexed, value):
+    assert doze.Reader(bytes.fromhex(hexed)).uvarint() == value
+
+
+def test_codec_uvarint_of_six_bytes_is_refused():
+    with pytest.raises(doze.ProtocolError, match="longer than 5 bytes"):
+        doze.Reader(bytes.fromhex("808080808001")).uvarint()
 
 
 def test_codec_fixed_width_integers_are_big_endian():
@@ -471,22 +487,22 @@ SAMPLES = {"bool": True, "int8": -7, "int16": 300, "int32": -70000, "int64": 2 *
 ERROR_SAMPLE = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)   # must survive OLDER_CLIENTS_GET
 
 
-def sample_struct(fields, nulls, salt=0):
-    """A Msg with a value for every field (all versions); nullable fields are
-    None when nulls is set."""
+def sample_struct(fields, nulls, salt=0, version=None):
+    """A Msg with a value for every field (all versions); fields nullable (in
+    `version`, or in any) are None when nulls is set."""
     msg = Msg()
     for f in fields:
-        setattr(msg, f.name, sample_value(f, nulls, salt))
+        setattr(msg, f.name, sample_value(f, nulls, salt, version))
     return msg
 
 
-def sample_value(f, nulls, salt):
-    if nulls and f.nullable:
+def sample_value(f, nulls, salt, version=None):
+    if nulls and (f.nullable_in(version) if version is not None else f.nullable):
         return None
     if f.type == "[]":
-        return [sample_struct(f.fields, nulls, salt + i) for i in range(2)]
+        return [sample_struct(f.fields, nulls, salt + i, version) for i in range(2)]
     if f.type == "{}":
-        return sample_struct(f.fields, nulls, salt)
+        return sample_struct(f.fields, nulls, salt, version)
     if f.type.startswith("[]"):
         return [SAMPLES[f.type[2:]], SAMPLES[f.type[2:]]]
     if f.name.endswith("error_code"):
@@ -536,7 +552,7 @@ ALL_VERSIONS = [(key, v) for key, (spec, _) in sorted(doze.HANDLERS.items())
 def test_schema_every_api_round_trips_at_every_version(key, version, direction, nulls):
     spec = doze.HANDLERS[key][0]
     fields = getattr(spec, direction)
-    msg = sample_struct(fields, nulls)
+    msg = sample_struct(fields, nulls, version=version)
     w = doze.encode_body(spec, version, direction, msg)
     data = b"".join(w.finish())
     r = doze.Reader(data)
@@ -610,13 +626,18 @@ Foo  key=99  versions=0-5  flexible=3+
     items  []  v1-4
       x  int16 = -1
       ys  []int64
+    c  string?4+
+    d  bytes?1-3
   response
     error_code  int16
 """)
     assert (spec.name, spec.key, spec.min_version, spec.max_version, spec.flexible_from) == \
         ("Foo", 99, 0, 5, 3)
-    a, b, items = spec.request
-    assert (b.nullable, b.default, b.since, b.until) == (True, None, 2, 32767)
+    a, b, items, c, d = spec.request
+    assert (b.nullable, b.default, b.since, b.until) == ((0, 32767), None, 2, 32767)
+    assert (c.nullable, d.nullable, a.nullable) == ((4, 32767), (1, 3), None)
+    assert [c.nullable_in(v) for v in (3, 4, 5)] == [False, True, True]
+    assert [d.nullable_in(v) for v in (0, 1, 3, 4)] == [False, True, True, False]
     assert (items.since, items.until, [f.name for f in items.fields]) == (1, 4, ["x", "ys"])
     assert items.fields[0].default == -1
     assert not spec.flexible(2) and spec.flexible(3)
