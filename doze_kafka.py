@@ -110,6 +110,7 @@ BROKER_DEFAULTS = {
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
+    "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
 }
 
 # Topic configs: name -> (type, broker setting it inherits from, default).
@@ -5362,6 +5363,10 @@ class Connection:
         self.update_interest()
 
     # --- writing ---
+    def queued_bytes(self):
+        """Bytes of answers waiting to be written (file slices count their size)."""
+        return sum(len(c) for c in self.out) - self.out_pos
+
     def push(self, slot, chunks):
         """Fill a slot; send every slot at the head of the queue that is ready."""
         slot.chunks = chunks
@@ -5450,6 +5455,44 @@ class Connection:
         with contextlib.suppress(OSError):
             self.sock.close()
         self.broker.forget(self)
+
+
+class LoopStats:
+    """How long the loop's passes take (select's wait excluded), logged once an
+    interval when doze.loop.stats.interval.ms > 0: the measure of "nothing
+    slow on the loop". One pass is the work between two selects."""
+
+    def __init__(self, broker, interval_ms):
+        self.broker = broker
+        self.interval_s = interval_ms / 1000
+        self.passes = []
+        self.started = time.perf_counter()
+
+    def record(self, seconds):
+        self.passes.append(seconds)
+        now = time.perf_counter()
+        if now - self.started >= self.interval_s:
+            self.report()
+            self.passes, self.started = [], now
+
+    def report(self):
+        times = sorted(self.passes) or [0.0]
+
+        def pct(q):
+            return times[min(len(times) - 1, int(q * len(times)))] * 1000
+        b = self.broker
+        queued = sum(c.queued_bytes() for c in b.connections)
+        log.info("loop stats: passes=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f connections=%d "
+                 "queued_out_bytes=%d open_files=%d", len(self.passes), pct(0.5), pct(0.99),
+                 times[-1] * 1000, len(b.connections), queued, open_file_count())
+
+
+def open_file_count():
+    """This process's open descriptors (Linux: /proc/self/fd), or -1 where unknown."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1       # less the one listdir holds
+    except OSError:
+        return -1
 
 
 class _Listener:
@@ -5660,15 +5703,21 @@ class Broker:
     # --- the loop ---
     def serve_forever(self):
         """The only loop in doze; the only thread that touches broker state."""
+        interval = self.config["doze.loop.stats.interval.ms"]
+        stats = LoopStats(self, interval) if interval > 0 else None
         try:
             while not self._stopping:
-                for key, mask in self.selector.select(self._select_timeout()):
+                events = self.selector.select(self._select_timeout())
+                began = time.perf_counter()
+                for key, mask in events:
                     key.data.on_event(mask)
                 while self._calls:
                     self._calls.popleft()()
                 self._run_timers()
                 self._resume_connections()
                 self._group_commit()
+                if stats:
+                    stats.record(time.perf_counter() - began)
         finally:
             self._shutdown()
 
