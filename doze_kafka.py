@@ -1107,34 +1107,133 @@ def build_control_batch(producer_id, producer_epoch, commit, timestamp_ms, coord
                        ATTR_TRANSACTIONAL | ATTR_CONTROL)
 
 
+# --- Reading records, for the few places that must ----------------------------
+# Produce and Fetch never decode a record. ListOffsets by timestamp (and the
+# tests, and the recorder) do, on bytes that came from clients: so the reader
+# trusts nothing -- each record is read inside its own length, a count is
+# capped by the bytes there are, and gzip output is bounded -- and any flaw
+# raises RecordsError. Whatever a log holds, reading it cannot loop or crash.
+
+MIN_RECORD_BODY = 6             # attributes, timestamp and offset deltas, key, value, header count
+MAX_INFLATED = 16 * 1024 * 1024 # gzip records decoded for a timestamp lookup, at most
+
+
+class RecordsError(ValueError):
+    """The records of a batch do not decode."""
+
+
+def record_payload(batch):
+    """The records' bytes of an uncompressed or gzip batch (gzip inflated up to
+    MAX_INFLATED); RecordsError for other codecs or a broken payload."""
+    if len(batch) < BATCH_HEADER_SIZE:
+        raise RecordsError(f"{len(batch)} bytes is shorter than a batch header")
+    h = read_batch_header(batch)
+    data = memoryview(batch)[BATCH_HEADER_SIZE:LOG_OVERHEAD + max(h.batch_length, 0)]
+    codec = h.attributes & ATTR_COMPRESSION
+    if codec == 0:
+        return h, data
+    if codec != 1:
+        raise RecordsError(f"cannot decode {COMPRESSION_NAMES.get(codec, codec)} records")
+    try:
+        inflater = zlib.decompressobj(47)                 # gzip framing
+        out = inflater.decompress(data, MAX_INFLATED)
+    except zlib.error as e:
+        raise RecordsError(f"gzip: {e}") from None
+    if inflater.unconsumed_tail:
+        raise RecordsError(f"gzip records inflate to more than {MAX_INFLATED} bytes")
+    return h, memoryview(out)
+
+
 def decode_records(batch):
     """Yield (offset_delta, timestamp_delta, key, value, headers) of an
-    uncompressed or gzip batch. Only ListOffsets-by-timestamp and tests use
-    this: the produce and fetch paths never look inside a batch."""
-    h = read_batch_header(batch)
-    data = bytes(batch[BATCH_HEADER_SIZE:])
-    codec = h.attributes & ATTR_COMPRESSION
-    if codec == 1:
-        data = zlib.decompress(data, 47)               # gzip framing
-    elif codec != 0:
-        raise ValueError(f"cannot decode {COMPRESSION_NAMES.get(codec)} records")
+    uncompressed or gzip batch, as Kafka's DefaultRecord.readFrom reads them.
+    Raises RecordsError at the first record that does not decode."""
+    h, data = record_payload(batch)
+    if not 0 <= h.records_count <= len(data) // (MIN_RECORD_BODY + 1):
+        raise RecordsError(f"{h.records_count} records cannot fit in {len(data)} bytes")
     r = Reader(data)
-    for _ in range(h.records_count):
-        length = r.varint()
-        end = r.pos + length
-        r.take(1)
-        ts_delta, off_delta = r.varint(), r.varint()
-        klen = r.varint()
-        key = None if klen < 0 else bytes(r.take(klen))
-        vlen = r.varint()
-        value = None if vlen < 0 else bytes(r.take(vlen))
-        headers = []
-        for _ in range(r.varint()):
-            hk = bytes(r.take(r.varint()))
-            hvlen = r.varint()
-            headers.append((hk, None if hvlen < 0 else bytes(r.take(hvlen))))
-        r.pos = end
-        yield off_delta, ts_delta, key, value, headers
+    try:
+        for _ in range(h.records_count):
+            length = r.varint()
+            if length < MIN_RECORD_BODY:
+                raise RecordsError(f"record length {length}")
+            body = Reader(r.take(length))
+            body.take(1)                                  # attributes: unused
+            ts_delta, off_delta = body.varlong(), body.varint()
+            key, value = _record_bytes(body), _record_bytes(body)
+            headers = []
+            count = body.varint()
+            if not 0 <= count <= body.end - body.pos:
+                raise RecordsError(f"{count} record headers")
+            for _ in range(count):
+                hk = _record_bytes(body)
+                if hk is None:
+                    raise RecordsError("a null header key")
+                headers.append((hk, _record_bytes(body)))
+            if body.pos != body.end:
+                raise RecordsError(f"record of {length} bytes has {body.end - body.pos} left over")
+            yield off_delta, ts_delta, key, value, headers
+        if r.pos != r.end:
+            raise RecordsError("Incorrect declared batch size, records still remaining")
+    except ProtocolError as e:
+        raise RecordsError(str(e)) from None
+
+
+def _record_bytes(r):
+    n = r.varint()
+    if n < -1:
+        raise RecordsError(f"length {n}")
+    return None if n < 0 else bytes(r.take(n))
+
+
+def check_record_framing(records, count):
+    """Kafka's LogValidator reads every record of an uncompressed batch and
+    refuses the batch unless `count` records tile its payload exactly. doze
+    walks just the records' length varints: one pass, no field decoding (the
+    cost is measured in the README). -> None, or what is wrong."""
+    pos, end = BATCH_HEADER_SIZE, len(records)
+    if count * (MIN_RECORD_BODY + 1) > end - pos:
+        return f"{count} records cannot fit in {end - pos} bytes"
+    view = bytes(records) if isinstance(records, memoryview) else records
+    last = end - 2
+    for i in range(count):
+        if pos > last:                            # fewer than 2 bytes left: read slowly
+            n, pos = _slow_length(view, pos, end)
+        elif view[pos] < 0x80:                    # lengths under 64: one byte
+            n = view[pos]
+            pos += 1
+        elif view[pos + 1] < 0x80:                # under 8192: two
+            n = (view[pos] & 0x7F) | view[pos + 1] << 7
+            pos += 2
+        else:
+            n, pos = _slow_length(view, pos, end)
+        if n is None:
+            return pos
+        n = (n >> 1) ^ -(n & 1)
+        if n < MIN_RECORD_BODY:
+            return f"Invalid record size: record {i} has length {n}"
+        pos += n
+        if pos > end:
+            return (f"Invalid record size: expected {n} bytes in record payload, but instead "
+                    f"the buffer has only {end - pos + n} remaining bytes.")
+    if pos != end:
+        return "Incorrect declared batch size, records still remaining in file"
+    return None
+
+
+def _slow_length(view, pos, end):
+    """A length varint of any width: (value, new position) or (None, what is wrong)."""
+    n = shift = 0
+    for _ in range(5):
+        if pos >= end:
+            return None, "Incorrect declared batch size, premature EOF reached"
+        b = view[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return n & 0xFFFFFFFF, pos
+    return None, "a record length varint is longer than 5 bytes"
 
 
 class BatchError(Exception):
@@ -1581,15 +1680,16 @@ class PartitionLog:
         return self._refine(seg, i, lambda t: t == ts)
 
     def _refine(self, seg, i, match):
-        """Find the matching record inside batch i (ListOffsets only); compressed
-        batches other than gzip answer with the batch's first offset."""
+        """Find the matching record inside batch i (ListOffsets only). A batch
+        doze cannot decode (lz4, snappy, zstd, or broken) answers with its
+        first offset."""
         batch = seg.read_batch(i)
         h = read_batch_header(batch)
         try:
             for off_delta, ts_delta, _, _, _ in decode_records(batch):
                 if match(h.base_timestamp + ts_delta) and h.base_offset + off_delta >= self.log_start_offset:
                     return h.base_offset + off_delta, h.base_timestamp + ts_delta
-        except (ValueError, ProtocolError, zlib.error):
+        except RecordsError:
             pass
         return max(h.base_offset, self.log_start_offset), h.max_timestamp
 
@@ -3433,6 +3533,10 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
         if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
             raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
+        if not h.attributes & ATTR_COMPRESSION:
+            flaw = check_record_framing(records, h.records_count)
+            if flaw:
+                raise BatchError(ErrorCode.INVALID_RECORD, flaw, in_log=True)
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
         if transactional:
             ctx.txns.check_not_decided(transactional_id)

@@ -20,6 +20,7 @@ means storage in both files:
 A test marked "# BUG:" exposes a broker bug and fails until doze_kafka.py is fixed.
 """
 
+import contextlib
 import errno
 import logging
 import os
@@ -30,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 
@@ -768,6 +770,80 @@ def test_batch_control_flag_from_a_client_is_invalid_record():
     with pytest.raises(doze.BatchError) as e:
         doze.validate_produced(make_batch([b"x"], attributes=doze.ATTR_CONTROL))
     assert e.value.code == ErrorCode.INVALID_RECORD
+
+
+def batch_with_payload(payload, count, attributes=0, timestamp_ms=1_000):
+    """A RecordBatch v2 around arbitrary record bytes, with a right CRC-32C:
+    the shape of a batch whose header is fine and whose records are not."""
+    tail = struct.pack(">hiqqqhii", attributes, count - 1, timestamp_ms, timestamp_ms,
+                       -1, -1, -1, count) + payload
+    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, doze.crc32c(tail)) + tail
+
+
+GOOD_RECORD = zigzag(7) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(0)
+BAD_RECORDS = {   # name: (records bytes, records_count), each with a right CRC
+    "count-2^31-1-length--1": (zigzag(-1) + bytes(8), 2 ** 31 - 1),   # the 70-byte batch of the issue
+    "length--2": (zigzag(-2) + GOOD_RECORD, 2),
+    "length-too-short": (zigzag(3) + b"\x00\x00\x00", 1),
+    "bytes-left-over": (GOOD_RECORD + b"\x00\x00", 1),
+    "too-few-bytes-for-the-count": (GOOD_RECORD * 2, 3),
+    "length-past-the-end": (zigzag(500) + GOOD_RECORD[1:], 1),
+    "six-byte-varint": (b"\x80\x80\x80\x80\x80\x01" + GOOD_RECORD, 2),
+}
+
+
+def test_batch_record_framing_accepts_what_producers_send():
+    for values in ([b"a"], [b"x" * 70] * 3, [b"y" * 10_000, b"z"], [b""] * 500):
+        batch = make_batch(values, keys=[b"k"] * len(values))
+        assert doze.check_record_framing(memoryview(batch), len(values)) is None
+    assert doze.check_record_framing(batch_with_payload(GOOD_RECORD * 4, 4), 4) is None
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RECORDS))
+def test_batch_record_framing_refuses_records_that_do_not_tile_the_batch(name):
+    payload, count = BAD_RECORDS[name]
+    batch = batch_with_payload(payload, count)
+    h = doze.validate_produced(batch)                   # the header and the CRC are fine
+    assert doze.check_record_framing(memoryview(batch), h.records_count)
+    with pytest.raises(doze.RecordsError):
+        list(doze.decode_records(batch))
+
+
+def test_batch_the_70_byte_batch_of_the_issue():
+    batch = batch_with_payload(zigzag(-1) + bytes(8), 2 ** 31 - 1)
+    assert len(batch) == 70
+
+
+@pytest.mark.parametrize("payload", [
+    zigzag(9) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-7) + zigzag(1) + b"v" + zigzag(0) + b"\x00\x00",
+    zigzag(8) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(50) + b"v" + zigzag(0),
+    zigzag(7) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(100),
+    zigzag(7) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(-3),
+], ids=["negative-key-length", "value-past-the-record", "header-count-too-big", "negative-header-count"])
+def test_batch_decode_records_stays_inside_each_record(payload):
+    """Lengths that tile the batch, fields inside a record that do not: the
+    decoder refuses them without reading past the record."""
+    with pytest.raises(doze.RecordsError):
+        list(doze.decode_records(batch_with_payload(payload, 1)))
+
+
+def test_batch_decode_records_never_loops_on_random_payloads():
+    rng = random.Random(9)
+    started = time.perf_counter()
+    for i in range(3000):
+        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(80)))
+        count = rng.choice([1, 2, 7, 2 ** 31 - 1, -5, 0])
+        with contextlib.suppress(doze.RecordsError):
+            for _ in doze.decode_records(batch_with_payload(payload, count, attributes=rng.choice([0, 1]))):
+                pass
+    assert time.perf_counter() - started < 10
+
+
+def test_batch_decode_records_bounds_gzip_output():
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 31)
+    payload = bomb.compress(bytes(doze.MAX_INFLATED + 1)) + bomb.flush()
+    with pytest.raises(doze.RecordsError, match="inflate to more than"):
+        list(doze.decode_records(batch_with_payload(payload, 1, attributes=1)))
 
 
 ###############################################################################
@@ -3283,6 +3359,37 @@ def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, by
     batch[30] ^= 1
     assert client.produce("crc2", 0, bytes(batch)).error_code == ErrorCode.CORRUPT_MESSAGE
     assert client.produce("crc2", 0, make_batch([b"ok"])).error_code == 0
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RECORDS))
+def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
+    """A right CRC around records that do not tile the batch: Kafka's LogValidator
+    refuses it (INVALID_RECORD), so does doze; the partition keeps working."""
+    client.create_topic("framing")
+    payload, count = BAD_RECORDS[name]
+    p = client.produce("framing", 0, batch_with_payload(payload, count))
+    assert p.error_code == ErrorCode.INVALID_RECORD, p
+    assert client.produce("framing", 0, make_batch([b"ok"], timestamps=[5_000])).base_offset == 0
+    for ts in (0, -3):
+        assert client.list_offset("framing", 0, ts).offset == 0
+
+
+def test_server_partition_holding_a_bad_batch_is_served_without_a_stall(client, broker):
+    """A log written by an older doze (which took any batch with a right CRC):
+    timestamp lookups on it answer at once, the log is served as it is."""
+    client.create_topic("poisoned")
+    plog = broker.logs.logs[("poisoned", 0)]
+    for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
+        batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
+        broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
+    client.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000]))
+    started = time.perf_counter()
+    assert client.list_offset("poisoned", 0, 0).offset == 0            # the first batch's offset
+    after = 2 ** 31 - 1 + 2                      # the two bad batches hold 2^31-1 and 2 offsets
+    assert client.list_offset("poisoned", 0, -3).offset == after          # "after" has the max
+    assert client.list_offset("poisoned", 0, 3_000).offset == after
+    assert time.perf_counter() - started < 2
+    assert client.fetch("poisoned", 0, 0).error_code == 0
 
 
 def test_server_api_versions_unknown_version_gets_v0_fallback(client):
