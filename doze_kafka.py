@@ -47,6 +47,7 @@ import enum
 import errno
 import functools
 import heapq
+import itertools
 import json
 import logging
 import operator
@@ -910,6 +911,7 @@ BATCH_FIELDS = (
 LOG_OVERHEAD = 12                   # base_offset + batch_length: what batch_length excludes
 CRC_START = 21                      # the CRC covers bytes [21, end) of a batch
 ATTR_COMPRESSION = 0x07
+ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -1374,6 +1376,7 @@ class Segment:
         self.lasts = array.array("q")       # last offset of each batch
         self.positions = array.array("q")   # byte position of each batch
         self.max_timestamps = array.array("q")
+        self.running_max = array.array("q") # the largest max_timestamp so far: sorted, so bisectable
         self.size = 0
         self.fd = None                      # append descriptor, only while active
         self.reader = None                  # read-only file object (pread, sendfile)
@@ -1409,6 +1412,7 @@ class Segment:
             return 0
         for i, arr in enumerate((self.bases, self.lasts, self.positions, self.max_timestamps)):
             arr.frombytes(body[i * count * 8:(i + 1) * count * 8])   # native order: a cache
+        self.running_max = array.array("q", itertools.accumulate(self.max_timestamps, max))
         return covered
 
     def save_index_cache(self):
@@ -1448,9 +1452,11 @@ class Segment:
         self.lasts.append(last)
         self.positions.append(position)
         self.max_timestamps.append(max_timestamp)
+        running = self.running_max
+        running.append(max_timestamp if not running or running[-1] < max_timestamp else running[-1])
 
     def _drop_last(self):
-        for a in (self.bases, self.lasts, self.positions, self.max_timestamps):
+        for a in (self.bases, self.lasts, self.positions, self.max_timestamps, self.running_max):
             a.pop()
 
     def open_for_append(self):
@@ -1487,7 +1493,7 @@ class Segment:
 
     @property
     def largest_timestamp(self):
-        return max(self.max_timestamps) if self.max_timestamps else -1
+        return self.running_max[-1] if self.running_max else -1
 
     def batch_at(self, offset):
         """Index of the batch holding `offset` (or the first one after it), or None."""
@@ -1660,38 +1666,58 @@ class PartitionLog:
             left -= seg.size
         return self.log_start_offset
 
+    # --- timestamps (ListOffsets) ---
+    # Kafka's time index holds each segment's growing maximum timestamp; doze's
+    # running_max is the same per batch, so the first batch whose records reach
+    # a timestamp is a bisection away. These are steps (generators: `yield from`
+    # them inside in_steps), as decoding a batch to find the record is real work.
+
     def offset_for_timestamp(self, timestamp):
-        """(offset, timestamp) of the first record at or after `timestamp`, or None."""
+        """-> (offset, timestamp) of the first record at or after `timestamp`
+        from the log start offset, or None."""
         for seg in self.segments:
-            for i, ts in enumerate(seg.max_timestamps):
-                if ts >= timestamp and seg.lasts[i] >= self.log_start_offset:
-                    return self._refine(seg, i, lambda t: t >= timestamp)
+            if not seg.bases or seg.running_max[-1] < timestamp or seg.lasts[-1] < self.log_start_offset:
+                continue
+            i = bisect.bisect_left(seg.running_max, timestamp)
+            start = seg.batch_at(self.log_start_offset)
+            if start > i:                  # the log starts inside this segment, past batch i
+                i = next((k for k in range(start, len(seg.bases))
+                          if seg.max_timestamps[k] >= timestamp), None)
+                if i is None:
+                    continue
+            return (yield from self._refine(seg, i, lambda t: t >= timestamp))
         return None
 
     def offset_of_max_timestamp(self):
+        """-> (offset, timestamp) of the first record with the largest timestamp, or None."""
         best = None
         for seg in self.segments:
-            for i, ts in enumerate(seg.max_timestamps):
-                if best is None or ts > best[0]:
-                    best = (ts, seg, i)
+            if seg.bases and (best is None or seg.running_max[-1] > best.running_max[-1]):
+                best = seg
         if best is None:
             return None
-        ts, seg, i = best
-        return self._refine(seg, i, lambda t: t == ts)
+        ts = best.running_max[-1]
+        return (yield from self._refine(best, bisect.bisect_left(best.running_max, ts),
+                                        lambda t: t == ts))
 
     def _refine(self, seg, i, match):
-        """Find the matching record inside batch i (ListOffsets only). A batch
-        doze cannot decode (lz4, snappy, zstd, or broken) answers with its
-        first offset."""
+        """The matching record inside batch i. A batch doze cannot decode
+        (lz4, snappy, zstd, or broken records) answers with its first offset,
+        and so does a LogAppendTime batch, whose records all have its time."""
         batch = seg.read_batch(i)
         h = read_batch_header(batch)
+        first = max(h.base_offset, self.log_start_offset), h.max_timestamp
+        if h.attributes & ATTR_LOG_APPEND_TIME:
+            return first
         try:
-            for off_delta, ts_delta, _, _, _ in decode_records(batch):
+            for n, (off_delta, ts_delta, _, _, _) in enumerate(decode_records(batch)):
                 if match(h.base_timestamp + ts_delta) and h.base_offset + off_delta >= self.log_start_offset:
                     return h.base_offset + off_delta, h.base_timestamp + ts_delta
+                if n % 1024 == 1023:
+                    yield
         except RecordsError:
             pass
-        return max(h.base_offset, self.log_start_offset), h.max_timestamp
+        return first
 
     # --- deleting ---
     def delete_records_before(self, offset):
@@ -3381,6 +3407,30 @@ class Park:
         self.done = False
 
 
+STEP = "step"                   # the park key notified once every pass of the loop
+STEP_BUDGET_S = 0.005           # loop time a request in steps may take a pass
+
+
+def in_steps(work, budget_s=None):
+    """Run a handler written as a generator -- it yields wherever it may
+    pause and returns its answer -- for budget_s now and as long again in
+    every pass of the loop until it is done, so that a long request (timestamp
+    lookups over many partitions, thousands of partition directories) never
+    holds the loop: the others are served between its steps. Its connection's
+    next requests wait, as they would behind any request."""
+    budget_s = STEP_BUDGET_S if budget_s is None else budget_s
+
+    def advance(expired=False):
+        deadline = time.perf_counter() + budget_s
+        try:
+            while time.perf_counter() < deadline:
+                next(work)
+        except StopIteration as done:
+            return done.value
+        return None
+    return advance() or Park(advance, keys=[STEP])
+
+
 class RequestContext:
     """What a handler may touch: the logs, the producer state, the cluster's
     identity, the request's version and the time. Never the whole Broker."""
@@ -3575,7 +3625,7 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
 def set_log_append_time(batch, now_ms):
     """message.timestamp.type=LogAppendTime: the broker stamps the batch (attribute
     bit 3 and max_timestamp) and, since those are inside the CRC, recomputes it."""
-    attributes = I16.unpack_from(batch, 21)[0] | 0x08
+    attributes = I16.unpack_from(batch, 21)[0] | ATTR_LOG_APPEND_TIME
     I16.pack_into(batch, 21, attributes)
     I64.pack_into(batch, 35, now_ms)
     U32.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
@@ -3728,10 +3778,15 @@ def handle_list_offsets(ctx, req):
     """ListOffsets: an offset by time. -1 latest (the high watermark, or the last
     stable offset for read_committed), -2 earliest, -3 the record with the
     largest timestamp (KIP-734), -4 earliest local; otherwise the first record
-    whose timestamp is at or after the one given.
+    whose timestamp is at or after the one given. Lookups by time read a
+    batch's records, so the answer is worked out in steps.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION.
     """
+    return in_steps(list_offsets(ctx, req))
+
+
+def list_offsets(ctx, req):
     results = []
     for t in req.topics:
         for p in t.partitions:
@@ -3745,21 +3800,23 @@ def handle_list_offsets(ctx, req):
             if p.timestamp in SPECIAL_TIMESTAMP_VERSIONS and ctx.version < SPECIAL_TIMESTAMP_VERSIONS[p.timestamp]:
                 part.error_code = ErrorCode.UNSUPPORTED_VERSION
                 continue
-            part.offset, part.timestamp = list_offset(ctx, plog, p.timestamp, req.isolation_level)
+            part.offset, part.timestamp = yield from list_offset(ctx, plog, p.timestamp,
+                                                                 req.isolation_level)
             part.leader_epoch = 0 if part.offset >= 0 else -1
+            yield
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
 def list_offset(ctx, plog, timestamp, isolation_level):
-    """-> (offset, timestamp) for one ListOffsets partition."""
+    """-> (offset, timestamp) for one ListOffsets partition (a step generator)."""
     if timestamp == LATEST_TIMESTAMP:
         return (last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark), -1
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
-        found = plog.offset_of_max_timestamp()
+        found = yield from plog.offset_of_max_timestamp()
     elif timestamp >= 0:
-        found = plog.offset_for_timestamp(timestamp)
+        found = yield from plog.offset_for_timestamp(timestamp)
     else:
         found = None                  # -5/-6: tiered-storage offsets; doze has no tiers
     bound = last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark
@@ -5818,6 +5875,8 @@ class Broker:
                 while self._calls:
                     self._calls.popleft()()
                 self._run_timers()
+                if STEP in self.waiters:
+                    self.notify(STEP)           # requests in steps: one more step each
                 self._resume_connections()
                 self._group_commit()
                 if stats:
@@ -5826,7 +5885,7 @@ class Broker:
             self._shutdown()
 
     def _select_timeout(self):
-        if self.resume or self._calls or self.logs.dirty:
+        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters:
             return 0
         if not self.timers:
             return 1.0

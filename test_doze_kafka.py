@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import random
+import select
 import socket
 import sqlite3
 import struct
@@ -1147,16 +1148,68 @@ def test_storage_delete_everything_keeps_the_offsets_going(open_logs):
     assert (plog2.log_start_offset, plog2.next_offset) == (4, 5)
 
 
+def finish(steps):
+    """Run a step generator (what in_steps drives on the loop) to its end."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
 def test_storage_offset_for_timestamp(open_logs):
     logs = open_logs()
     plog = new_topic(logs)
     append(logs, plog, [b"a", b"b", b"c"], timestamps=[100, 300, 200])
     append(logs, plog, [b"d"], timestamps=[500])
-    assert plog.offset_for_timestamp(50) == (0, 100)
-    assert plog.offset_for_timestamp(150) == (1, 300)
-    assert plog.offset_for_timestamp(400) == (3, 500)
-    assert plog.offset_for_timestamp(501) is None
-    assert plog.offset_of_max_timestamp() == (3, 500)
+    assert finish(plog.offset_for_timestamp(50)) == (0, 100)
+    assert finish(plog.offset_for_timestamp(150)) == (1, 300)
+    assert finish(plog.offset_for_timestamp(400)) == (3, 500)
+    assert finish(plog.offset_for_timestamp(501)) is None
+    assert finish(plog.offset_of_max_timestamp()) == (3, 500)
+
+
+def _brute_force_for_timestamp(records, target, log_start):
+    """The first (offset, ts) at or after target by Kafka's rule, from a list of
+    (offset, ts, batch max ts) in log order: the first batch whose max reaches
+    the target, then its first record that does, from the log start."""
+    by_batch = {}
+    for off, ts, batch in records:
+        by_batch.setdefault(batch, []).append((off, ts))
+    for batch in sorted(by_batch):
+        recs = by_batch[batch]
+        if max(t for _, t in recs) >= target and recs[-1][0] >= log_start:
+            return next(((o, t) for o, t in recs if t >= target and o >= log_start),
+                        (max(recs[0][0], log_start), max(t for _, t in recs)))
+    return None
+
+
+def test_storage_offset_for_timestamp_agrees_with_a_scan_of_every_record(open_logs):
+    """Random timestamps, several segments, a log start inside a segment, and a
+    restart (the running maximum is rebuilt from the index cache)."""
+    rng = random.Random(4)
+    logs = open_logs()
+    plog = new_topic(logs, segment_bytes=900)
+    records, offset = [], 0
+    for b in range(60):
+        ts = [rng.randrange(0, 2_000) for _ in range(rng.randrange(1, 4))]
+        append(logs, plog, [b"v"] * len(ts), timestamps=ts)
+        records += [(offset + i, t, b) for i, t in enumerate(ts)]
+        offset += len(ts)
+    logs.delete_records(plog, 17)
+    logs.flush_dirty()
+    for reopen in (False, True):
+        if reopen:
+            logs.close()
+            logs = open_logs()
+            plog = logs.get("t", 0)
+        assert len(plog.segments) > 3
+        for target in list(range(0, 2_100, 37)) + [t for _, t, _ in records[:20]]:
+            assert finish(plog.offset_for_timestamp(target)) == \
+                _brute_force_for_timestamp(records, target, 17), target
+        top = max(t for _, t, _ in records)
+        first_top = next(o for o, t, _ in records if t == top)
+        assert finish(plog.offset_of_max_timestamp()) == (max(first_top, 17), top)
 
 
 def test_storage_topic_directories_unknown_to_meta_db_are_removed(open_logs, tmp_path):
@@ -1706,6 +1759,49 @@ def timed_topic(client):
     client.produce("times", 0, make_batch([b"a", b"b", b"c"], timestamps=[100, 300, 200]))
     client.produce("times", 0, make_batch([b"d"], timestamps=[500]))
     return "times"
+
+
+def test_in_steps_answers_at_once_or_parks_until_done():
+    def work(n):
+        for _ in range(n):
+            yield
+        return Msg(done=n)
+    assert doze.in_steps(work(3)).done == 3
+    park = doze.in_steps(work(10 ** 9), budget_s=0)
+    assert isinstance(park, doze.Park) and park.keys == (doze.STEP,)
+    assert park.poll(False) is None
+
+
+def test_list_offsets_by_time_over_many_batches_lets_others_through(broker, client, bystander):
+    """A ListOffsets whose lookups decode many records is worked out in steps:
+    a request on another connection, sent after it, is answered before it."""
+    client.create_topic("steps", 40)
+    values = [b"%06d" % i for i in range(3000)]
+    batch = make_batch(values, timestamps=range(1_000, 4_000))
+    for p in range(40):
+        assert client.produce("steps", p, batch).error_code == 0
+    cid, version = client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+        Msg(name="steps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
+    time.sleep(0.01)
+    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    lookup_done = select.select([client.sock], [], [], 0)[0]
+    got, resp = client.receive(ApiKey.LIST_OFFSETS, version)
+    assert got == cid and {p.offset for p in resp.topics[0].partitions} == {2999}
+    assert not lookup_done, "the bystander was answered only after the whole lookup"
+
+
+def test_list_offsets_in_one_go_would_hold_the_bystander(broker, client, bystander, monkeypatch):
+    """The control: with an unbounded step the same lookup holds the loop."""
+    monkeypatch.setattr(doze, "STEP_BUDGET_S", 1000)
+    client.create_topic("nosteps", 40)
+    batch = make_batch([b"%06d" % i for i in range(3000)], timestamps=range(1_000, 4_000))
+    for p in range(40):
+        client.produce("nosteps", p, batch)
+    client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+        Msg(name="nosteps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
+    time.sleep(0.01)
+    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert select.select([client.sock], [], [], 0)[0], "the lookup was not done in one go"
 
 
 @pytest.mark.parametrize("version", range(1, 12))
