@@ -318,6 +318,8 @@ class ErrorCode(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     MEMBER_ID_REQUIRED = 79
@@ -3712,6 +3714,7 @@ def fetch_partitions(ctx, req):
             results.append((t.topic, part))
             try:
                 plog = ctx.logs.get(t.topic, p.partition)
+                check_leader_epoch(p.current_leader_epoch)
             except KafkaError as e:
                 part.error_code = e.code
                 continue
@@ -3738,6 +3741,15 @@ def fetch_partitions(ctx, req):
     return results, total
 
 
+def check_leader_epoch(current_leader_epoch):
+    """A client's idea of the leader epoch (KIP-320) against doze's, which is
+    always 0: older is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; -1 skips it."""
+    if current_leader_epoch == -1 or current_leader_epoch == 0:
+        return
+    raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < 0
+                     else ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch}")
+
+
 def last_stable_offset(ctx, plog):
     """The LSO: below it every transaction is decided. Without transactions it
     is the high watermark."""
@@ -3748,7 +3760,13 @@ def last_stable_offset(ctx, plog):
 # --- ListOffsets (2) ------------------------------------------------------------
 
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -1, -2, -3, -4
-SPECIAL_TIMESTAMP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, -5: 9, -6: 11}   # KIP-734, 405, 1005
+LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP = -5, -6
+# The special (negative) timestamps and the first version that knows each
+# (KIP-734, KIP-405, KIP-1005, KIP-1023); Kafka 4.3.1 answers any other
+# negative timestamp, or one too new for the version, with UNSUPPORTED_VERSION.
+SPECIAL_TIMESTAMP_VERSIONS = {LATEST_TIMESTAMP: 0, EARLIEST_TIMESTAMP: 0, MAX_TIMESTAMP: 7,
+                              EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9,
+                              EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
 
 
 @api("""
@@ -3788,17 +3806,25 @@ def handle_list_offsets(ctx, req):
 
 def list_offsets(ctx, req):
     results = []
+    asked = collections.Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
     for t in req.topics:
         for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if asked[tp] == 0:
+                continue                    # a duplicate, already answered
             part = Msg(partition_index=p.partition_index)
             results.append((t.name, part))
             try:
-                plog = ctx.logs.get(t.name, p.partition_index)
+                if asked[tp] > 1:           # Kafka: one answer, INVALID_REQUEST
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "duplicate partition")
+                asked[tp] = 0
+                plog = ctx.logs.get(*tp)
+                check_leader_epoch(p.current_leader_epoch)
+                if SPECIAL_TIMESTAMP_VERSIONS.get(p.timestamp, 0 if p.timestamp >= 0 else 99) > ctx.version:
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {p.timestamp}")
             except KafkaError as e:
+                asked[tp] = 0
                 part.error_code = e.code
-                continue
-            if p.timestamp in SPECIAL_TIMESTAMP_VERSIONS and ctx.version < SPECIAL_TIMESTAMP_VERSIONS[p.timestamp]:
-                part.error_code = ErrorCode.UNSUPPORTED_VERSION
                 continue
             part.offset, part.timestamp = yield from list_offset(ctx, plog, p.timestamp,
                                                                  req.isolation_level)
@@ -3818,7 +3844,7 @@ def list_offset(ctx, plog, timestamp, isolation_level):
     elif timestamp >= 0:
         found = yield from plog.offset_for_timestamp(timestamp)
     else:
-        found = None                  # -5/-6: tiered-storage offsets; doze has no tiers
+        found = None                  # -5, -6: tiered-storage offsets; doze has no tiers
     bound = last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark
     if found is None or found[0] >= bound:
         return -1, -1
