@@ -39,7 +39,12 @@ A step is a dict:
      "keep": {"path": "groups", "field": "group_id", "prefix": S},
                               # drop list entries of other scenarios (listings of the broker)
      "decode_version": N,     # decode the response as this version (KIP-511 answers are v0)
-     "body_version": N}       # encode the body as this version (header says "v")
+     "body_version": N,       # encode the body as this version (header says "v")
+     "body_hex": "...",       # send these bytes as the body, as they are (malformed requests);
+                              # the header is still built from api, v and the correlation id.
+                              # "req" is then only shown (what the bytes were made from), and
+                              # "note" says what was changed; both are recorded with the bytes
+     "note": "..."}
     {"sleep_ms": N}
     {"await": "step id"}      # read a pipelined answer now
 """
@@ -437,7 +442,8 @@ class Connection:
             self.sock.close()
         self.sock = None
 
-    def send(self, spec, version, body_version, msg):
+    def send(self, spec, version, body_version, msg, raw_body=None):
+        """Send one request: msg encoded as body_version, or raw_body (bytes) as it is."""
         if self.sock is None:
             self.open()
         self.correlation_id += 1
@@ -445,8 +451,11 @@ class Connection:
         header += struct.pack(">h", len(CLIENT_ID)) + CLIENT_ID.encode()
         if spec.flexible(body_version):
             header += b"\x00"                    # request header v2: no tagged fields
-        chunks = dk.encode_body(spec, body_version, "request", msg).finish()
-        body = b"".join(bytes(c) for c in chunks)
+        if raw_body is not None:
+            body = raw_body
+        else:
+            chunks = dk.encode_body(spec, body_version, "request", msg).finish()
+            body = b"".join(bytes(c) for c in chunks)
         frame = header + body
         self.sock.sendall(struct.pack(">i", len(frame)) + frame)
         return self.correlation_id
@@ -538,7 +547,8 @@ class Runner:
         for dep in find_refs(template):
             self.await_step(dep)
         shown, plain = resolve(template, self.responses)
-        msg = msg_from_json(spec.request, plain)
+        raw_body = bytes.fromhex(step["body_hex"]) if "body_hex" in step else None
+        msg = msg_from_json(spec.request, plain) if raw_body is None else None
         record = {"step": step["id"], "conn": step.get("conn", 1), "api_key": spec.key,
                   "api": spec.name, "version": version}
         if "body_version" in step:
@@ -549,11 +559,15 @@ class Runner:
             if k in step:
                 record[k] = step[k]
         record["request"] = shown
+        if raw_body is not None:
+            record["body_hex"] = step["body_hex"]
+            if "note" in step:
+                record["note"] = step["note"]
         conn = self.conn(record["conn"])
         if step.get("delay_ms"):
             time.sleep(step["delay_ms"] / 1000)
         try:
-            corr = conn.send(spec, version, body_version, msg)
+            corr = conn.send(spec, version, body_version, msg, raw_body)
         except (BrokenPipeError, ConnectionResetError):
             conn.close()
             record["response"] = {"closed": True, "on_send": True}

@@ -327,7 +327,8 @@ def _strip_values(template):
 
 def _as_step(rec):
     step = {"id": rec["step"], "api": rec["api"], "v": rec["version"], "conn": rec["conn"]}
-    for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry"):
+    for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry",
+              "body_hex", "note"):
         if k in rec:
             step[k] = rec[k]
     return step
@@ -423,6 +424,8 @@ def diff_recordings(rec_a, rec_b):
         d = []
         compare(_strip_values(sa["request"]), _strip_values(sb["request"]), "request", mapper, d,
                 sa["api"])
+        if sa.get("body_hex") != sb.get("body_hex"):
+            d.append(f"body_hex: {sa.get('body_hex')!r} vs {sb.get('body_hex')!r}")
         for key in ("response", "final_response"):
             compare(normalise_response(sa["api"], sa.get(key)),
                     normalise_response(sa["api"], sb.get(key)), key, mapper, d, sa["api"])

@@ -1419,3 +1419,435 @@ def _offset_delete(S):
         od("mixed", g, {t: [1], u: [0]}),
         offset_fetch("member-after", g, {t: [0], u: [0]}),
     ]
+
+
+# --- hostile input ------------------------------------------------------------------
+# Requests a careless or hostile client sends: special and invalid ListOffsets
+# timestamps, record batches whose CRC is right but whose records do not decode,
+# partition counts past Kafka's limits, and request bodies that do not decode
+# (sent as raw bytes: the step's "body_hex", see recorder.py).
+
+import gzip as _gzip      # noqa: E402
+import os as _os          # noqa: E402
+import struct as _struct  # noqa: E402
+import sys as _sys        # noqa: E402
+
+_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _ROOT not in _sys.path:
+    _sys.path.insert(0, _ROOT)
+import doze_kafka as _dk  # noqa: E402
+
+INT64_MIN = -(1 << 63)
+NO_TIME_ROLL = {"segment.ms": "3153600000000"}   # 2023 timestamps must not roll segments
+
+
+@scenario("list-offsets-special")
+def _list_offsets_special(S):
+    """ListOffsets' special timestamps -1 latest, -2 earliest, -3 max timestamp
+    (KIP-734, v7+), -4 earliest local (KIP-405, v8+), -5 latest tiered (KIP-1005, v9+),
+    -6 earliest pending upload (KIP-1023, v11+), and ones Kafka does not know (-7,
+    -8, -100, INT64_MIN), at v1, v6-v11, read_uncommitted and read_committed, on a
+    partition with records (CreateTime timestamps, uncompressed) and an empty one;
+    then a duplicate partition in one request, a negative partition, replica ids."""
+    t = f"{S}-t"
+    special = [-1, -2, -3, -4, -5, -6, -7, -8, -100, INT64_MIN]
+    steps = [
+        *create_topics("create", [(t, 2, NO_TIME_ROLL)]),
+        produce("p1", {t: {0: batch(["a", "b"], timestamp_ms=1700000000000)}}),
+        produce("p2", {t: {0: batch(["c"], timestamp_ms=1700000005000)}}),
+        produce("p3", {t: {0: batch(["d"], timestamp_ms=1700000002000)}}),
+    ]
+
+    def name(ts):
+        return "min" if ts == INT64_MIN else str(-ts)
+    for v in (1, 6, 7, 8, 9, 10, 11):
+        for ts in special:
+            steps.append(list_offsets(f"v{v}-ts-{name(ts)}", {t: {0: ts, 1: ts}}, v=v))
+    for v in (2, 7, 9, 11):                   # read_committed (no transactions: LSO = HW)
+        for ts in special:
+            steps.append(list_offsets(f"v{v}-committed-ts-{name(ts)}", {t: {0: ts, 1: ts}},
+                                      isolation=1, v=v))
+    steps += [
+        list_offsets("by-time-0", {t: {0: 0, 1: 0}}),
+        list_offsets("by-time-max-int64", {t: {0: (1 << 63) - 1}}),
+        # the same partition twice in one request: INVALID_REQUEST for it
+        step("duplicate-partition", "ListOffsets", 9, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1},
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}]}),
+        step("duplicate-topic-entry", "ListOffsets", 9, {
+            "replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -1}]},
+                {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -2}]}]}),
+        list_offsets("negative-partition", {t: {-1: -1}}),
+        step("replica-id-debug", "ListOffsets", 9, {
+            "replica_id": -2, "isolation_level": 0, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}),
+        step("v10-negative-timeout", "ListOffsets", 10, {
+            "replica_id": -1, "isolation_level": 0, "timeout_ms": -1, "topics": [
+                {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": 1700000001000}]}]}),
+        step("future-leader-epoch", "ListOffsets", 9, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": 5, "timestamp": -1}]}]}),
+        step("old-leader-epoch", "ListOffsets", 9, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -7, "timestamp": -1}]}]}),
+    ]
+    return steps
+
+
+# --- raw record batches ---
+
+BAD_TS = 1700000009000        # the bad batches' timestamp: later than every good one, so a
+                              # bad batch that got into the log would be ListOffsets -3's answer
+
+
+def raw_record(key=b"k", value=b"v", offset_delta=0, length=None, key_len=None):
+    """One record's bytes; length / key_len replace the right values (the rest is kept)."""
+    body = (b"\x00" + _dk.varint_bytes(0) + _dk.varint_bytes(offset_delta)
+            + _dk.varint_bytes(len(key) if key_len is None else key_len) + key
+            + _dk.varint_bytes(len(value)) + value + _dk.varint_bytes(0))
+    return _dk.varint_bytes(len(body) if length is None else length) + body
+
+
+def raw_batch(records, count, last_offset_delta, attributes=0, timestamp_ms=BAD_TS):
+    """A RecordBatch v2 header (no producer) around `records` (bytes, taken as they are),
+    with the count and last offset delta given and a right CRC-32C: the batch passes
+    every check that does not read the records."""
+    tail = _struct.pack(">hiqqqhii", attributes, last_offset_delta, timestamp_ms, timestamp_ms,
+                        -1, -1, -1, count) + records
+    return _struct.pack(">qiibI", 0, len(tail) + 9, -1, 2, _dk.crc32c(tail)) + tail
+
+
+def _overlong_varint(n, size):
+    """The zig-zag varint of n padded to `size` bytes (0x80 continuation bytes)."""
+    z = (n << 1) ^ (n >> 63)
+    out = []
+    for _ in range(size - 1):
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    assert z < 0x80
+    out.append(z)
+    return bytes(out)
+
+
+def _bad_batches():
+    """(name, what is wrong, batch bytes); the last one is the batch that hung doze."""
+    good = raw_record()                                   # key "k", value "v": 9 bytes
+    body = good[1:]                                       # the 8 bytes after the length
+    assert good[0] == 2 * len(body)
+    return [
+        ("len-minus2", "one record whose length varint is -2",
+         raw_batch(_dk.varint_bytes(-2) + body, 1, 0)),
+        ("leftover", "one good record, then 3 bytes that are no record",
+         raw_batch(good + b"\x00\x00\x00", 1, 0)),
+        ("short", "records_count 3, but only two records' bytes",
+         raw_batch(raw_record() + raw_record(offset_delta=1), 3, 2)),
+        ("len-5-byte-varint", "control: a length varint padded to 5 bytes (Java reads it)",
+         raw_batch(_overlong_varint(len(body), 5) + body, 1, 0)),
+        ("len-6-byte-varint", "a length varint padded to 6 bytes (Java reads at most 5)",
+         raw_batch(_overlong_varint(len(body), 6) + body, 1, 0)),
+        ("count0", "records_count 0, last_offset_delta -1, no records",
+         raw_batch(b"", 0, -1)),
+        ("key-len-minus5", "a record whose key length is -5 (no key bytes), total length right",
+         raw_batch(raw_record(key=b"", key_len=-5), 1, 0)),
+        ("gzip-ok", "control: gzip (attributes 1) of one good record",
+         raw_batch(_gzip.compress(good, mtime=0), 1, 0, attributes=1)),
+        ("gzip-not-gzip", "attributes 1 (gzip), but the records are not gzip",
+         raw_batch(b"this is not gzip data", 1, 0, attributes=1)),
+        ("gzip-garbage", "attributes 1, gzip of bytes that are no records",
+         raw_batch(_gzip.compress(b"\x07garbage-not-records\xff\xff", mtime=0), 1, 0,
+                   attributes=1)),
+        ("count-max", "records_count 2147483647 (last_offset_delta to match), one record whose "
+                      "length varint is -1: the 70-byte batch",
+         raw_batch(_dk.varint_bytes(-1) + body, 2147483647, 2147483646)),
+    ]
+
+
+@scenario("produce-bad-records")
+def _produce_bad_records(S):
+    """Produce (v3 and v9, acks -1 and 1) of record batches whose CRC-32C is right but
+    whose records do not decode: a record length of -2 or -1, records that do not tile
+    the batch, a 6-byte length varint, records_count 0, a negative key length, a gzip
+    batch that is not gzip or whose records are garbage, records_count 2147483647 (two
+    controls that decode: a 5-byte varint, good gzip). Each partition gets one kind;
+    after each bad produce, a good one and ListOffsets by time 0 and -3 show the
+    partition still works. Then Fetch shows what is in the logs."""
+    t = f"{S}-t"
+    bad = _bad_batches()
+    steps = [*create_topics("create", [(t, len(bad), NO_TIME_ROLL)])]
+    n = 0
+    for p, (kind, _what, data) in enumerate(bad):
+        for v, acks in ((3, -1), (3, 1), (9, -1), (9, 1)):
+            tag = f"{kind}-v{v}-acks{acks}"
+            steps.append(produce(tag, {t: {p: {"$hex": data.hex()}}}, v=v, acks=acks))
+            n += 1
+            steps += [
+                produce(f"{tag}-good", {t: {p: batch([f"ok{n}"], timestamp_ms=1700000000000 + n)}}),
+                list_offsets(f"{tag}-by-time-0", {t: {p: 0}}),
+                list_offsets(f"{tag}-max-ts", {t: {p: -3}}),
+            ]
+        if p == len(bad) - 2:
+            # before the last kind (count-max): what each partition's log holds
+            steps.append(fetch("fetch-logs", {t: {q: 0 for q in range(len(bad) - 1)}}))
+    steps.append(list_offsets("final-latest", {t: {p: -1 for p in range(len(bad))}}))
+    return steps
+
+
+# --- partition counts ---
+
+@scenario("partition-limits")
+def _partition_limits(S):
+    """Partition counts past Kafka's limits: CreateTopics of 10001 and 2147483647
+    partitions, two topics of 6000 in one request (Kafka's controller refuses more than
+    10,000 partitions per request: POLICY_VIOLATION for every topic of it), a small topic
+    with a big one, 10000 (one more record than a controller batch holds) and 9999;
+    validate_only true and false; CreatePartitions to 10001, 10002 and 2147483647 on a
+    1-partition topic. Metadata afterwards: none of the refused topics exist. Two
+    requests make Kafka's controller fail over (an OutOfMemoryError: CreatePartitions
+    to 2147483647, and two topics of 2147483647 whose partition total overflows an
+    int): they come last, each followed by a poll until the controller is back."""
+    t = f"{S}-t"
+
+    def ct(id, topics, v=7, validate_only=False, **kw):
+        return step(id, "CreateTopics", v, {"topics": [
+            {"name": n, "num_partitions": c, "replication_factor": 1, "assignments": [],
+             "configs": []} for n, c in topics], "timeout_ms": 30000,
+            "validate_only": validate_only}, **kw)
+
+    def cp(id, count, validate_only, name=t):
+        return step(id, "CreatePartitions", 3, {"topics": [
+            {"name": name, "count": count, "assignments": None}], "timeout_ms": 30000,
+            "validate_only": validate_only})
+
+    def controller_back(id):
+        # a validate-only CreateTopics of 1 partition, until it succeeds again
+        return ct(id, [(f"{S}-probe", 1)], v=4, validate_only=True, until={
+            "path": "topics.0.error_code", "equals": 0, "timeout_ms": 30000, "interval_ms": 200})
+    refused = [f"{S}-{x}" for x in ("p10001", "pmax", "six-a", "six-b", "small", "big",
+                                    "p10000", "p9999", "two-max-a", "two-max-b")]
+    steps = [*create_topics("create", [(t, 1)])]        # the control: a small topic
+    for vo in (True, False):
+        sfx = "-validate-only" if vo else ""
+        steps += [
+            ct(f"p10001{sfx}", [(f"{S}-p10001", 10001)], validate_only=vo),
+            ct(f"pmax{sfx}", [(f"{S}-pmax", 2147483647)], validate_only=vo),
+            ct(f"two-6000{sfx}", [(f"{S}-six-a", 6000), (f"{S}-six-b", 6000)], validate_only=vo),
+            ct(f"small-and-10001{sfx}", [(f"{S}-small", 1), (f"{S}-big", 10001)], validate_only=vo),
+            ct(f"p10001-v4{sfx}", [(f"{S}-p10001", 10001)], v=4, validate_only=vo),
+        ]
+    steps += [
+        ct("p10000-validate-only", [(f"{S}-p10000", 10000)], validate_only=True),
+        ct("p9999-validate-only", [(f"{S}-p9999", 9999)], v=4, validate_only=True),
+        cp("cp-10001-validate-only", 10001, True),
+        cp("cp-10002-validate-only", 10002, True),
+        metadata("after-create", refused + [t]),
+        cp("cp-max-validate-only", 2147483647, True),
+        controller_back("back-1"),
+        cp("cp-max", 2147483647, False),
+        controller_back("back-2"),
+        ct("two-max-validate-only", [(f"{S}-two-max-a", 2147483647), (f"{S}-two-max-b", 2147483647)],
+           v=4, validate_only=True),
+        controller_back("back-3"),
+        metadata("final", refused + [t]),
+    ]
+    return steps
+
+
+# --- malformed request bodies ---
+
+def request_body(api, v, fields):
+    """A valid request body (the bytes after the header), from JSON-form fields."""
+    import recorder
+    spec = recorder.api_spec(api)
+    msg = recorder.msg_from_json(spec.request, fields)
+    return b"".join(bytes(c) for c in _dk.encode_body(spec, v, "request", msg).finish())
+
+
+def _edit(body, old, new):
+    """body with the one occurrence of `old` replaced by `new` (asserted unique)."""
+    assert body.count(old) == 1, (old, body)
+    return body.replace(old, new)
+
+
+def _s16(s):
+    """A classic string: int16 length, UTF-8 bytes."""
+    b = s.encode() if isinstance(s, str) else s
+    return _struct.pack(">h", len(b)) + b
+
+
+def _cs(s):
+    """A compact string: uvarint(length + 1), UTF-8 bytes."""
+    b = s.encode() if isinstance(s, str) else s
+    return _dk.uvarint_bytes(len(b) + 1) + b
+
+
+def raw(id, api, v, body, note, conn, req=None):
+    return step(id, api, v, req or {}, conn=conn, body_hex=body.hex(), note=note)
+
+
+@scenario("malformed-requests")
+def _malformed_requests(S):
+    """Request bodies that do not decode, or decode to odd values, each on its own
+    connection: does Kafka answer or close? Nulls in non-nullable strings and arrays,
+    a string length of -5 in a nullable string (Java reads any negative length as
+    null), a compact string over 0x7fff, array counts past the bytes left, varints of
+    6 bytes (and a padded 5-byte one, which Java reads), unknown tagged fields, a known
+    tagged field whose size is wrong, trailing bytes, truncated bodies, invalid UTF-8
+    in topic names. Each step's body_hex is a valid encoding with the edit its note says."""
+    t = f"{S}-t"
+    x = f"{S}-x"
+    md4 = {"topics": [{"name": x}], "allow_auto_topic_creation": False}
+    md12 = {"topics": [{"topic_id": {"$uuid": "0" * 32}, "name": x}],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    b_md4 = request_body("Metadata", 4, md4)
+    b_md12 = request_body("Metadata", 12, md12)
+    assert b_md12.endswith(_cs(x) + b"\x00\x00\x00\x00")   # name, topic tags, 2 bools, tags
+    join5 = {"group_id": f"{S}-g", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": {"$hex": ""}}]}
+    fc1 = {"key": f"{S}-g", "key_type": 0}
+    ct4 = {"topics": [{"name": f"{S}-c", "num_partitions": 1, "replication_factor": 1,
+                       "assignments": [], "configs": []}], "timeout_ms": 30000,
+           "validate_only": True}
+    ipid1 = {"transactional_id": f"{S}-tid", "transaction_timeout_ms": 60000}
+    ipid4 = dict(ipid1, producer_id=-1, producer_epoch=-1)
+    prod3 = {"transactional_id": f"{S}-tid", "acks": -1, "timeout_ms": 30000, "topic_data": [
+        {"name": t, "partition_data": [{"index": 0, "records": batch(["m"])}]}]}
+    fetch12 = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1048576,
+               "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+               "topics": [{"topic": t, "partitions": [
+                   {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                    "last_fetched_epoch": -1, "log_start_offset": -1,
+                    "partition_max_bytes": 1048576}]}],
+               "forgotten_topics_data": [], "rack_id": ""}
+    b_fetch12 = request_body("Fetch", 12, fetch12)
+    assert b_fetch12.endswith(_cs("") + b"\x00")            # rack_id "", no tagged fields
+    cluster_id = _cs("abc")                                  # tag 0's content: 4 bytes
+    apiv3 = {"client_software_name": "doze-conformance", "client_software_version": "1.0"}
+    b_apiv3 = request_body("ApiVersions", 3, apiv3)
+    long_name = "a" * 0x8000
+
+    cases = [
+        # --- nulls where the schema allows none
+        ("metadata-v4-null-name", "Metadata", 4, md4,
+         _edit(b_md4, _s16(x), _struct.pack(">h", -1)),
+         "topic name (non-nullable before v10): int16 length -1, no bytes"),
+        ("metadata-v12-null-name", "Metadata", 12, md12,
+         _edit(b_md12, _cs(x), b"\x00"),
+         "topic name (nullable in v10+): compact length 0 = null"),
+        ("joingroup-v5-null-group-id", "JoinGroup", 5, join5,
+         _edit(request_body("JoinGroup", 5, join5), _s16(f"{S}-g"), _struct.pack(">h", -1)),
+         "group_id: int16 length -1"),
+        ("findcoordinator-v1-null-key", "FindCoordinator", 1, fc1,
+         _edit(request_body("FindCoordinator", 1, fc1), _s16(f"{S}-g"), _struct.pack(">h", -1)),
+         "key: int16 length -1"),
+        ("createtopics-v4-null-topics", "CreateTopics", 4, ct4,
+         _struct.pack(">i", -1) + request_body("CreateTopics", 4, dict(ct4, topics=[]))[4:],
+         "topics (non-nullable array): int32 count -1"),
+        ("createtopics-v4-topics-minus5", "CreateTopics", 4, ct4,
+         _struct.pack(">i", -5) + request_body("CreateTopics", 4, dict(ct4, topics=[]))[4:],
+         "topics: int32 count -5"),
+        # --- a negative length other than -1 in a nullable string
+        ("initproducerid-v1-tid-minus5", "InitProducerId", 1, ipid1,
+         _edit(request_body("InitProducerId", 1, ipid1), _s16(f"{S}-tid"), _struct.pack(">h", -5)),
+         "transactional_id (nullable): int16 length -5, no bytes"),
+        ("initproducerid-v4-tid-compact-huge", "InitProducerId", 4, ipid4,
+         _edit(request_body("InitProducerId", 4, ipid4), _cs(f"{S}-tid"), b"\xff\xff\xff\xff\x0f"),
+         "transactional_id (nullable, compact): uvarint 0xffffffff (Java: int -1, length -2)"),
+        ("produce-v3-tid-minus5", "Produce", 3, prod3,
+         _edit(request_body("Produce", 3, prod3), _s16(f"{S}-tid"), _struct.pack(">h", -5)),
+         "transactional_id (nullable): int16 length -5, no bytes"),
+        ("joingroup-v5-group-id-minus5", "JoinGroup", 5, join5,
+         _edit(request_body("JoinGroup", 5, join5), _s16(f"{S}-g"), _struct.pack(">h", -5)),
+         "group_id (non-nullable): int16 length -5"),
+        # --- lengths and counts past what is there
+        ("metadata-v12-name-0x8000", "Metadata", 12, md12,
+         _edit(b_md12, _cs(x), _cs(long_name)),
+         "topic name: compact length 0x8000 + 1, and 0x8000 bytes of 'a' (one over Java's limit)"),
+        ("metadata-v12-name-0x7fff", "Metadata", 12, md12,
+         _edit(b_md12, _cs(x), _cs(long_name[:0x7fff])),
+         "control: a topic name of 0x7fff bytes (the longest Java reads)"),
+        ("metadata-v4-count-past-end", "Metadata", 4, md4,
+         _struct.pack(">i", 1000) + b_md4[4:],
+         "topics: int32 count 1000, one topic's bytes follow"),
+        ("metadata-v4-count-max", "Metadata", 4, md4,
+         _struct.pack(">i", 0x7fffffff) + b_md4[4:],
+         "topics: int32 count 2147483647"),
+        ("metadata-v12-count-past-end", "Metadata", 12, md12,
+         _dk.uvarint_bytes(1001) + b_md12[1:],
+         "topics: compact count 1000, one topic's bytes follow"),
+        ("metadata-v4-name-past-end", "Metadata", 4, md4,
+         _edit(b_md4, _s16(x), _struct.pack(">h", 200) + x.encode()),
+         "topic name: int16 length 200, the body ends before"),
+        # --- varints
+        ("metadata-v12-6-byte-varint", "Metadata", 12, md12,
+         b"\x82\x80\x80\x80\x80\x00" + b_md12[1:],
+         "topics: compact count (2 = one element) as a 6-byte varint"),
+        ("metadata-v12-5-byte-varint", "Metadata", 12, md12,
+         b"\x82\x80\x80\x80\x00" + b_md12[1:],
+         "control: topics' compact count (2 = one element) padded to 5 bytes"),
+        ("metadata-v12-5-byte-varint-high-bits", "Metadata", 12, md12,
+         b"\x82\x80\x80\x80\x70" + b_md12[1:],
+         "topics: compact count as 5 bytes with bits above 32 set (Java keeps the low 32: 2)"),
+        # --- tagged fields
+        ("metadata-v12-unknown-tag", "Metadata", 12, md12,
+         b_md12[:-1] + b"\x01" + _dk.uvarint_bytes(99) + _dk.uvarint_bytes(3) + b"abc",
+         "top-level tagged fields: one unknown (tag 99, 3 bytes)"),
+        ("metadata-v12-unknown-tag-in-topic", "Metadata", 12, md12,
+         _edit(b_md12, _cs(x) + b"\x00", _cs(x) + b"\x01\x07\x02zz"),
+         "the topic entry's tagged fields: one unknown (tag 7, 2 bytes)"),
+        ("metadata-v12-tag-past-end", "Metadata", 12, md12,
+         b_md12[:-1] + b"\x01" + _dk.uvarint_bytes(99) + _dk.uvarint_bytes(50) + b"abc",
+         "an unknown tag whose size (50) runs past the body's end"),
+        ("metadata-v12-duplicate-tags", "Metadata", 12, md12,
+         b_md12[:-1] + b"\x02\x63\x01a\x63\x01b",
+         "tag 99 twice"),
+        ("fetch-v12-cluster-id", "Fetch", 12, fetch12,
+         b_fetch12[:-1] + b"\x01\x00" + _dk.uvarint_bytes(len(cluster_id)) + cluster_id,
+         "control: tag 0 (cluster_id) = \"abc\", size right (4)"),
+        ("fetch-v12-cluster-id-size-larger", "Fetch", 12, fetch12,
+         b_fetch12[:-1] + b"\x01\x00" + _dk.uvarint_bytes(len(cluster_id) + 2) + cluster_id
+         + b"\x00\x00",
+         "tag 0 (cluster_id) = \"abc\", declared size 6, 4 bytes of string then 2 zero bytes"),
+        ("fetch-v12-cluster-id-size-smaller", "Fetch", 12, fetch12,
+         b_fetch12[:-1] + b"\x01\x00" + _dk.uvarint_bytes(len(cluster_id) - 1) + cluster_id,
+         "tag 0 (cluster_id) = \"abc\", declared size 3, its 4 bytes follow"),
+        # --- trailing and missing bytes
+        ("metadata-v12-trailing", "Metadata", 12, md12, b_md12 + b"\xde\xad\xbe\xef",
+         "4 bytes after a complete body"),
+        ("metadata-v4-trailing", "Metadata", 4, md4, b_md4 + b"\xde\xad\xbe\xef",
+         "4 bytes after a complete body"),
+        ("metadata-v12-truncated", "Metadata", 12, md12, b_md12[:-2],
+         "the last 2 bytes cut off"),
+        ("metadata-v4-truncated", "Metadata", 4, md4, b_md4[:-1],
+         "the last byte (allow_auto_topic_creation) cut off"),
+        ("metadata-v12-empty", "Metadata", 12, md12, b"", "no body at all"),
+        ("apiversions-v3-truncated", "ApiVersions", 3, apiv3, b_apiv3[:-3],
+         "client_software_version cut short"),
+        ("apiversions-v3-trailing", "ApiVersions", 3, apiv3, b_apiv3 + b"\xde\xad",
+         "2 bytes after a complete body"),
+        # --- invalid UTF-8
+        ("metadata-v12-invalid-utf8", "Metadata", 12, md12,
+         _edit(b_md12, _cs(x), _cs(f"{S}-".encode() + b"\xff\xfe")),
+         "topic name: S- then bytes ff fe (no UTF-8: Java reads U+FFFD U+FFFD)"),
+        ("createtopics-v4-invalid-utf8", "CreateTopics", 4, ct4,
+         _edit(request_body("CreateTopics", 4, ct4), _s16(f"{S}-c"), _s16(f"{S}-".encode() + b"\xc3")),
+         "topic name: S- then byte c3 (a cut UTF-8 sequence)"),
+    ]
+    steps = [
+        *create_topics("create", [t]),
+        # a fresh Kafka answers COORDINATOR_LOAD_IN_PROGRESS to the first idempotent
+        # InitProducerId (it has no block of producer ids yet): ask until it has one
+        step("idempotent-warm-up", "InitProducerId", 1, {
+            "transactional_id": None, "transaction_timeout_ms": 60000}, until={
+            "path": "error_code", "equals": 0, "timeout_ms": 30000, "interval_ms": 200}),
+    ]
+    for i, (id, api, v, req, body, note) in enumerate(cases):
+        steps.append(raw(id, api, v, body, note, conn=100 + i, req=req))
+    # the broker still answers on a fresh connection
+    steps.append(metadata("after", [t], conn=99))
+    return steps
