@@ -112,6 +112,7 @@ BROKER_DEFAULTS = {
     "offset.metadata.max.bytes": 4096,
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
+    "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
 }
 
 # Topic configs: name -> (type, broker setting it inherits from, default).
@@ -1358,6 +1359,76 @@ def segment_name(base_offset, suffix=".log"):
     return f"{base_offset:020d}{suffix}"
 
 
+# --- Open files: bounded --------------------------------------------------------
+# Every segment of every partition would be two descriptors if all were kept
+# open (Kafka asks its admins for a descriptor limit in the 100,000s). doze
+# opens a segment's files when it needs them and keeps only the most recently
+# used open: read handles for Fetch, ListOffsets and rebuilds, and the active
+# segment's append descriptor -- closed only once its writes are fsynced. A
+# read handle closes when the last user lets go: a Fetch answer being sent
+# from a segment keeps its handle alive after the cache has dropped it.
+
+class ReadHandle:
+    """A read-only descriptor of a segment file (pread, sendfile)."""
+    __slots__ = ("fd",)
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def fileno(self):
+        return self.fd
+
+    def __del__(self):
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class OpenFiles:
+    """The segment descriptors the logs hold, least recently used first."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.lru = collections.OrderedDict()        # (segment, "read" | "append") -> None
+
+    def touch(self, seg, kind):
+        key = (seg, kind)
+        self.lru[key] = None
+        self.lru.move_to_end(key)
+        if len(self.lru) > self.limit:
+            self._evict()
+
+    def _evict(self):
+        victims = []
+        for seg, kind in self.lru:                 # oldest first
+            if len(self.lru) - len(victims) <= self.limit:
+                break
+            if kind == "read" or not seg.unsynced:
+                victims.append((seg, kind))
+        for seg, kind in victims:
+            del self.lru[(seg, kind)]
+            seg.release(kind)
+
+    def forget(self, seg):
+        for kind in ("read", "append"):
+            self.lru.pop((seg, kind), None)
+
+
+def raise_descriptor_limit():
+    """RLIMIT_NOFILE's soft limit raised to its hard limit (what Kafka's docs ask
+    an admin to do by hand) -> the limit now in force (or 1024 where unknown)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+        return soft if soft != resource.RLIM_INFINITY else 1 << 20
+    except (ImportError, OSError, ValueError):
+        return 1024
+
+
 # The in-memory index of a segment: four parallel arrays, one entry per batch.
 # Kafka keeps a sparse .index (offset -> position) and .timeindex on disk; doze
 # keeps every batch in memory (32 bytes each) and caches the arrays in a
@@ -1369,8 +1440,9 @@ INDEX_HEADER = struct.Struct(">6sqqI")      # magic, covered log bytes, entries,
 class Segment:
     """One .log file and the batch index over it."""
 
-    def __init__(self, files, directory, base_offset):
+    def __init__(self, files, directory, base_offset, open_files):
         self.files = files
+        self.open_files = open_files
         self.base_offset = base_offset
         self.path = os.path.join(directory, segment_name(base_offset))
         self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
@@ -1380,19 +1452,18 @@ class Segment:
         self.max_timestamps = array.array("q")
         self.running_max = array.array("q") # the largest max_timestamp so far: sorted, so bisectable
         self.size = 0
-        self.fd = None                      # append descriptor, only while active
-        self.reader = None                  # read-only file object (pread, sendfile)
+        self.fd = None                      # append descriptor: the active segment, on demand
+        self.reader = None                  # ReadHandle, on demand
         self.unsynced = False
         self.born_ms = 0                    # when this segment started taking appends (segment.ms)
 
     def create(self):
         self.fd = self.files.open_append(self.path, create=True)
-        self.reader = open(self.path, "rb", buffering=0)
+        self.open_files.touch(self, "append")
 
     def open_existing(self):
         """Load the index (cache, then a scan of what it does not cover); cut a torn tail."""
-        self.reader = open(self.path, "rb", buffering=0)
-        file_size = os.fstat(self.reader.fileno()).st_size
+        file_size = os.stat(self.path).st_size
         covered = self._load_index_cache(file_size)
         good_end = self._scan(covered, file_size)
         if good_end < file_size:
@@ -1427,7 +1498,7 @@ class Segment:
     def _scan(self, pos, file_size):
         """Index the batches from `pos`, reading headers only. Returns where the
         last whole, well-formed batch ends (anything after it is a torn tail)."""
-        fd = self.reader.fileno()
+        fd = self.read_handle().fd
         expected = self.lasts[-1] + 1 if self.lasts else self.base_offset
         last_start = None
         while pos + BATCH_HEADER_SIZE <= file_size:
@@ -1461,17 +1532,45 @@ class Segment:
         for a in (self.bases, self.lasts, self.positions, self.max_timestamps, self.running_max):
             a.pop()
 
-    def open_for_append(self):
+    # --- descriptors, opened on demand ---
+    def read_handle(self):
+        if self.reader is None:
+            self.reader = ReadHandle(self.path)
+        self.open_files.touch(self, "read")
+        return self.reader
+
+    def append_fd(self):
         if self.fd is None:
             self.fd = self.files.open_append(self.path, create=False)
+        self.open_files.touch(self, "append")
+        return self.fd
+
+    def release(self, kind):
+        """The cache lets go of a descriptor (an append one only when synced)."""
+        if kind == "read":
+            self.reader = None
+        elif self.fd is not None:
+            self.files.close(self.fd)
+            self.fd = None
+
+    def close(self, sync=True):
+        """Let go of every descriptor (a deleted segment, a stopping broker)."""
+        if sync:
+            self.sync()
+        self.open_files.forget(self)
+        self.reader = None
+        if self.fd is not None:
+            self.files.close(self.fd)
+            self.fd = None
 
     def append(self, batch, base, last, max_timestamp):
+        fd = self.append_fd()
         try:
-            self.files.write(self.fd, batch)
+            self.files.write(fd, batch)
         except OSError:
             # A write that failed part-way must not leave half a batch behind
             # the next one: cut the file back to where it was.
-            self.files.truncate_fd(self.fd, self.size)
+            self.files.truncate_fd(fd, self.size)
             raise
         self._add(base, last, self.size, max_timestamp)
         self.size += len(batch)
@@ -1483,10 +1582,7 @@ class Segment:
             self.unsynced = False
 
     def close_for_append(self):
-        if self.fd is not None:
-            self.sync()
-            self.files.close(self.fd)
-            self.fd = None
+        self.close()
         self.save_index_cache()
 
     @property
@@ -1506,7 +1602,7 @@ class Segment:
         return self.positions[i + 1] if i + 1 < len(self.positions) else self.size
 
     def read_batch(self, i):
-        return os.pread(self.reader.fileno(), self.end_position(i) - self.positions[i],
+        return os.pread(self.read_handle().fd, self.end_position(i) - self.positions[i],
                         self.positions[i])
 
 
@@ -1515,10 +1611,11 @@ class PartitionLog:
     its high watermark -- which in doze is the end of what has been fsynced:
     a consumer never sees a record a power cut could take back."""
 
-    def __init__(self, topic, partition, directory, files, topic_config, clock):
+    def __init__(self, topic, partition, directory, files, topic_config, clock, open_files):
         self.topic, self.partition = topic, partition
         self.dir = directory
         self.files = files
+        self.open_files = open_files
         self.config = topic_config          # name -> effective value, looked up live
         self.clock = clock
         self.segments = []
@@ -1540,18 +1637,18 @@ class PartitionLog:
         if not bases:
             self.create_segment_at(max(log_start_offset, 0))
         for base in bases:
-            seg = Segment(self.files, self.dir, base)
+            seg = Segment(self.files, self.dir, base, self.open_files)
             seg.open_existing()
             self.segments.append(seg)
-        self.active.open_for_append()
         self.active.born_ms = self.clock() * 1000
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.next_offset
 
     def create_segment_at(self, base):
-        seg = Segment(self.files, self.dir, base)
+        """A new, empty segment: its directory entry is made durable by the
+        next flush (an empty file has no content of its own to fsync)."""
+        seg = Segment(self.files, self.dir, base, self.open_files)
         seg.create()
-        seg.unsynced = True
         seg.born_ms = self.clock() * 1000
         self.segments.append(seg)
         self.dir_unsynced = True
@@ -1584,10 +1681,9 @@ class PartitionLog:
         return bool(seg.bases) and self.clock() * 1000 - seg.born_ms > self.config("segment.ms")
 
     def roll(self):
-        """Close the active segment and start a new one at the log end offset."""
-        old = self.active
-        old.sync()
-        old.close_for_append()
+        """Start a new segment at the log end offset. The old one's last writes
+        are fsynced by the next group commit, which then closes it."""
+        self.active.save_index_cache()
         return self.create_segment_at(self.next_offset)
 
     def flush(self):
@@ -1595,6 +1691,8 @@ class PartitionLog:
         Returns True if the high watermark moved."""
         for seg in self.segments:
             seg.sync()
+            if seg is not self.active and seg.fd is not None:
+                seg.close()                 # rolled: it takes no more appends
         if self.dir_unsynced:
             self.files.fsync_dir(self.dir)
             self.dir_unsynced = False
@@ -1631,7 +1729,7 @@ class PartitionLog:
             size = seg.end_position(j) - start
             if size > max_bytes and not min_one:
                 return None
-            return FileSlice(seg.reader, start, size)
+            return FileSlice(seg.read_handle(), start, size)
         return None
 
     def batches(self, start_offset=0, end_offset=None):
@@ -1652,7 +1750,7 @@ class PartitionLog:
         for seg in list(self.segments):
             if seg.next_offset <= start_offset:
                 continue
-            fd = seg.reader.fileno()
+            fd = seg.read_handle().fd
             i = seg.batch_at(start_offset)
             while i is not None and i < len(seg.bases):
                 yield seg.bases[i], os.pread(fd, 80, seg.positions[i])
@@ -1753,17 +1851,24 @@ class PartitionLog:
         return deleted
 
     def _delete_segment(self, seg):
-        if seg.fd is not None:
-            self.files.close(seg.fd)
-            seg.fd = None
+        seg.close(sync=False)
         self.files.unlink(seg.path)
         self.files.unlink(seg.index_path)
         self.dir_unsynced = True
 
-    def close(self):
-        """A clean shutdown: sync, and cache every index so the next start is quick."""
+    def close(self, clean=True):
+        """A clean shutdown: sync, and cache every index so the next start is
+        quick. Unclean (a crash, in tests): just let go of the descriptors."""
         for seg in self.segments:
-            seg.close_for_append()
+            if clean:
+                seg.close_for_append()
+            else:
+                seg.close(sync=False)
+
+    def discard(self):
+        """Remove a partition that never became part of a topic (a creation that failed)."""
+        self.close(clean=False)
+        self.files.rmtree(self.dir)
 
 
 # --- MetadataStore: meta.db ------------------------------------------------------
@@ -2007,16 +2112,33 @@ def _int_config(name, value):
     return str(value)
 
 
+def run_steps(steps):
+    """Run a step generator to its end in one go -> its result. (Long work in
+    doze is written as generators that yield where the loop may serve others;
+    see in_steps in section 9. At start-up, and in tests, it just runs.)"""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+PARTITIONS_PER_STEP = 64         # partition directories made between two yields
+
+
 class LogManager:
     """The topics: their partition logs on disk and their rows in meta.db."""
 
-    def __init__(self, config, store, files=None):
+    def __init__(self, config, store, files=None, max_open_files=4096):
         self.config = config
         self.store = store
         self.files = files or Files()
         self.clock = config.clock
+        self.open_files = OpenFiles(max_open_files)
         self.topics = {}            # name -> Msg(topic_id, partitions, configs)
         self.logs = {}              # (topic, partition) -> PartitionLog
+        self.creating = {}          # topic -> partitions being made for it now (in steps)
+        self.removing = collections.OrderedDict()   # directories of deleted partitions, to remove
         self.dirty = set()          # logs appended to since the last flush
         self.data_dir_unsynced = False
 
@@ -2048,7 +2170,8 @@ class LogManager:
     def _new_log(self, topic, partition):
         directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
         return PartitionLog(topic, partition, directory, self.files,
-                            lambda name, t=topic: self.topic_config(t, name), self.clock)
+                            lambda name, t=topic: self.topic_config(t, name), self.clock,
+                            self.open_files)
 
     # --- topic configs ---
     def topic_config(self, topic, name):
@@ -2080,10 +2203,10 @@ class LogManager:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Topic name {name!r} is illegal, it contains a character other than "
                              "ASCII alphanumerics, '.', '_' and '-'" if name else "Topic name is empty")
-        if name in self.topics:
+        if name in self.topics or name in self.creating:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         colliding = name.replace(".", "_")
-        for other in self.topics:
+        for other in itertools.chain(self.topics, self.creating):
             if other.replace(".", "_") == colliding:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                  f"Topic '{name}' collides with existing topic: {other}")
@@ -2099,44 +2222,83 @@ class LogManager:
         checked = {}
         for cname, value in configs.items():
             checked[cname] = _int_config(cname, value)
+        self.check_partition_budget(partitions)
         return partitions, checked
 
+    def partition_count(self):
+        """Partitions of every topic, with those being made now."""
+        return len(self.logs) + sum(self.creating.values())
+
+    def check_partition_budget(self, more):
+        limit = self.config["doze.max.partitions"]
+        if self.partition_count() + more > limit:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"{more} more partitions would exceed doze.max.partitions ({limit}): "
+                             f"there are {self.partition_count()}")
+
     def create_topic(self, name, partitions, configs):
-        """Create the partition directories (durably), then the meta.db row.
-        Crash ordering: a directory without a row is removed on start; a row
-        is only written once its directories are on disk."""
+        """Make the partition directories, then the meta.db row; a step generator
+        (run_steps it where nothing else waits). Crash ordering: a directory
+        without a row is removed on start, a row whose directory is missing gets
+        an empty one -- so creating needs no fsync of its own: the data
+        directory is fsynced by the next group commit, a partition directory by
+        its first flush. Whatever fails half-way is removed again."""
         topic_id = uuid.uuid4().bytes
-        new_logs = []
-        for p in range(partitions):
-            plog = self._new_log(name, p)
-            if os.path.exists(plog.dir):            # leftover of a deleted topic
-                self.files.rmtree(plog.dir)
-            plog.create()
-            new_logs.append(plog)
-        for plog in new_logs:
-            plog.flush()
-        self.files.fsync_dir(self.config.data_dir)
-        self.store.save_topic(name, topic_id, partitions, configs)
+        self.creating[name] = partitions
+        try:
+            new_logs = yield from self._make_partitions(name, range(partitions))
+            try:
+                self.store.save_topic(name, topic_id, partitions, configs)
+            except BaseException:
+                for plog in new_logs:
+                    plog.discard()
+                raise
+        finally:
+            del self.creating[name]
         self.topics[name] = Msg(name=name, topic_id=topic_id, partitions=partitions, configs=configs)
         for plog in new_logs:
             self.logs[(name, plog.partition)] = plog
         return topic_id
 
     def add_partitions(self, name, count):
+        """CreatePartitions: as create_topic, for partitions count-1 down to the
+        topic's present count (a step generator)."""
         topic = self.topics[name]
-        new_logs = []
-        for p in range(topic.partitions, count):
-            plog = self._new_log(name, p)
-            if os.path.exists(plog.dir):
-                self.files.rmtree(plog.dir)
-            plog.create()
-            plog.flush()
-            new_logs.append(plog)
-        self.files.fsync_dir(self.config.data_dir)
-        self.store.save_topic(name, topic.topic_id, count, topic.configs)
+        self.creating[name] = count - topic.partitions
+        try:
+            new_logs = yield from self._make_partitions(name, range(topic.partitions, count))
+            try:
+                self.store.save_topic(name, topic.topic_id, count, topic.configs)
+            except BaseException:
+                for plog in new_logs:
+                    plog.discard()
+                raise
+        finally:
+            del self.creating[name]
         topic.partitions = count
         for plog in new_logs:
             self.logs[(name, plog.partition)] = plog
+
+    def _make_partitions(self, name, numbers):
+        new_logs = []
+        try:
+            for i, p in enumerate(numbers):
+                plog = self._new_log(name, p)
+                self.removing.pop(plog.dir, None)
+                if os.path.exists(plog.dir):            # leftover of a deleted topic
+                    self.files.rmtree(plog.dir)
+                plog.create()
+                new_logs.append(plog)
+                if i % PARTITIONS_PER_STEP == PARTITIONS_PER_STEP - 1:
+                    yield
+        except BaseException:            # OSError (no space, no descriptors...), or cancelled
+            for plog in new_logs:
+                plog.discard()
+            if len(new_logs) < len(numbers):             # the one that failed half-made
+                self.files.rmtree(self._new_log(name, numbers[len(new_logs)]).dir)
+            raise
+        self.data_dir_unsynced = True
+        return new_logs
 
     def set_topic_configs(self, name, configs):
         topic = self.topics[name]
@@ -2145,18 +2307,21 @@ class LogManager:
 
     def delete_topic(self, name):
         """Remove the meta.db row first (then the topic is gone, whatever happens
-        next), then the directories."""
+        next); the directories are removed afterwards, a few each pass of the
+        loop (remove_some), as Kafka deletes logs in the background."""
         topic = self.topics.pop(name)
         self.store.delete_topic(name)
         for p in range(topic.partitions):
             plog = self.logs.pop((name, p))
             self.dirty.discard(plog)
-            for seg in plog.segments:
-                if seg.fd is not None:
-                    self.files.close(seg.fd)
-                    seg.fd = None
-            self.files.rmtree(plog.dir)
-        self.files.fsync_dir(self.config.data_dir)
+            plog.close(clean=False)
+            self.removing[plog.dir] = None
+
+    def remove_some(self, count=PARTITIONS_PER_STEP):
+        """Remove a few directories of deleted partitions (their meta.db rows are gone)."""
+        for _ in range(min(count, len(self.removing))):
+            path, _ = self.removing.popitem(last=False)
+            self.files.rmtree(path)
 
     def get(self, topic, partition):
         plog = self.logs.get((topic, partition))
@@ -2196,9 +2361,11 @@ class LogManager:
                 self.dirty.add(plog)
                 self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
 
-    def close(self):
+    def close(self, clean=True):
         for plog in self.logs.values():
-            plog.close()
+            plog.close(clean)
+        while clean and self.removing:
+            self.remove_some()
 
 
 ###############################################################################
@@ -3861,9 +4028,9 @@ GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))                # 340
 @api("""
 Metadata  key=3  versions=0-12  flexible=9+
   request
-    topics  []?                                # null: all topics (v0: an empty list)
+    topics  []?1+                              # null (v1+): all topics; v0: an empty list
       topic_id  uuid  v10+
-      name  string?
+      name  string?10+
     allow_auto_topic_creation  bool = true  v4+
     include_cluster_authorized_operations  bool  v8-10
     include_topic_authorized_operations  bool  v8+
@@ -3878,7 +4045,7 @@ Metadata  key=3  versions=0-12  flexible=9+
     controller_id  int32 = -1  v1+
     topics  []
       error_code  int16
-      name  string?
+      name  string?12+
       topic_id  uuid  v10+
       is_internal  bool = false  v1+
       partitions  []
@@ -3899,6 +4066,11 @@ def handle_metadata(ctx, req):
     Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID.
     """
     node_id, host, port = ctx.node(ctx.conn)
+    if ctx.version < 12 and any(t.name is None or t.topic_id != UUID_ZERO for t in req.topics or ()):
+        # Kafka takes topic ids only from v12 (KafkaApis.handleTopicMetadataRequest):
+        # every topic gets INVALID_REQUEST, a null name is "" (MetadataRequest.getErrorResponse)
+        return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name or "",
+                               topic_id=t.topic_id) for t in req.topics])
     if req.topics is None or (ctx.version == 0 and not req.topics):
         wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)]
     else:
@@ -3928,9 +4100,12 @@ def describe_topic(ctx, wanted, may_create, node_id):
             return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
         try:
             partitions, configs = ctx.logs.check_new_topic(name, -1, -1, {})
-            ctx.logs.create_topic(name, partitions, configs)
+            run_steps(ctx.logs.create_topic(name, partitions, configs))    # num.partitions: few
         except KafkaError as e:
             return Msg(error_code=e.code, name=name)
+        except OSError as e:
+            log.error("auto-creating topic %s failed: %s", name, e)
+            return Msg(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, name=name)
         topic = ctx.logs.topics[name]
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, partitions=[
         Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
@@ -4004,7 +4179,7 @@ def handle_offset_commit(ctx, req):
 OffsetFetch  key=9  versions=1-9  flexible=6+      # 10 names topics by id: not served
   request
     group_id  string  v1-7
-    topics  []?  v1-7                          # null (v2+): every partition with an offset
+    topics  []?2-7  v1-7                       # null (v2+): every partition with an offset
       name  string
       partition_indexes  []int32
     groups  []  v8+                            # KIP-709: several groups at once
@@ -4133,7 +4308,7 @@ JoinGroup  key=11  versions=0-9  flexible=6+
     error_code  int16
     generation_id  int32 = -1
     protocol_type  string? = null  v7+
-    protocol_name  string?
+    protocol_name  string?7+
     leader  string
     skip_assignment  bool = false  v9+          # KIP-814
     member_id  string
@@ -4152,9 +4327,21 @@ def handle_join_group(ctx, req):
     """
     rebalance_timeout = req.rebalance_timeout_ms if ctx.version >= 1 else req.session_timeout_ms
     try:
-        return join_group(ctx, req, rebalance_timeout)
+        answer = join_group(ctx, req, rebalance_timeout)
     except KafkaError as e:           # Kafka's error answer echoes the member id, no protocol
-        return Msg(error_code=e.code, member_id=req.member_id, protocol_name=None, leader="")
+        answer = Msg(error_code=e.code, member_id=req.member_id, protocol_name=None, leader="")
+    return answer if ctx.version >= 7 else with_protocol_name(answer)
+
+
+def with_protocol_name(answer):
+    """Before v7 the protocol name cannot be null: it is "" (as Kafka's
+    JoinGroupResponse constructor makes it), in an answer now or one parked."""
+    if isinstance(answer, Park):
+        poll = answer.poll
+        answer.poll = lambda expired: with_protocol_name(poll(expired))
+    elif answer is not None and getattr(answer, "protocol_name", "") is None:
+        answer = Msg(**{**vars(answer), "protocol_name": ""})
+    return answer
 
 
 def join_group(ctx, req, rebalance_timeout):
@@ -4417,14 +4604,22 @@ CreateTopics  key=19  versions=2-7  flexible=5+
         is_sensitive  bool
 """)
 def handle_create_topics(ctx, req):
-    """CreateTopics: new topics, their partition directories and meta.db rows.
+    """CreateTopics: new topics, their partition directories and meta.db rows,
+    made in steps (thousands of directories take a while).
 
     Errors per topic: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
     INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (anything but 1 or -1: one
     broker), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST
-    (a topic named twice in one request).
+    (a topic named twice in one request), POLICY_VIOLATION (over Kafka's
+    10,000 partitions a request, or doze.max.partitions in all),
+    UNKNOWN_SERVER_ERROR (the directories could not be made).
     """
+    return in_steps(create_topics(ctx, req))
+
+
+def create_topics(ctx, req):
     counts = collections.Counter(t.name for t in req.topics)
+    request_error = create_topics_limit(ctx, req.topics)
     results = []
     for t in req.topics:
         if counts[t.name] > 1:
@@ -4432,18 +4627,52 @@ def handle_create_topics(ctx, req):
         res = Msg(name=t.name, error_message=None)
         results.append(res)
         try:
+            if request_error:
+                raise request_error
             partitions, replication = check_assignments(ctx, t)
             partitions, configs = ctx.logs.check_new_topic(
                 t.name, partitions, replication, {c.name: c.value for c in t.configs})
             res.topic_id = uuid.uuid4().bytes if req.validate_only else \
-                ctx.logs.create_topic(t.name, partitions, configs)
+                (yield from ctx.logs.create_topic(t.name, partitions, configs))
             res.num_partitions, res.replication_factor = partitions, 1
             res.configs = [describe_new_topic_config(ctx, name, configs) for name in sorted(TOPIC_CONFIGS)]
         except KafkaError as e:
             res.error_code, res.error_message = e.code, e.detail or None
+        except OSError as e:
+            log.error("creating topic %s failed: %s; nothing of it is left", t.name, e)
+            res.error_code, res.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, f"storage: {e}"
     results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
                 for name, n in counts.items() if n > 1]          # Kafka: one entry each, last
     return Msg(topics=results)
+
+
+# Kafka 4.3.1's controller makes a request's changes as one batch of metadata
+# records: CreateTopics may hold 10,000 partitions in all (summed in Java's
+# int), and no request more than 10,000 records (a topic, each partition and
+# each config is one). What it answers past them, recorded (partition-limits):
+MAX_PARTITIONS_PER_REQUEST = 10000        # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
+MAX_RECORDS_PER_REQUEST = 10000           # QuorumController.MAX_RECORDS_PER_USER_OP
+
+
+def java_int(n):
+    return (n + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def create_topics_limit(ctx, topics):
+    """The request-wide refusal Kafka gives a CreateTopics too big for one batch, or None."""
+    total = records = exact = 0
+    for t in topics:
+        n = len(t.assignments) if t.assignments else \
+            ctx.config["num.partitions"] if t.num_partitions == -1 else max(t.num_partitions, 0)
+        total, exact = java_int(total + n), exact + n
+        records += 1 + n + len(t.configs)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        return KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+    if records > MAX_RECORDS_PER_REQUEST:
+        if exact > INT32_MAX:           # the Java sum wrapped: Kafka runs out of memory here
+            return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
+        return KafkaError(ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+    return None
 
 
 def check_assignments(ctx, t):
@@ -4491,7 +4720,7 @@ DeleteTopics  key=20  versions=1-6  flexible=4+
   response
     throttle_time_ms  int32
     responses  []
-      name  string?
+      name  string?6+
       topic_id  uuid  v6+
       error_code  int16
       error_message  string? = null  v5+
@@ -5146,43 +5375,63 @@ CreatePartitions  key=37  versions=0-3  flexible=2+
       error_message  string? = null
 """)
 def handle_create_partitions(ctx, req):
-    """CreatePartitions: grow a topic to `count` partitions (never shrink).
+    """CreatePartitions: grow a topic to `count` partitions (never shrink), in
+    steps as CreateTopics.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT,
-    INVALID_REQUEST (a topic named twice).
+    INVALID_REQUEST (a topic named twice), UNKNOWN_SERVER_ERROR (more than 10,000
+    new partitions in one request: Kafka's controller fails so, recorded),
+    POLICY_VIOLATION (doze.max.partitions).
     """
+    return in_steps(create_partitions(ctx, req))
+
+
+def create_partitions(ctx, req):
     counts = collections.Counter(t.name for t in req.topics)
-    results = []
+    results, records = [], 0
     for t in req.topics:
         if counts[t.name] > 1:
             continue
         res = Msg(name=t.name)
         results.append(res)
         try:
-            topic = ctx.logs.topics.get(t.name)
-            if topic is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
-            if t.count < topic.partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                                 f"Topic currently has {topic.partitions} partitions, which is "
-                                 f"higher than the requested {t.count}.")
-            if t.count == topic.partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                                 f"Topic already has {topic.partitions} partitions.")
-            node_id = ctx.node(ctx.conn)[0]
-            if t.assignments is not None and (len(t.assignments) != t.count - topic.partitions or any(
-                    a.broker_ids != [node_id] for a in t.assignments)):
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Attempted to add {t.count - topic.partitions} additional "
-                                 f"partition(s), but only {len(t.assignments)} assignment(s) "
-                                 "were specified, or they name other brokers.")
+            added = check_new_partitions(ctx, t)
+            if records + added > MAX_RECORDS_PER_REQUEST:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
+            ctx.logs.check_partition_budget(added)
+            records += added
             if not req.validate_only:
-                ctx.logs.add_partitions(t.name, t.count)
+                yield from ctx.logs.add_partitions(t.name, t.count)
         except KafkaError as e:
             res.error_code, res.error_message = e.code, e.detail or None
+        except OSError as e:
+            log.error("adding partitions to %s failed: %s; nothing of it is left", t.name, e)
+            res.error_code, res.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, f"storage: {e}"
     results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
                 for name, n in counts.items() if n > 1]
     return Msg(results=results)
+
+
+def check_new_partitions(ctx, t):
+    """-> how many partitions CreatePartitions would add to topic t.name."""
+    topic = ctx.logs.topics.get(t.name)
+    if topic is None or t.name in ctx.logs.creating:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
+    if t.count < topic.partitions:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         f"Topic currently has {topic.partitions} partitions, which is "
+                         f"higher than the requested {t.count}.")
+    if t.count == topic.partitions:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         f"Topic already has {topic.partitions} partitions.")
+    node_id = ctx.node(ctx.conn)[0]
+    if t.assignments is not None and (len(t.assignments) != t.count - topic.partitions or any(
+            a.broker_ids != [node_id] for a in t.assignments)):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"Attempted to add {t.count - topic.partitions} additional "
+                         f"partition(s), but only {len(t.assignments)} assignment(s) "
+                         "were specified, or they name other brokers.")
+    return t.count - topic.partitions
 
 
 # --- DeleteGroups (42) ----------------------------------------------------------
@@ -5760,7 +6009,8 @@ class Broker:
             value = self.store.get_setting(DYNAMIC_PREFIX + name)
             if value is not None:
                 config.settings[name] = convert_setting(name, value)
-        self.logs = LogManager(config, self.store, self.files)
+        descriptors = raise_descriptor_limit()
+        self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
         self.logs.load()
         self.producer_ids = ProducerIdManager(self.store)
         self.producer_states = {}
@@ -5911,7 +6161,7 @@ class Broker:
             self._shutdown()
 
     def _select_timeout(self):
-        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters:
+        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters or self.logs.removing:
             return 0
         if not self.timers:
             return 1.0
@@ -5936,6 +6186,8 @@ class Broker:
         if self.txns.completing:
             self.txns.progress()                       # decisions whose markers are now durable
         self.notify(FLUSHED)
+        if self.logs.removing:
+            self.logs.remove_some()                    # directories of deleted topics
 
     def run_in_loop(self, fn):
         """Run fn on the loop thread and return its result (for tests and the CLI)."""
@@ -5973,13 +6225,7 @@ class Broker:
         if self._clean_stop:
             with contextlib.suppress(OSError):
                 self.logs.flush_dirty()
-            self.logs.close()
-        else:
-            for plog in self.logs.logs.values():
-                for seg in plog.segments:
-                    if seg.fd is not None:
-                        os.close(seg.fd)
-                        seg.fd = None
+        self.logs.close(self._clean_stop)
         self.store.close()
         self.selector.close()
         self.waker.close()

@@ -874,7 +874,7 @@ def open_logs(tmp_path):
 
 def new_topic(logs, name="t", partitions=1, **configs):
     configs = {k.replace("_", "."): str(v) for k, v in configs.items()}
-    logs.create_topic(name, partitions, configs)
+    doze.run_steps(logs.create_topic(name, partitions, configs))
     return logs.get(name, 0)
 
 

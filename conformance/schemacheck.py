@@ -27,6 +27,7 @@ doze declares, the fields doze decodes or encodes are compared with Kafka's:
   type      "[]" for an array of structs, "{}" for a struct, primitives as named
   nullable  Kafka's nullableVersions against doze's "?"
   tag       a tagged field (by tag number) only one side has
+  unsent    ... a response field doze never sends, in UNSENT_RESPONSE_TAGS (a note)
   name      doze's name is not the snake_case of Kafka's (a note: some differ on purpose)
   default   doze's default against Kafka's "default", or the type's zero when
             Kafka declares none (a note: it is what doze writes for a field a
@@ -54,7 +55,22 @@ from collections import Counter, namedtuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KAFKA_VERSION = "4.3.1"
-NOTES = ("name", "default", "refused")  # kinds that are reported but do not fail
+NOTES = ("name", "default", "refused", "unsent")  # kinds that are reported but do not fail
+
+# Tagged response fields Kafka declares and doze leaves out of its schemas on
+# purpose: it never sends them, and a reader takes a missing tag as its
+# default, so doze's answers still decode by Kafka's schema ("unsent": a note).
+# Anything else only one side has still fails the check.
+UNSENT_RESPONSE_TAGS = {
+    ("FetchResponse", "responses.partitions.diverging_epoch"): "KIP-595, for followers only",
+    ("FetchResponse", "responses.partitions.current_leader"): "KIP-951: one broker, no new leader",
+    ("FetchResponse", "responses.partitions.snapshot_id"): "KRaft snapshots, for controllers only",
+    ("ApiVersionsResponse", "supported_features"): "no features: clients keep transaction v1",
+    ("ApiVersionsResponse", "finalized_features_epoch"): "no features",
+    ("ApiVersionsResponse", "finalized_features"): "no features: transaction.version stays 0",
+    ("ApiVersionsResponse", "zk_migration_ready"): "no ZooKeeper",
+    ("CreateTopicsResponse", "topics.topic_config_error_code"): "configs are described or the topic fails",
+}
 ANY = 32767                            # "N+": up to the largest version there is
 
 
@@ -233,6 +249,10 @@ def check(specs, kafka):
             title = spec.name + direction.capitalize()
             for v in range(spec.min_version, spec.max_version + 1):
                 def report(kind, path, message, v=v, title=title, direction=direction):
+                    if kind == "tag" and message.endswith("only in Kafka") and \
+                            (title, path) in UNSENT_RESPONSE_TAGS:
+                        kind = "unsent"
+                        message += f": doze never sends it ({UNSENT_RESPONSE_TAGS[(title, path)]})"
                     found.append(dict(api=title, key=key, direction=direction, kind=kind,
                                       path=path, version=v, message=message))
                 check_version(spec, direction, title, kafka.get((key, direction)), v, report)
