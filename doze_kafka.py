@@ -768,12 +768,8 @@ def read_struct(r, plan, flexible):
         for _ in range(r.uvarint()):
             tag, size = r.uvarint(), r.uvarint()
             known = plan.tagged.get(tag)
-            if known:
-                sub = Reader(r.take(size))
-                d[known[0].name] = _read_value(sub, known[0], known[1], known[2], flexible)
-                if sub.pos != sub.end:
-                    raise ProtocolError(f"tagged field {known[0].name} has {sub.end - sub.pos} "
-                                        "bytes left over")
+            if known:          # read as Kafka's generated code reads it: by its own length
+                d[known[0].name] = _read_value(r, known[0], known[1], known[2], flexible)
             else:
                 r.take(size)
     return msg
@@ -1191,14 +1187,36 @@ def _record_bytes(r):
     return None if n < 0 else bytes(r.take(n))
 
 
-def check_record_framing(records, count):
-    """Kafka's LogValidator reads every record of an uncompressed batch and
-    refuses the batch unless `count` records tile its payload exactly. doze
-    walks just the records' length varints: one pass, no field decoding (the
-    cost is measured in the README). -> None, or what is wrong."""
-    pos, end = BATCH_HEADER_SIZE, len(records)
+def check_records(records, h):
+    """Kafka's LogValidator reads every record of a produced batch and refuses
+    the batch unless its records tile the payload exactly: INVALID_RECORD, or
+    UNKNOWN_SERVER_ERROR where its reader throws something else (a length
+    varint over 5 bytes, gzip that does not inflate), as Kafka 4.3.1 answers
+    (recorded: produce-bad-records). doze walks the records' length varints
+    only -- one pass, no field decoding -- of uncompressed and gzip batches
+    (gzip inflated to check, up to MAX_INFLATED; lz4, snappy and zstd cannot be
+    with the standard library, so their records go unchecked). The costs are
+    in the README. -> None, or (error code, what is wrong)."""
+    codec = h.attributes & ATTR_COMPRESSION
+    if codec == 0:
+        return check_record_framing(records, h.records_count, BATCH_HEADER_SIZE)
+    if codec != 1:
+        return None
+    try:
+        inflater = zlib.decompressobj(47)
+        payload = inflater.decompress(memoryview(records)[BATCH_HEADER_SIZE:], MAX_INFLATED)
+    except zlib.error as e:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to decompress record stream: {e}"
+    if inflater.unconsumed_tail:
+        return None                                       # too big to check here
+    return check_record_framing(payload, h.records_count, 0)
+
+
+def check_record_framing(records, count, start):
+    """The length varints of `count` records from `start` tile the rest exactly?"""
+    pos, end = start, len(records)
     if count * (MIN_RECORD_BODY + 1) > end - pos:
-        return f"{count} records cannot fit in {end - pos} bytes"
+        return ErrorCode.INVALID_RECORD, f"{count} records cannot fit in {end - pos} bytes"
     view = bytes(records) if isinstance(records, memoryview) else records
     last = end - 2
     for i in range(count):
@@ -1216,29 +1234,30 @@ def check_record_framing(records, count):
             return pos
         n = (n >> 1) ^ -(n & 1)
         if n < MIN_RECORD_BODY:
-            return f"Invalid record size: record {i} has length {n}"
+            return ErrorCode.INVALID_RECORD, f"Invalid record size: record {i} has length {n}"
         pos += n
         if pos > end:
-            return (f"Invalid record size: expected {n} bytes in record payload, but instead "
-                    f"the buffer has only {end - pos + n} remaining bytes.")
+            return ErrorCode.INVALID_RECORD, (f"Invalid record size: expected {n} bytes in record "
+                                              f"payload, but instead the buffer has only "
+                                              f"{end - pos + n} remaining bytes.")
     if pos != end:
-        return "Incorrect declared batch size, records still remaining in file"
+        return ErrorCode.INVALID_RECORD, "Incorrect declared batch size, records still remaining in file"
     return None
 
 
 def _slow_length(view, pos, end):
-    """A length varint of any width: (value, new position) or (None, what is wrong)."""
+    """A length varint of any width: (value, new position) or (None, (code, what is wrong))."""
     n = shift = 0
     for _ in range(5):
         if pos >= end:
-            return None, "Incorrect declared batch size, premature EOF reached"
+            return None, (ErrorCode.INVALID_RECORD, "Incorrect declared batch size, premature EOF reached")
         b = view[pos]
         pos += 1
         n |= (b & 0x7F) << shift
         shift += 7
         if b < 0x80:
             return n & 0xFFFFFFFF, pos
-    return None, "a record length varint is longer than 5 bytes"
+    return None, (ErrorCode.UNKNOWN_SERVER_ERROR, "a record length varint is longer than 5 bytes")
 
 
 class BatchError(Exception):
@@ -3752,10 +3771,9 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
         if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
             raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
-        if not h.attributes & ATTR_COMPRESSION:
-            flaw = check_record_framing(records, h.records_count)
-            if flaw:
-                raise BatchError(ErrorCode.INVALID_RECORD, flaw, in_log=True)
+        flaw = check_records(records, h)
+        if flaw:
+            raise BatchError(flaw[0], flaw[1], in_log=True)
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
         if transactional:
             ctx.txns.check_not_decided(transactional_id)
@@ -4069,8 +4087,9 @@ def handle_metadata(ctx, req):
     if ctx.version < 12 and any(t.name is None or t.topic_id != UUID_ZERO for t in req.topics or ()):
         # Kafka takes topic ids only from v12 (KafkaApis.handleTopicMetadataRequest):
         # every topic gets INVALID_REQUEST, a null name is "" (MetadataRequest.getErrorResponse)
-        return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name or "",
-                               topic_id=t.topic_id) for t in req.topics])
+        return metadata_error(req, ErrorCode.INVALID_REQUEST)
+    if any(t.name is None and t.topic_id == UUID_ZERO for t in req.topics or ()):
+        return metadata_error(req, ErrorCode.UNKNOWN_SERVER_ERROR)    # Kafka 4.3.1 fails so
     if req.topics is None or (ctx.version == 0 and not req.topics):
         wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)]
     else:
@@ -4084,6 +4103,13 @@ def handle_metadata(ctx, req):
                cluster_id=ctx.store.get_setting("cluster_id"), controller_id=node_id, topics=topics,
                cluster_authorized_operations=CLUSTER_OPERATIONS
                if req.include_cluster_authorized_operations else -2147483648)
+
+
+def metadata_error(req, code):
+    """Kafka's answer to a Metadata request it refuses as a whole: every topic
+    with the error, no brokers, no cluster id."""
+    return Msg(brokers=[], cluster_id=None, controller_id=-1,
+               topics=[Msg(error_code=code, name=t.name or "", topic_id=t.topic_id) for t in req.topics])
 
 
 def describe_topic(ctx, wanted, may_create, node_id):

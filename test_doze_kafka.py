@@ -796,8 +796,8 @@ BAD_RECORDS = {   # name: (records bytes, records_count), each with a right CRC
 def test_batch_record_framing_accepts_what_producers_send():
     for values in ([b"a"], [b"x" * 70] * 3, [b"y" * 10_000, b"z"], [b""] * 500):
         batch = make_batch(values, keys=[b"k"] * len(values))
-        assert doze.check_record_framing(memoryview(batch), len(values)) is None
-    assert doze.check_record_framing(batch_with_payload(GOOD_RECORD * 4, 4), 4) is None
+        assert doze.check_record_framing(memoryview(batch), len(values), 61) is None
+    assert doze.check_record_framing(batch_with_payload(GOOD_RECORD * 4, 4), 4, 61) is None
 
 
 @pytest.mark.parametrize("name", sorted(BAD_RECORDS))
@@ -805,7 +805,7 @@ def test_batch_record_framing_refuses_records_that_do_not_tile_the_batch(name):
     payload, count = BAD_RECORDS[name]
     batch = batch_with_payload(payload, count)
     h = doze.validate_produced(batch)                   # the header and the CRC are fine
-    assert doze.check_record_framing(memoryview(batch), h.records_count)
+    assert doze.check_records(memoryview(batch), h)
     with pytest.raises(doze.RecordsError):
         list(doze.decode_records(batch))
 
@@ -838,6 +838,26 @@ def test_batch_decode_records_never_loops_on_random_payloads():
             for _ in doze.decode_records(batch_with_payload(payload, count, attributes=rng.choice([0, 1]))):
                 pass
     assert time.perf_counter() - started < 10
+
+
+def gzip_batch(payload, count):
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return batch_with_payload(co.compress(payload) + co.flush(), count, attributes=1)
+
+
+@pytest.mark.parametrize("records,count,expected", [
+    (GOOD_RECORD * 3, 3, None),
+    (GOOD_RECORD * 3 + b"\x00", 3, ErrorCode.INVALID_RECORD),
+    (zigzag(-2) + GOOD_RECORD, 2, ErrorCode.INVALID_RECORD),
+], ids=["good", "left-over", "negative-length"])
+def test_batch_gzip_records_are_checked_after_inflating(records, count, expected):
+    flaw = doze.check_records(gzip_batch(records, count), doze.read_batch_header(gzip_batch(records, count)))
+    assert (flaw[0] if flaw else None) == expected
+
+
+def test_batch_gzip_that_does_not_inflate_is_unknown_server_error():
+    batch = batch_with_payload(b"not gzip at all, not at all", 1, attributes=1)
+    assert doze.check_records(batch, doze.read_batch_header(batch))[0] == ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def test_batch_decode_records_bounds_gzip_output():
@@ -1220,6 +1240,106 @@ def test_storage_topic_directories_unknown_to_meta_db_are_removed(open_logs, tmp
     logs2 = open_logs()
     assert not os.path.exists(tmp_path / "logs" / "ghost-0")
     assert "kept" in logs2.topics
+
+
+class CountingFiles(doze.Files):
+    """Counts fsyncs; fails open_append with `fail_errno` from the N-th call on."""
+
+    def __init__(self, fail_from=None, fail_errno=errno.EMFILE):
+        self.fsyncs = self.dir_fsyncs = self.opens = 0
+        self.fail_from, self.fail_errno = fail_from, fail_errno
+
+    def open_append(self, path, create):
+        self.opens += 1
+        if self.fail_from is not None and self.opens >= self.fail_from:
+            raise OSError(self.fail_errno, os.strerror(self.fail_errno))
+        return super().open_append(path, create)
+
+    def fsync(self, fd):
+        self.fsyncs += 1
+        super().fsync(fd)
+
+    def fsync_dir(self, path):
+        self.dir_fsyncs += 1
+        super().fsync_dir(path)
+
+
+def fds_under(path):
+    """This process's descriptors open on files below `path` (other tests'
+    threads may open and close descriptors of their own meanwhile)."""
+    path, found = str(path), 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(path):
+                found += 1
+    return found
+
+
+def test_storage_creating_partitions_needs_no_fsync_per_partition(open_logs):
+    """Empty partitions are made without an fsync each (a lost directory is made
+    again on start); the data directory is fsynced once, by the next flush."""
+    files = CountingFiles()
+    logs = open_logs(files=files)
+    new_topic(logs, "wide", 500)
+    assert (files.fsyncs, files.dir_fsyncs) == (0, 0)
+    logs.flush_dirty()
+    assert (files.fsyncs, files.dir_fsyncs) == (0, 1)
+    plog = logs.get("wide", 7)
+    append(logs, plog, [b"x"])                   # the first append: file, partition dir
+    assert (files.fsyncs, files.dir_fsyncs) == (1, 2)
+
+
+@pytest.mark.parametrize("fail_errno", [errno.EMFILE, errno.ENOSPC])
+def test_storage_failed_creation_leaves_no_directory_and_no_descriptor(open_logs, tmp_path, fail_errno):
+    logs = open_logs(files=CountingFiles(fail_from=40, fail_errno=fail_errno))
+    with pytest.raises(OSError):
+        new_topic(logs, "half", 100)
+    assert fds_under(tmp_path / "logs" / "half-") == 0
+    assert not [d for d in os.listdir(tmp_path / "logs") if d.startswith("half-")]
+    assert "half" not in logs.topics and not logs.creating
+    assert all(tp[0] != "half" for tp in logs.logs)
+    logs.files.fail_from = None
+    new_topic(logs, "half", 3)                   # the name is free again
+    assert logs.topics["half"].partitions == 3
+
+
+def test_storage_open_descriptors_are_bounded(tmp_path):
+    """300 partitions, each appended to and read back, with room for 32 descriptors."""
+    config = doze.Config(None, data_dir=tmp_path / "d")
+    os.makedirs(config.data_dir)
+    store = doze.MetadataStore(os.path.join(config.data_dir, "meta.db"))
+    logs = doze.LogManager(config, store, max_open_files=32)
+    logs.load()
+    new_topic(logs, "many", 300)
+    for p in range(300):
+        append(logs, logs.get("many", p), [b"v%d" % p])
+    assert fds_under(os.path.join(config.data_dir, "many-")) <= 32
+    for p in range(300):
+        [(_, batch)] = logs.get("many", p).batches()
+        assert batch_records(batch)[0][2] == b"v%d" % p
+    slices = [logs.get("many", p).read(0, 1 << 20, 1) for p in range(300)]
+    assert fds_under(os.path.join(config.data_dir, "many-")) <= 32 + 300       # handles held by pending answers
+    assert [batch_records(s.read())[0][2] for s in slices[:3]] == [b"v0", b"v1", b"v2"]
+    del slices
+    assert fds_under(os.path.join(config.data_dir, "many-")) <= 32              # ... closed once let go
+    logs.close()
+    store.close()
+    assert fds_under(os.path.join(config.data_dir, "many-")) == 0
+
+
+def test_storage_deleted_topic_directories_go_in_steps_and_a_new_topic_may_reuse_the_name(open_logs, tmp_path):
+    logs = open_logs()
+    new_topic(logs, "gone", 200)
+    logs.delete_topic("gone")
+    assert len(logs.removing) == 200 and "gone" not in logs.topics
+    logs.remove_some(50)
+    assert len(logs.removing) == 150
+    new_topic(logs, "gone", 2)                   # its partitions 0-1 are made afresh now
+    append(logs, logs.get("gone", 1), [b"new"])
+    while logs.removing:
+        logs.remove_some()
+    assert sorted(d for d in os.listdir(tmp_path / "logs") if d.startswith("gone-")) == ["gone-0", "gone-1"]
+    assert [r[2] for _, b in logs.get("gone", 1).batches() for r in batch_records(b)] == [b"new"]
 
 
 def test_storage_partition_directory_lost_is_recreated(open_logs, tmp_path):
@@ -3460,11 +3580,13 @@ def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, by
 @pytest.mark.parametrize("name", sorted(BAD_RECORDS))
 def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
     """A right CRC around records that do not tile the batch: Kafka's LogValidator
-    refuses it (INVALID_RECORD), so does doze; the partition keeps working."""
+    refuses it (INVALID_RECORD; a varint over 5 bytes, UNKNOWN_SERVER_ERROR), so
+    does doze; the partition keeps working."""
     client.create_topic("framing")
     payload, count = BAD_RECORDS[name]
     p = client.produce("framing", 0, batch_with_payload(payload, count))
-    assert p.error_code == ErrorCode.INVALID_RECORD, p
+    expected = ErrorCode.UNKNOWN_SERVER_ERROR if name == "six-byte-varint" else ErrorCode.INVALID_RECORD
+    assert p.error_code == expected, p                 # as Kafka 4.3.1 answers (produce-bad-records)
     assert client.produce("framing", 0, make_batch([b"ok"], timestamps=[5_000])).base_offset == 0
     for ts in (0, -3):
         assert client.list_offset("framing", 0, ts).offset == 0
