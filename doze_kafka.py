@@ -97,6 +97,12 @@ BROKER_DEFAULTS = {
     "log.retention.check.interval.ms": 300000,
     "log.roll.ms": 604800000,
     "socket.request.max.bytes": 104857600,     # a frame over this closes the connection
+    "max.connections": 2147483647,             # then stop accepting (doze: also fewer than descriptors allow)
+    "max.connections.per.ip": 2147483647,      # past this a new connection is closed at once
+    "max.connections.per.ip.overrides": "",    # "host:count,host:count"
+    "connections.max.idle.ms": 600000,         # no byte in or out this long: closed
+    "queued.max.requests": 500,                # doze: requests taken in per pass of the loop
+    "doze.frame.timeout.ms": 30000,            # doze's own: a frame must arrive whole within this
     "transaction.max.timeout.ms": 900000,
     "producer.id.expiration.ms": 86400000,
     "producer.id.expiration.check.interval.ms": 600000,
@@ -5145,7 +5151,10 @@ BROKER_CONFIG_TYPES = {          # Kafka's ConfigDef type of each broker setting
     "log.retention.check.interval.ms": "long", "offsets.retention.check.interval.ms": "long",
     "auto.create.topics.enable": "boolean", "delete.topic.enable": "boolean",
     "doze.check.crc": "boolean", "listeners": "string", "advertised.listeners": "string",
-    "log.dirs": "string",
+    "log.dirs": "string", "max.connections": "int", "max.connections.per.ip": "int",
+    "max.connections.per.ip.overrides": "string", "connections.max.idle.ms": "long",
+    "queued.max.requests": "int", "doze.frame.timeout.ms": "long", "doze.max.partitions": "int",
+    "doze.loop.stats.interval.ms": "long",
 }
 
 
@@ -5752,9 +5761,33 @@ def handle_list_transactions(ctx, req):
 # advertises but refuses) or a body that does not decode closes that one
 # connection, with a log line; an unknown ApiVersions version is answered in
 # the v0 format with UNSUPPORTED_VERSION and ApiVersions' own range (KIP-511).
+#
+# Limits, so that no client reaches past its own connection (Kafka's settings
+# where Kafka has them, with what Kafka does):
+#   max.connections.per.ip (and .overrides): a connection past it is accepted
+#     and closed at once, with Kafka's log line.
+#   max.connections: at it, the listener stops accepting; new connections wait
+#     in the kernel's backlog until one closes (Kafka blocks its acceptor). doze
+#     also stops short of the descriptors it has (RLIMIT_NOFILE, less the
+#     segment files' share), so descriptors cannot run out.
+#   connections.max.idle.ms: a connection with no byte in or out that long is
+#     closed -- also one that sends requests and never reads the answers, since
+#     doze stops reading it (below) and it goes quiet.
+#   queued.max.requests: at most this many requests are taken in per pass of
+#     the loop, across all connections, TURNS_PER_CONNECTION at a time, in
+#     turn; the rest wait, so a pass stays short and fair whoever pipelines.
+#   A connection stops being read while it has MAX_QUEUED answers pending, or
+#     MAX_QUEUED_BYTES of answers its client has not read (Kafka reads the next
+#     request only once the answer is written): back-pressure, not memory.
+#   doze.frame.timeout.ms: a frame must arrive whole within this from its first
+#     byte (Kafka has no such deadline; a client that drips a frame a byte at a
+#     time holds a connection only that long).
 
 READ_CHUNK = 256 * 1024
 MAX_QUEUED = 64                 # responses queued on one connection before it stops reading
+MAX_QUEUED_BYTES = 1 << 20      # ... or answer bytes its client has not read yet
+TURNS_PER_CONNECTION = 16       # requests one connection may have handled at a time in a pass
+SWEEP_S = 1.0                   # how often idle connections and late frames are looked for
 
 
 class Slot:
@@ -5772,15 +5805,19 @@ class Connection:
         self.sock = sock
         self.addr = addr
         self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
         self.broker = broker
         self.inbuf = bytearray()
         self.slots = collections.deque()
         self.out = collections.deque()   # chunks being written: bytes or FileSlice
         self.out_pos = 0
+        self.out_bytes = 0               # bytes of the chunks in self.out
         self.parked = 0                  # muting parks outstanding
         self.unflushed = 0               # answers waiting for the group commit (Produce)
         self.closed = False
         self.events = 0                  # what the selector watches for (0: unregistered)
+        self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
+        self.frame_started = None        # when the first byte of an incomplete frame came
 
     # --- reading ---
     def on_readable(self):
@@ -5794,15 +5831,16 @@ class Connection:
         if not data:
             self.close("client closed the connection")
             return
+        self.last_active = self.broker.clock()
         self.inbuf += data
         self.process_frames()
 
     def process_frames(self):
         """Handle every complete frame in the buffer, unless muted."""
         buf = self.inbuf
-        pos = 0
+        pos = taken = 0
         limit = self.broker.config["socket.request.max.bytes"]
-        while not self.closed and not self.parked and len(self.slots) < MAX_QUEUED:
+        while not self.closed and self.may_read():
             if len(buf) - pos < 4:
                 break
             size = I32.unpack_from(buf, pos)[0]
@@ -5817,28 +5855,46 @@ class Connection:
                 # Produce's result (Kafka handles one request at a time per
                 # connection); Produces themselves may pipeline into one fsync.
                 break
+            if taken == TURNS_PER_CONNECTION or not self.broker.take_request_turn():
+                self.broker.resume[self] = None         # its turn is over: the others, then more
+                break
+            taken += 1
             frame = buf[pos + 4:pos + 4 + size]
             pos += 4 + size
             self.broker.handle_frame(self, frame)
         if pos:
             del buf[:pos]
+            self.frame_started = None
+        if self.inbuf and self.frame_started is None and not self._whole_frame_waiting():
+            self.frame_started = self.broker.clock()
         self.update_interest()
+
+    def may_read(self):
+        """Take in more requests? Not while muted, nor with answers piling up."""
+        return not self.parked and len(self.slots) < MAX_QUEUED and self.out_bytes < MAX_QUEUED_BYTES
+
+    def _whole_frame_waiting(self):
+        buf = self.inbuf
+        return len(buf) >= 4 and len(buf) - 4 >= I32.unpack_from(buf, 0)[0]
 
     # --- writing ---
     def queued_bytes(self):
         """Bytes of answers waiting to be written (file slices count their size)."""
-        return sum(len(c) for c in self.out) - self.out_pos
+        return self.out_bytes - self.out_pos
 
     def push(self, slot, chunks):
         """Fill a slot; send every slot at the head of the queue that is ready."""
         slot.chunks = chunks
         while self.slots and self.slots[0].chunks is not None:
-            self.out.extend(self.slots.popleft().chunks)
+            for chunk in self.slots.popleft().chunks:
+                self.out.append(chunk)
+                self.out_bytes += len(chunk)
         self.on_writable()
         if self.inbuf and not self.parked:
-            self.broker.resume.add(self)        # frames waited while muted or full
+            self.broker.resume[self] = None        # frames waited while muted or full
 
     def on_writable(self):
+        before = self.queued_bytes()
         try:
             while self.out:
                 chunk = self.out[0]
@@ -5852,11 +5908,16 @@ class Connection:
                         break
                     self.out_pos = 0
                 self.out.popleft()
+                self.out_bytes -= len(chunk)
         except (BlockingIOError, InterruptedError):
             pass
         except OSError as e:
             self.close(f"write failed: {e}")
             return
+        if self.queued_bytes() != before:
+            self.last_active = self.broker.clock()
+            if self.inbuf and self.may_read():
+                self.broker.resume[self] = None         # reading waited for the client to read
         self.update_interest()
 
     def _send_file(self, chunk):
@@ -5884,7 +5945,7 @@ class Connection:
         if self.closed:
             return
         events = selectors.EVENT_WRITE if self.out else 0
-        if not self.parked and len(self.slots) < MAX_QUEUED:
+        if self.may_read() and len(self.inbuf) < READ_CHUNK:    # no more while frames wait
             events |= selectors.EVENT_READ
         if events == self.events:
             return
@@ -5958,13 +6019,16 @@ def open_file_count():
 
 
 class _Listener:
-    """The listening socket's selector callback."""
+    """The listening socket's selector callback: accept, within the limits."""
 
     def __init__(self, broker, sock):
         self.broker, self.sock = broker, sock
 
     def on_event(self, mask):
+        broker = self.broker
         for _ in range(64):
+            if not broker.may_accept():
+                return
             try:
                 sock, addr = self.sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -5972,11 +6036,19 @@ class _Listener:
             except OSError as e:              # out of descriptors, ...: keep serving the others
                 log.warning("accept failed: %s", e)
                 return
+            ip = addr[0] if isinstance(addr, tuple) else str(addr)
+            allowed = broker.connections_allowed(ip)
+            if broker.ip_counts[ip] >= allowed:
+                log.info("Rejected connection from /%s, address already has the configured "
+                         "maximum of %d connections.", ip, allowed)
+                sock.close()
+                continue
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, addr, self.broker)
-            self.broker.connections.add(conn)
+            conn = Connection(sock, addr, broker)
+            broker.ip_counts[ip] += 1
+            broker.connections.add(conn)
             conn.update_interest()
 
 
@@ -6000,6 +6072,18 @@ class _Waker:
     def close(self):
         self.recv_sock.close()
         self.send_sock.close()
+
+
+def parse_connection_overrides(text):
+    """max.connections.per.ip.overrides: "host:count,host:count" -> {ip: count}."""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        host, _, count = item.rpartition(":")
+        try:
+            out[socket.gethostbyname(host)] = int(count)
+        except (OSError, ValueError):
+            raise ValueError(f"max.connections.per.ip.overrides: cannot read {item!r}") from None
+    return out
 
 
 def _fsync_new_dirs(path, files):
@@ -6037,6 +6121,10 @@ class Broker:
                 config.settings[name] = convert_setting(name, value)
         descriptors = raise_descriptor_limit()
         self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
+        # Connections get what the segment files leave, less some for sqlite,
+        # the listener and the log: then accepting stops rather than failing.
+        self.max_connections = min(config["max.connections"], max(16, descriptors // 2 - 64))
+        self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
         self.logs.load()
         self.producer_ids = ProducerIdManager(self.store)
         self.producer_states = {}
@@ -6058,7 +6146,10 @@ class Broker:
         self.waker = _Waker()
         self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
         self.connections = set()
-        self.resume = set()             # connections with frames waiting to be handled
+        self.ip_counts = collections.Counter()
+        self.accepting = True           # False while at max.connections
+        self.turns = config["queued.max.requests"]   # requests still to take in this pass
+        self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
         self.waiters = {}               # park key -> {Park}
         self.timers = []                # heap of (when_s, seq, fn)
         self._timer_seq = 0
@@ -6074,6 +6165,7 @@ class Broker:
         self.call_later(config["producer.id.expiration.check.interval.ms"] / 1000,
                         self._expire_producers)
         self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
+        self.call_later(SWEEP_S, self._sweep_connections)
 
     @property
     def bootstrap(self):
@@ -6090,6 +6182,41 @@ class Broker:
             if host in ("", "0.0.0.0", "::") and conn is not None:
                 host = conn.sock.getsockname()[0]
         return self.config["node.id"], host, port
+
+    # --- connection limits ---
+    def connections_allowed(self, ip):
+        return self.per_ip.get(ip, self.config["max.connections.per.ip"])
+
+    def may_accept(self):
+        """Below max.connections? At it, the listener is unregistered until one closes."""
+        if len(self.connections) < self.max_connections:
+            return True
+        if self.accepting:
+            self.accepting = False
+            self.selector.unregister(self.listener)
+            log.info("%d connections: not accepting more until one closes (max.connections, "
+                     "or the descriptors doze has)", len(self.connections))
+        return False
+
+    def take_request_turn(self):
+        """queued.max.requests: may one more request be taken in this pass?"""
+        if self.turns <= 0:
+            return False
+        self.turns -= 1
+        return True
+
+    def _sweep_connections(self):
+        """connections.max.idle.ms, and doze.frame.timeout.ms for frames dripped in."""
+        now = self.clock()
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        frame_s = self.config["doze.frame.timeout.ms"] / 1000
+        for conn in list(self.connections):
+            if idle_s >= 0 and now - conn.last_active > idle_s:
+                conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
+            elif conn.frame_started is not None and now - conn.frame_started > frame_s:
+                conn.close(f"a frame did not arrive whole within doze.frame.timeout.ms "
+                           f"({frame_s * 1000:.0f} ms)")
+        self.call_later(SWEEP_S, self._sweep_connections)
 
     # --- timers ---
     def call_later(self, delay_s, fn):
@@ -6172,6 +6299,7 @@ class Broker:
             while not self._stopping:
                 events = self.selector.select(self._select_timeout())
                 began = time.perf_counter()
+                self.turns = self.config["queued.max.requests"]
                 for key, mask in events:
                     key.data.on_event(mask)
                 while self._calls:
@@ -6194,8 +6322,10 @@ class Broker:
         return min(max(self.timers[0][0] - self.clock(), 0), 1.0)
 
     def _resume_connections(self):
-        while self.resume:
-            conn = self.resume.pop()
+        """Frames that waited (muted, full, or out of this pass's turns): once a
+        pass; a connection put back meanwhile waits for the next."""
+        waiting, self.resume = self.resume, {}
+        for conn in waiting:
             if not conn.closed:
                 conn.process_frames()
 
@@ -6245,7 +6375,7 @@ class Broker:
     def _shutdown(self):
         for conn in list(self.connections):
             conn.close("broker stopping")
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, KeyError, ValueError):
             self.selector.unregister(self.listener)
         self.listener.close()
         if self._clean_stop:
@@ -6260,7 +6390,13 @@ class Broker:
     # --- requests ---
     def forget(self, conn):
         self.connections.discard(conn)
-        self.resume.discard(conn)
+        self.resume.pop(conn, None)
+        self.ip_counts[conn.ip] -= 1
+        if not self.ip_counts[conn.ip]:
+            del self.ip_counts[conn.ip]
+        if not self.accepting and len(self.connections) < self.max_connections and not self._stopping:
+            self.accepting = True
+            self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
 
     def handle_frame(self, conn, frame):
         """Decode one request, run its handler, queue its response."""
@@ -6420,7 +6556,7 @@ class Broker:
         if not conn.closed:
             conn.update_interest()
             if conn.inbuf:
-                self.resume.add(conn)
+                self.resume[conn] = None
 
 
 @contextlib.contextmanager

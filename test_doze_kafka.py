@@ -3577,6 +3577,124 @@ def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, by
     assert client.produce("crc2", 0, make_batch([b"ok"])).error_code == 0
 
 
+# --- Limits over real sockets (what Kafka does at each, per its source and a
+# real Kafka 4.3.1 tried with small limits) -----------------------------------
+
+def answers(client, wait_s=2):
+    """Does the connection answer an ApiVersions within wait_s? False: no answer
+    yet (still open); EOFError propagates when the broker closed it."""
+    client.sock.settimeout(wait_s)
+    try:
+        return client.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    except socket.timeout:
+        return False
+
+
+def test_limit_max_connections_per_ip_closes_the_extra_one_at_once(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    broker = start_broker({"max.connections.per.ip": 3})
+    kept = [RawClient(broker.port) for _ in range(3)]
+    assert all(answers(c) for c in kept)
+    extra = RawClient(broker.port)
+    assert extra.is_closed_by_broker(2)
+    assert "Rejected connection from /127.0.0.1, address already has the configured maximum " \
+           "of 3 connections." in caplog.text
+    assert all(answers(c) for c in kept)                # the others notice nothing
+    kept.pop().close()
+    time.sleep(0.1)
+    with RawClient(broker.port) as again:               # a slot freed: taken
+        assert answers(again)
+    for c in kept + [extra]:
+        c.close()
+
+
+def test_limit_max_connections_per_ip_overrides(start_broker):
+    broker = start_broker({"max.connections.per.ip": 1, "max.connections.per.ip.overrides": "127.0.0.1:4"})
+    clients = [RawClient(broker.port) for _ in range(5)]
+    assert all(answers(c) for c in clients[:4])
+    assert clients[4].is_closed_by_broker(2)
+    for c in clients:
+        c.close()
+
+
+def test_limit_max_connections_waits_in_the_backlog_until_one_closes(start_broker):
+    broker = start_broker({"max.connections": 3})
+    kept = [RawClient(broker.port) for _ in range(3)]
+    assert all(answers(c) for c in kept)
+    waiting = RawClient(broker.port)                    # connect() succeeds: the kernel's backlog
+    assert not answers(waiting, 0.5)                     # ... but nobody reads it
+    assert all(answers(c) for c in kept)
+    kept.pop().close()
+    waiting.sock.settimeout(5)
+    _, msg = waiting.receive(ApiKey.API_VERSIONS, 3)    # the request it sent is answered now
+    assert msg.error_code == 0 and answers(waiting)
+    for c in kept + [waiting]:
+        c.close()
+
+
+def test_limit_idle_connections_are_closed(start_broker):
+    clock = FakeClock()
+    broker = start_broker({"connections.max.idle.ms": 10_000}, clock=clock)
+    silent, busy = RawClient(broker.port), RawClient(broker.port)
+    assert answers(busy)
+    for _ in range(4):
+        clock.advance(3_000)
+        time.sleep(0.3)
+        assert answers(busy)                             # a request every 3 s keeps it open
+    assert silent.is_closed_by_broker(2)                 # 12 s without a byte
+
+
+def test_limit_a_frame_dripped_in_is_cut_off_at_the_frame_timeout(start_broker):
+    clock = FakeClock()
+    broker = start_broker({"doze.frame.timeout.ms": 30_000}, clock=clock)
+    drip, ok = RawClient(broker.port), RawClient(broker.port)
+    frame = RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE)
+    for i in range(5):                                    # one byte every 5 s: never idle
+        drip.sock.sendall(frame[i:i + 1])
+        time.sleep(0.15)
+        clock.advance(5_000)
+        assert answers(ok)
+    assert not drip.is_closed_by_broker(0.3)              # 25 s into its frame: still open
+    clock.advance(10_000)
+    assert drip.is_closed_by_broker(3)                    # past 30 s
+    assert answers(ok)
+
+
+def test_limit_a_client_that_never_reads_is_not_read_either(broker, bystander):
+    """Requests pipelined without reading: doze stops reading that connection
+    once its unread answers pile up (memory stays bounded), serves the others,
+    and answers everything in order once the client reads."""
+    greedy = RawClient(broker.port)
+    assert answers(greedy)                                # accepted, so it can be found below
+    frame = RawClient.encode(ApiKey.METADATA, 12, 7, topics=None, allow_auto_topic_creation=False,
+                             include_topic_authorized_operations=False)
+    burst = frame * 10_000
+    greedy.sock.setblocking(False)
+    sent = 0
+    with contextlib.suppress(BlockingIOError):
+        while sent < 256 << 20:                           # whole frames only, in order
+            sent += greedy.sock.send(memoryview(burst)[sent % len(burst):])
+    assert sent < 256 << 20, "the broker kept reading a client that never reads"
+    [conn] = [c for c in broker.connections if c.sock.getpeername() == greedy.sock.getsockname()]
+    assert conn.queued_bytes() < doze.MAX_QUEUED_BYTES + 64 * 1024
+    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    greedy.sock.setblocking(True)
+    greedy.sock.settimeout(5)
+    for _ in range(50):
+        cid, _ = greedy.receive(ApiKey.METADATA, 12)
+        assert cid == 7
+    greedy.close()
+
+
+def test_limit_queued_max_requests_takes_pipelined_requests_a_few_a_pass(start_broker):
+    broker = start_broker({"queued.max.requests": 2})
+    with RawClient(broker.port) as c, RawClient(broker.port) as other:
+        c.sock.sendall(b"".join(RawClient.encode(ApiKey.API_VERSIONS, 3, i, **SOFTWARE)
+                                for i in range(1, 41)))
+        assert answers(other)
+        assert [c.receive(ApiKey.API_VERSIONS, 3)[0] for _ in range(40)] == list(range(1, 41))
+
+
 @pytest.mark.parametrize("name", sorted(BAD_RECORDS))
 def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
     """A right CRC around records that do not tile the batch: Kafka's LogValidator
