@@ -469,10 +469,11 @@ class Reader:
 class FileSlice:
     """`count` bytes of an open file from `offset`: a Fetch response's records,
     sent with os.sendfile so they never pass through Python."""
-    __slots__ = ("file", "offset", "count")
+    __slots__ = ("file", "offset", "count", "end_offset")
 
-    def __init__(self, file, offset, count):
+    def __init__(self, file, offset, count, end_offset=None):
         self.file, self.offset, self.count = file, offset, count
+        self.end_offset = end_offset      # the log offset after the last record in it
 
     def __len__(self):
         return self.count
@@ -1754,7 +1755,7 @@ class PartitionLog:
             size = seg.end_position(j) - start
             if size > max_bytes and not min_one:
                 return None
-            return FileSlice(seg.read_handle(), start, size)
+            return FileSlice(seg.read_handle(), start, size, seg.lasts[j] + 1)
         return None
 
     def batches(self, start_offset=0, end_offset=None):
@@ -2443,7 +2444,8 @@ class ProducerStateTable:
 
     def __init__(self):
         self.producers = {}
-        self.aborted = []          # (producer_id, first_offset, marker_offset), in marker order
+        self.aborted = []          # (producer_id, first_offset, marker_offset, stable_offset), in marker order
+        self.aborted_markers = array.array("q")   # their marker offsets: sorted, so bisectable
         self.completing = []       # (first_offset, marker_offset): decided, marker not yet durable
         self.verifying = {}        # producer_id -> lowest sequence seen while verifying (KIP-890)
 
@@ -2540,7 +2542,12 @@ class ProducerStateTable:
         if first >= 0:
             self.completing.append((first, offset))
             if not commit:
-                self.aborted.append((producer_id, first, offset))
+                # Kafka's aborted-transaction index keeps the stable offset once
+                # this one is over: no later entry can start below it.
+                stable = min((e.txn_first_offset for e in self.producers.values()
+                              if e.txn_first_offset >= 0), default=offset + 1)
+                self.aborted.append((producer_id, first, offset, min(stable, offset + 1)))
+                self.aborted_markers.append(offset)
 
     def last_stable_offset(self, high_watermark):
         """The LSO: below the first offset of every transaction that is open,
@@ -2558,12 +2565,21 @@ class ProducerStateTable:
     def aborted_between(self, fetch_offset, upper_bound):
         """Aborted transactions a read_committed fetch of [fetch_offset,
         upper_bound) must list (Kafka's collectAbortedTransactions)."""
-        i = bisect.bisect_left([m for _, _, m in self.aborted], fetch_offset)
-        return [(pid, first) for pid, first, _ in self.aborted[i:] if first < upper_bound]
+        found = []
+        for i in range(bisect.bisect_left(self.aborted_markers, fetch_offset), len(self.aborted)):
+            producer_id, first, _, stable = self.aborted[i]
+            if first < upper_bound:
+                found.append((producer_id, first))
+            if stable >= upper_bound:
+                break                     # every later one starts at or above upper_bound
+        return found
 
     def forget_before(self, log_start_offset):
         """Retention or DeleteRecords removed the log below log_start_offset."""
-        self.aborted = [a for a in self.aborted if a[2] >= log_start_offset]
+        i = bisect.bisect_left(self.aborted_markers, log_start_offset)
+        if i:
+            del self.aborted[:i]
+            del self.aborted_markers[:i]
 
     def expire(self, now_ms, expiration_ms):
         """producer.id.expiration.ms: forget producers idle that long, unless a
@@ -3925,7 +3941,7 @@ def fetch_partitions(ctx, req):
             if read_committed and records is not None and table is not None:
                 part.aborted_transactions = [
                     Msg(producer_id=pid, first_offset=first)
-                    for pid, first in table.aborted_between(p.fetch_offset, end)]
+                    for pid, first in table.aborted_between(p.fetch_offset, records.end_offset)]
             if records is not None:
                 total += len(records)
                 budget -= len(records)
@@ -5945,7 +5961,7 @@ class Connection:
         if self.closed:
             return
         events = selectors.EVENT_WRITE if self.out else 0
-        if self.may_read() and len(self.inbuf) < READ_CHUNK:    # no more while frames wait
+        if self.may_read() and not self._whole_frame_waiting():   # no more while one waits
             events |= selectors.EVENT_READ
         if events == self.events:
             return

@@ -1395,6 +1395,35 @@ def test_producer_state_older_epoch_is_fenced():
     assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+def test_producer_state_aborted_between_equals_a_scan_of_every_aborted_transaction():
+    """Interleaved transactions of 6 producers, some aborted: the early stop of
+    aborted_between (Kafka's stable-offset rule) never drops one a brute-force
+    scan (marker at or after the fetch offset, first offset below the bound) lists."""
+    rng = random.Random(11)
+    table, offset, opened, aborted = doze.ProducerStateTable(), 0, {}, []
+    for _ in range(600):
+        pid = rng.randrange(6)
+        if pid not in opened:
+            h = idem_header(0, producer_id=pid)._replace(attributes=doze.ATTR_TRANSACTIONAL)
+            table.producers.pop(pid, None)
+            table.update(h, offset)
+            opened[pid] = offset
+        else:
+            commit = rng.random() < 0.5
+            table.apply_marker(pid, 0, commit, offset, 0)
+            if not commit:
+                aborted.append((pid, opened[pid], offset))
+            del opened[pid]
+        offset += 1
+    for _ in range(300):
+        fetch = rng.randrange(offset)
+        upper = fetch + rng.randrange(1, 80)
+        want = [(p, f) for p, f, m in aborted if m >= fetch and f < upper]
+        assert table.aborted_between(fetch, upper) == want, (fetch, upper)
+    table.forget_before(300)
+    assert table.aborted_between(0, offset) == [(p, f) for p, f, m in aborted if m >= 300]
+
+
 def test_producer_state_new_epoch_starts_at_zero():
     table = doze.ProducerStateTable()
     table.update(idem_header(0, epoch=0), 0)
