@@ -402,15 +402,22 @@ U16, U32, F64, BOOL = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">
 UUID_ZERO = bytes(16)
 
 
+MAX_REQUEST_ELEMENTS = 50_000   # array elements one request may hold, all arrays together
+
+
 class Reader:
     """A cursor over one request body. Every read succeeds or raises ProtocolError,
-    and nothing is allocated for a length before it is known to fit."""
-    __slots__ = ("buf", "pos", "end")
+    and nothing is allocated for a length before it is known to fit. `budget`
+    bounds the array elements decoded, and so the work one request costs the
+    loop (Kafka has no such bound; no client comes near it: a Fetch of every
+    partition doze allows is under half of it)."""
+    __slots__ = ("buf", "pos", "end", "budget")
 
     def __init__(self, buf, pos=0):
         self.buf = memoryview(buf)
         self.pos = pos
         self.end = len(self.buf)
+        self.budget = MAX_REQUEST_ELEMENTS
 
     def fixed(self, s):
         pos = self.pos
@@ -727,8 +734,9 @@ NULLABLE_TYPES = ("string", "bytes", "records", "[]", "{}")
 
 class Plan:
     """The fields of one struct in one version: what read_struct/write_struct walk.
-    A step is (field, child plan, nullable in this version)."""
-    __slots__ = ("steps", "tagged", "absent", "names")
+    A step is (field, child plan, nullable in this version); readers are the
+    same fields compiled into one function each (made on the first read)."""
+    __slots__ = ("steps", "tagged", "absent", "absent_lists", "names", "readers", "tag_readers")
 
     def __init__(self, fields, version):
         present = [f for f in fields if f.in_version(version)]
@@ -737,46 +745,80 @@ class Plan:
         self.tagged = {f.tag: (f, _plan_child(f, version), f.nullable_in(version))
                        for f in present if f.tag is not None}
         self.absent = [(f.name, f.default) for f in fields if not f.in_version(version) or f.tag is not None]
+        self.absent_lists = [name for name, default in self.absent if isinstance(default, list)]
         self.names = frozenset(f.name for f in fields)
+        self.readers = self.tag_readers = None
+
+    def compile(self, flexible):
+        self.readers = [(f.name, _reader(f, child, nullable, flexible))
+                        for f, child, nullable in self.steps]
+        self.tag_readers = {tag: (f.name, _reader(f, child, nullable, flexible))
+                            for tag, (f, child, nullable) in self.tagged.items()}
 
 
 def _plan_child(f, version):
     return Plan(f.fields, version) if f.type in ("[]", "{}") else None
 
 
-def _read_value(r, f, child, nullable, flexible):
-    t = f.type
-    if t == "[]" or (t.startswith("[]") and len(t) > 2):
-        n = r.length(flexible, I32)
-        if n < 0:
-            return None if nullable else _null(r, f.name)
-        if n > r.end - r.pos:               # every element takes at least one byte
-            raise ProtocolError(f"array {f.name} claims {n} elements in {r.end - r.pos} bytes")
-        if t == "[]":
-            return [read_struct(r, child, flexible) for _ in range(n)]
-        read = PRIMITIVES[t[2:]][0]
-        return [read(r, flexible, False, f.name) for _ in range(n)]
+FIXED_TYPES = {"bool": BOOL, "int8": I8, "int16": I16, "int32": I32, "int64": I64,
+               "uint16": U16, "float64": F64}
+
+
+def _reader(f, child, nullable, flexible):
+    """One field's reader: r -> value, with its type, nullability and the
+    encoding (flexible or not) decided once."""
+    t, name = f.type, f.name
+    if t in FIXED_TYPES:
+        s = FIXED_TYPES[t]
+        return lambda r: r.fixed(s)
     if t == "{}":
-        if nullable and r.fixed(I8) < 0:    # a nullable struct: int8 -1 null, 1 present
-            return None
-        return read_struct(r, child, flexible)
-    return PRIMITIVES[t][0](r, flexible, nullable, f.name)
+        def read_struct_field(r):
+            if nullable and r.fixed(I8) < 0:     # a nullable struct: int8 -1 null, 1 present
+                return None
+            return read_struct(r, child, flexible)
+        return read_struct_field
+    if t.startswith("[]"):
+        if t == "[]":
+            def element(r):
+                return read_struct(r, child, flexible)
+        else:
+            primitive = PRIMITIVES[t[2:]][0]
+
+            def element(r):
+                return primitive(r, flexible, False, name)
+
+        def read_array(r):
+            n = r.length(flexible, I32)
+            if n < 0:
+                return None if nullable else _null(r, name)
+            if n > r.end - r.pos:               # every element takes at least one byte
+                raise ProtocolError(f"array {name} claims {n} elements in {r.end - r.pos} bytes")
+            r.budget -= n
+            if r.budget < 0:
+                raise ProtocolError(f"more than {MAX_REQUEST_ELEMENTS} array elements in one request")
+            return [element(r) for _ in range(n)]
+        return read_array
+    primitive = PRIMITIVES[t][0]
+    return lambda r: primitive(r, flexible, nullable, name)
 
 
 def read_struct(r, plan, flexible):
     """Decode one struct; absent fields get their defaults; unknown tags are skipped."""
+    if plan.readers is None:
+        plan.compile(flexible)
     msg = Msg()
     d = msg.__dict__
-    for name, default in plan.absent:
-        d[name] = list(default) if isinstance(default, list) else default
-    for f, child, nullable in plan.steps:
-        d[f.name] = _read_value(r, f, child, nullable, flexible)
+    d.update(plan.absent)
+    for name in plan.absent_lists:
+        d[name] = []
+    for name, read in plan.readers:
+        d[name] = read(r)
     if flexible:
         for _ in range(r.uvarint()):
             tag, size = r.uvarint(), r.uvarint()
-            known = plan.tagged.get(tag)
+            known = plan.tag_readers.get(tag)
             if known:          # read as Kafka's generated code reads it: by its own length
-                d[known[0].name] = _read_value(r, known[0], known[1], known[2], flexible)
+                d[known[0]] = known[1](r)
             else:
                 r.take(size)
     return msg
@@ -3109,10 +3151,10 @@ class GroupCoordinator:
 
     def commit(self, group_id, offsets):
         """Store {(topic, partition): OffsetEntry} durably, then in memory."""
+        self.store.save_offsets(group_id, offsets)      # first: memory never runs ahead of meta.db
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = Group(group_id)
-        self.store.save_offsets(group_id, offsets)
         g.offsets.update(offsets)
 
     def apply_committed(self, group_id, offsets):
@@ -6102,6 +6144,16 @@ def parse_connection_overrides(text):
     return out
 
 
+def where(e):
+    """An exception in one line: its type and text, and the doze line it came from."""
+    tb, place = e.__traceback__, ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == __file__:
+            place = f" (at line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name})"
+        tb = tb.tb_next
+    return f"{type(e).__name__}: {e}{place}"
+
+
 def _fsync_new_dirs(path, files):
     """makedirs that makes each created directory's entry durable."""
     missing = []
@@ -6450,10 +6502,8 @@ class Broker:
             result = handler(ctx, req)
         except KafkaError as e:
             result = self._error_response(spec, version, e)
-        except Exception:
-            log.exception("%s v%d from %s (correlation id %d) failed", spec.name, version,
-                          conn.name, correlation_id)
-            result = None
+        except Exception as e:
+            result = self._handler_failed(conn, spec, version, correlation_id, e)
         if result is None:
             conn.close(f"{spec.name} could not be answered")
         elif result is NO_RESPONSE:
@@ -6465,12 +6515,23 @@ class Broker:
         else:
             self._respond(conn, slot, spec, version, correlation_id, result)
 
-    def _error_response(self, spec, version, e):
+    def _handler_failed(self, conn, spec, version, correlation_id, e):
+        """An exception a handler should not have let out (a bug): one log line
+        that says where, the traceback only at DEBUG; the request is answered
+        with UNKNOWN_SERVER_ERROR where its response has a top-level error code,
+        else its connection alone is closed (-> None). No other connection sees it."""
+        log.error("%s v%d from %s (correlation id %d) failed: %s: a bug in doze", spec.name,
+                  version, conn.name, correlation_id, where(e))
+        log.debug("the traceback", exc_info=e)
+        return self._error_response(spec, version, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR), quiet=True)
+
+    def _error_response(self, spec, version, e, quiet=False):
         """A whole-request error: the response's top-level error_code, if it has one."""
         names = {f.name for f in spec.response if f.in_version(version)}
         if "error_code" not in names:
-            log.error("%s v%d: %s, and the response has no error_code to carry it",
-                      spec.name, version, e)
+            if not quiet:
+                log.error("%s v%d: %s, and the response has no error_code to carry it",
+                          spec.name, version, e)
             return None
         msg = Msg(error_code=e.code)
         if "error_message" in names:
@@ -6502,8 +6563,10 @@ class Broker:
             w.uvarint(0)                                   # response header v1: no tags
         try:
             encode_body(spec, version, "response", msg, w)
-        except (TypeError, ValueError, struct.error, AttributeError, OverflowError):
-            log.exception("%s v%d response does not encode", spec.name, version)
+        except (TypeError, ValueError, struct.error, AttributeError, OverflowError) as e:
+            log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
+                      spec.name, version, correlation_id, where(e))
+            log.debug("the traceback", exc_info=e)
             conn.close(f"{spec.name} response could not be encoded")
             return
         chunks = w.finish()
@@ -6544,10 +6607,10 @@ class Broker:
             result = park.poll(expired)
         except KafkaError as e:
             result = self._error_response(spec, version, e)
-        except Exception:
-            log.exception("%s: a parked request failed", spec.name)
-            result = None
-            conn.close(f"{spec.name} could not be answered")
+        except Exception as e:
+            result = self._handler_failed(conn, spec, version, correlation_id, e)
+            if result is None:
+                conn.close(f"{spec.name} could not be answered")
         if result is None and not conn.closed and not expired:
             return
         self._unpark(park)

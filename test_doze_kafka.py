@@ -3606,6 +3606,35 @@ def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, by
     assert client.produce("crc2", 0, make_batch([b"ok"])).error_code == 0
 
 
+def test_server_a_handler_that_fails_is_answered_or_closes_only_its_connection(broker, bystander,
+                                                                              monkeypatch, caplog):
+    """A bug in a handler: one log line saying where (no traceback), the request
+    answered with UNKNOWN_SERVER_ERROR where its response has an error code,
+    else that connection closed; nobody else notices."""
+    def broken(ctx, req):
+        raise ZeroDivisionError("on purpose")
+    for key in (ApiKey.HEARTBEAT, ApiKey.METADATA):
+        monkeypatch.setitem(doze.HANDLERS, key, (doze.HANDLERS[key][0], broken))
+    with RawClient(broker.port) as c:
+        assert c.call(ApiKey.HEARTBEAT, 4, group_id="g", generation_id=1, member_id="m").error_code \
+            == ErrorCode.UNKNOWN_SERVER_ERROR
+        c.send(ApiKey.METADATA, 12, topics=None)
+        assert c.is_closed_by_broker()
+    [line] = [r for r in caplog.records if "Heartbeat v4" in r.getMessage()]
+    assert "ZeroDivisionError: on purpose (at line" in line.getMessage() and line.exc_info is None
+    assert "Traceback" not in caplog.text
+
+
+def test_server_a_request_of_too_many_elements_closes_its_connection(broker, bystander):
+    with RawClient(broker.port) as c:
+        c.send(ApiKey.METADATA, 12, topics=[Msg(name="t") for _ in range(doze.MAX_REQUEST_ELEMENTS + 1)],
+               allow_auto_topic_creation=False)
+        assert c.is_closed_by_broker()
+    with RawClient(broker.port) as c:
+        resp = c.metadata(["t%d" % i for i in range(1000)], allow_auto_topic_creation=False)
+        assert len(resp.topics) == 1000
+
+
 # --- Limits over real sockets (what Kafka does at each, per its source and a
 # real Kafka 4.3.1 tried with small limits) -----------------------------------
 
