@@ -1294,6 +1294,34 @@ def check_record_framing(records, count, start):
     return None
 
 
+def check_keys(records, h, where):
+    """Kafka's LogValidator on a compacted topic: every record needs a key
+    (an empty one will do). Refused as Kafka refuses it: INVALID_RECORD with a
+    record error for each keyless record. Reads each record up to its key
+    length; lz4, snappy and zstd records go unchecked (they cannot be read)."""
+    try:
+        _, payload = record_payload(records)
+    except RecordsError:
+        return
+    r, keyless = Reader(payload), []
+    try:
+        for i in range(h.records_count):
+            body = Reader(r.take(r.varint()))
+            body.take(1)
+            body.varlong()
+            body.varint()
+            if body.varint() < 0:
+                keyless.append((i, f"Compacted topic cannot accept message without key in topic "
+                                   f"partition {where}"))
+    except ProtocolError:
+        raise BatchError(ErrorCode.INVALID_RECORD, "Found invalid record structure", in_log=True) from None
+    if keyless:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i, why in keyless[:3])
+        raise BatchError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to "
+                         f"{len(keyless)} record errors in total, and only showing the first three "
+                         f"errors at most: [{shown}]", in_log=True, record_errors=keyless)
+
+
 def _slow_length(view, pos, end):
     """A length varint of any width: (value, new position) or (None, (code, what is wrong))."""
     n = shift = 0
@@ -1314,10 +1342,11 @@ class BatchError(Exception):
     by Kafka's LogValidator (its answer carries the log start offset) rather
     than by the request-level checks (whose answer carries -1)."""
 
-    def __init__(self, code, detail, in_log=False):
+    def __init__(self, code, detail, in_log=False, record_errors=()):
         super().__init__(detail)
         self.code = code
         self.in_log = in_log
+        self.record_errors = list(record_errors)    # [(record index, why)], Produce v8+
 
 
 def validate_produced(records, check_crc=True):
@@ -3838,6 +3867,8 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         flaw = check_records(records, h)
         if flaw:
             raise BatchError(flaw[0], flaw[1], in_log=True)
+        if "compact" in ctx.logs.topic_config(topic, "cleanup.policy"):
+            check_keys(records, h, f"{topic}-{partition}")
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
         if transactional:
             ctx.txns.check_not_decided(transactional_id)
@@ -3870,7 +3901,9 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         in_log = in_log or getattr(e, "in_log", False)
         return Msg(index=partition, error_code=e.code, base_offset=-1,
                    log_start_offset=plog.log_start_offset if plog and in_log else -1,
-                   error_message=str(e) if isinstance(e, BatchError) else e.detail or None)
+                   error_message=str(e) if isinstance(e, BatchError) else e.detail or None,
+                   record_errors=[Msg(batch_index=i, batch_index_error_message=why)
+                                  for i, why in getattr(e, "record_errors", ())])
 
 
 def set_log_append_time(batch, now_ms):

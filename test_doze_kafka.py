@@ -3635,6 +3635,25 @@ def test_server_a_request_of_too_many_elements_closes_its_connection(broker, bys
         assert len(resp.topics) == 1000
 
 
+def test_server_compacted_topic_refuses_keyless_records_as_kafka_does(client):
+    """cleanup.policy=compact: a batch with keyless records is refused whole
+    (INVALID_RECORD, a record error for each, Produce v8+); an empty key is a key."""
+    client.create_topic("compacted", cleanup_policy="compact")
+    keys = [None if i % 10 == 3 else b"k%d" % i for i in range(100)]
+    p = client.produce("compacted", 0, make_batch([b"v"] * 100, keys=keys))
+    assert p.error_code == ErrorCode.INVALID_RECORD and p.base_offset == -1
+    assert [e.batch_index for e in p.record_errors] == [i for i, k in enumerate(keys) if k is None]
+    assert "Compacted topic cannot accept message without key in topic partition compacted-0" in \
+        p.record_errors[0].batch_index_error_message
+    assert client.list_offset("compacted", 0, -1).offset == 0             # nothing stored
+    assert client.produce("compacted", 0, make_batch([b"v"], keys=[b""])).error_code == 0
+    assert client.produce("compacted", 0, make_batch([b"a", b"b"], keys=[b"k", b"k"])).base_offset == 1
+    gz = gzip_batch(GOOD_RECORD, 1)                                        # keyless, gzip
+    assert client.produce("compacted", 0, gz).error_code == ErrorCode.INVALID_RECORD
+    client.create_topic("plain")
+    assert client.produce("plain", 0, make_batch([b"v"] * 3)).error_code == 0   # keyless is fine there
+
+
 # --- Limits over real sockets (what Kafka does at each, per its source and a
 # real Kafka 4.3.1 tried with small limits) -----------------------------------
 
