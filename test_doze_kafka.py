@@ -3654,6 +3654,24 @@ def test_server_compacted_topic_refuses_keyless_records_as_kafka_does(client):
     assert client.produce("plain", 0, make_batch([b"v"] * 3)).error_code == 0   # keyless is fine there
 
 
+@pytest.mark.parametrize("version", range(0, 10))
+def test_server_join_group_error_answers_decode_at_every_version(client, version):
+    """JoinGroup's protocol_name may be null only from v7 (Kafka's schema): the
+    error answers and the v4+ MEMBER_ID_REQUIRED first join carry "" before it.
+    The test client decodes strictly, refusing a null where the schema has none."""
+    base = dict(group_id="jg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                protocol_type="consumer", protocols=[Msg(name="range", metadata=b"")])
+    unknown = client.call(ApiKey.JOIN_GROUP, version, member_id="nobody", **base)
+    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert unknown.protocol_name == ("" if version < 7 else None)
+    bad = client.call(ApiKey.JOIN_GROUP, version, member_id="", **dict(base, session_timeout_ms=1))
+    assert bad.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    if version >= 4:
+        first = client.call(ApiKey.JOIN_GROUP, version, member_id="", **base)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+        assert first.protocol_name == ("" if version < 7 else None)
+
+
 # --- Limits over real sockets (what Kafka does at each, per its source and a
 # real Kafka 4.3.1 tried with small limits) -----------------------------------
 
