@@ -16,6 +16,9 @@ It starts doze as a child process and, all on 127.0.0.1, runs for --minutes:
     drippers (send a request one byte at a time);
   - every --kill-every seconds a kill -9 of one producer or consumer process,
     restarted 1-3 s later with the same transactional ids;
+  - by default a steady state: the topic has retention.ms (--retention-ms,
+    120000) and 1 MiB segments, so the log stays a couple of minutes long;
+    --retention-ms 0 keeps everything (the log, and doze's index, grow);
 and samples the broker's RSS, descriptors, CPU, connections, loop stats (if
 doze logs them) and an ApiVersions probe. Then it verifies the data and
 prints a report ending in `RESULT: ok` or `RESULT: FAIL (reasons)`.
@@ -46,6 +49,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 TOPIC = "soak-txn"
 PARTITIONS = 6
+SEGMENT_BYTES = 1048576          # with --retention-ms: small segments, so retention deletes whole ones
+RETENTION_CHECK_MS = 5000        # with --retention-ms: log.retention.check.interval.ms
 CACHE = os.environ.get("DOZE_KAFKA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "doze-kafka"))
 
 
@@ -98,10 +103,18 @@ def metadata_v1_body(topics):
 
 
 def fetch_v4_body(topic, partitions, offset=0, pmax=1 << 20, max_bytes=4 << 20, isolation=1):
+    """offset: one for all partitions, or {partition: offset}."""
     body = struct.pack(">iiiib", -1, 0, 1, max_bytes, isolation)   # 1: read_committed
     body += struct.pack(">i", 1) + str16(topic) + struct.pack(">i", len(partitions))
     for p in partitions:
-        body += struct.pack(">iqi", p, offset, pmax)
+        body += struct.pack(">iqi", p, offset.get(p, 0) if isinstance(offset, dict) else offset, pmax)
+    return body
+
+
+def list_offsets_v1_body(topic, partitions, timestamp=-2):
+    body = struct.pack(">i", -1) + struct.pack(">i", 1) + str16(topic) + struct.pack(">i", len(partitions))
+    for p in partitions:
+        body += struct.pack(">iq", p, timestamp)
     return body
 
 
@@ -189,6 +202,19 @@ class RawConn:
                 raise ProtoError(f"Metadata v1: topic {t}: error {err}, partitions {parts}")
         return got
 
+    def log_starts(self, topic, partitions):
+        """ListOffsets v1, timestamp -2 (earliest): {partition: log start offset}."""
+        r = self.call(2, 1, list_offsets_v1_body(topic, partitions))
+        got = {}
+        for _ in range(r.take(">i")):
+            r.str()
+            for _ in range(r.take(">i")):
+                p, err, _ts, off = r.take(">ihqq")
+                if err != 0:
+                    raise ProtoError(f"ListOffsets v1: partition {p}: error {err}")
+                got[p] = off
+        return got
+
     def close(self):
         try:
             self.sock.close()
@@ -265,12 +291,24 @@ def role_producers(conf):
         def on_error(e):
             journal.line("ERR", "-", time.time(), oneline(f"{name}: error_cb {e}"))
 
+        def on_delivery(err, msg):
+            # where each record was written: with retention, the checks need to
+            # know whether a record the scan does not find is below the log start.
+            # librdkafka serves these within commit_transaction's flush, so a
+            # journaled C comes after every D of its transaction.
+            if err is None and msg.offset() >= 0:
+                f = msg.value().split(b"|", 2)
+                journal.line("D", f[0].decode(), f[1].decode(), msg.partition(), msg.offset())
+
         def new_producer():
             while not stop.is_set():
-                p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                              "transaction.timeout.ms": 60000, "linger.ms": 5,
-                              "message.timeout.ms": 30000, "error_cb": on_error,
-                              "client.id": txn_id})
+                pconf = {"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 60000, "linger.ms": 5,
+                         "message.timeout.ms": 30000, "error_cb": on_error,
+                         "client.id": txn_id}
+                if conf.get("journal_offsets"):
+                    pconf["on_delivery"] = on_delivery
+                p = Producer(pconf)
                 try:
                     p.init_transactions(30)
                     return p
@@ -548,10 +586,31 @@ def role_hostile(conf):
             if len(events) < 200:
                 events.append(f"+{time.time() - t0:.1f}s {msg}")
 
+    # With retention, offset 0 is soon out of range, and a Fetch of it is answered
+    # with an error of a few bytes: the never-readers then fetch from the log start,
+    # which a well-behaved side connection asks for every 5 s (ListOffsets v1, -2).
+    starts = {}
+
+    def watch_log_start():
+        conn = None
+        while not stop.is_set():
+            try:
+                conn = conn or RawConn(port, "soak-never-reader-offsets")
+                starts.update(conn.log_starts(TOPIC, range(PARTITIONS)))
+            except (OSError, ProtoError, struct.error) as e:
+                note(f"never-readers' log start: {e!r}")
+                if conn:
+                    conn.close()
+                conn = None
+            stop.wait(5)
+        if conn:
+            conn.close()
+
     def never_reader(k):
-        """Sends Fetch (6 partitions from offset 0; read_committed for even k) and
-        Metadata requests, at most conf['nr_rate'] a second, and never reads;
-        reconnects every conf['nr_reconnect_s'] (k == 0 never does)."""
+        """Sends Fetch (6 partitions from offset 0, or with retention from the log
+        start; read_committed for even k) and Metadata requests, at most
+        conf['nr_rate'] a second, and never reads; reconnects every
+        conf['nr_reconnect_s'] (k == 0 never does)."""
         life = float("inf") if k == 0 else conf["nr_reconnect_s"]
         corr = 0
         while not stop.is_set():
@@ -567,8 +626,9 @@ def role_hostile(conf):
             while not stop.is_set() and time.time() - opened < life:
                 if not pending:
                     corr += 1
-                    if corr % 4:                # Fetch from offset 0; even k read_committed
-                        body = fetch_v4_body(TOPIC, range(PARTITIONS), isolation=1 - k % 2)
+                    if corr % 4:                # Fetch from offset 0 (log start); even k read_committed
+                        body = fetch_v4_body(TOPIC, range(PARTITIONS), offset=dict(starts) if conf["retention"] else 0,
+                                             isolation=1 - k % 2)
                         pending = frame(1, 4, corr, f"soak-never-reader-{k}", body)
                     else:
                         pending = frame(3, 1, corr, f"soak-never-reader-{k}", metadata_v1_body([TOPIC]))
@@ -625,6 +685,8 @@ def role_hostile(conf):
             conn.close()
 
     threads = [threading.Thread(target=never_reader, args=(k,), daemon=True) for k in range(conf["never_readers"])]
+    if conf["retention"]:
+        threads.append(threading.Thread(target=watch_log_start, daemon=True))
     threads += [threading.Thread(target=dripper, args=(k,), daemon=True) for k in range(conf["drippers"])]
     for t in threads:
         t.start()
@@ -662,6 +724,17 @@ class Broker:
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def data_fds(self):
+        """Descriptors of files in the data directory (segments the log holds open)."""
+        root = os.path.realpath(self.doze.data) + os.sep
+        n = 0
+        for fd in os.listdir(f"/proc/{self.pid}/fd"):
+            try:
+                n += os.readlink(f"/proc/{self.pid}/fd/{fd}").startswith(root)
+            except OSError:
+                pass
+        return n
 
     def cpu_s(self):
         with open(f"/proc/{self.pid}/stat") as f:
@@ -764,9 +837,11 @@ class Worker:
             return False
 
 
-def parse_producer_journals(jdir):
+def parse_producer_journals(jdir, offsets=None):
     """-> {tag: (state, n)}, errors[], counts. state: C committed, A aborted (confirmed),
-    F fenced (began, never ended: killed), X killed while aborting, U unknown (killed in commit)."""
+    F fenced (began, never ended: killed), X killed while aborting, U unknown (killed in commit).
+    With a dict `offsets`, the delivery reports (D lines, with --retention-ms) go into
+    it: {(tag, k): (partition, offset)}."""
     txns, errors = {}, []
     for name in sorted(os.listdir(jdir)):
         if not name.startswith("prod-"):
@@ -787,6 +862,9 @@ def parse_producer_journals(jdir):
                     txns[p[1]][0] = "A" + p[3].strip()
                 elif kind == "U":
                     txns[p[1]][0] = "U"
+                elif kind == "D" and offsets is not None:
+                    part, off = p[3].split()
+                    offsets[(p[1], int(p[2]))] = (int(part), int(off))
                 elif kind == "ERR":
                     _, _tag, when, text = line.rstrip("\n").split(" ", 3)
                     errors.append((float(when), text))
@@ -796,14 +874,16 @@ def parse_producer_journals(jdir):
 class ConsumerJournals:
     """Reads the consumers' journals incrementally."""
 
-    def __init__(self, jdir, groups):
+    def __init__(self, jdir, groups, track_offsets=False):
         self.jdir = jdir
         self.pos = {}
         self.seen = {g: set() for g in groups}
         self.records = collections.Counter()
         self.errors, self.notes, self.violations = [], collections.Counter(), []
         self.note_examples = {}
-        self.raw_seen = {g: [] for g in groups}       # (tag, k, partition, offset) for the checks
+        self.track_offsets = track_offsets
+        self.offsets = {}              # (tag, k) -> (partition, offset) where a group read it
+        self.conflicts = []            # (tag, k, (p, o), (p, o)): one record read at two places
 
     def update(self):
         for name in sorted(os.listdir(self.jdir)):
@@ -822,6 +902,11 @@ class ConsumerJournals:
                     _, tag, k, part, off = line.split()
                     seen.add((tag, int(k)))
                     self.records[group] += 1
+                    if self.track_offsets:
+                        where = (int(part), int(off))
+                        first = self.offsets.setdefault((tag, int(k)), where)
+                        if first != where and len(self.conflicts) < 1000:
+                            self.conflicts.append((tag, int(k), first, where))
                 elif line.startswith("V "):
                     _, when, text = line.split(" ", 2)
                     self.violations.append((float(when), f"{group}: {text}"))
@@ -900,8 +985,12 @@ class Soak:
         # The idle connections are to stay for the whole soak: Kafka's default
         # connections.max.idle.ms (10 min) would close them at a 10-minute run's end.
         idle_ms = args.idle_ms if args.idle_ms is not None else int((self.duration + 1800) * 1000)
+        self.retention = args.retention_ms > 0
         overrides = ["group.initial.rebalance.delay.ms=0", f"connections.max.idle.ms={idle_ms}",
-                     f"doze.loop.stats.interval.ms={args.loop_stats_ms}"] + (args.override or [])
+                     f"doze.loop.stats.interval.ms={args.loop_stats_ms}"]
+        if self.retention:                     # the topic has retention.ms; check it every 5 s
+            overrides.append(f"log.retention.check.interval.ms={RETENTION_CHECK_MS}")
+        overrides += args.override or []
         extra = []
         for o in overrides:
             extra += ["--override", o]
@@ -920,6 +1009,13 @@ class Soak:
         self.worker_deadline = self.t0 + self.duration + 600
         self.reasons = []
         self.out = []
+        # with --retention-ms: what the retention monitor saw
+        self.log_start_samples = []      # (t, {partition: log start offset})
+        self.first_deletion = {}         # partition -> t its log start first moved
+        self.retention_began = None      # t by which retention had deleted in every partition
+        self.below_start = []            # (t, group, partition, committed offset, log start)
+        self.margin = {}                 # group -> least (committed offset - log start) seen, log start > 0
+        self.monitor_errors = []
 
     def say(self, text=""):
         print(text, flush=True)
@@ -950,8 +1046,76 @@ class Soak:
     def create_topics(self):
         from confluent_kafka.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": self.doze.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        if self.retention:
+            topic = NewTopic(TOPIC, PARTITIONS, 1, config={"retention.ms": str(self.args.retention_ms),
+                                                           "segment.bytes": str(SEGMENT_BYTES)})
+        else:
+            topic = NewTopic(TOPIC, PARTITIONS, 1)
+        for f in admin.create_topics([topic]).values():
             f.result(30)
+
+    # --- retention (--retention-ms) ---
+    @staticmethod
+    def log_starts(admin, tries=3):
+        """Each partition's log start offset: ListOffsets, timestamp -2 (earliest)."""
+        from confluent_kafka import TopicPartition, KafkaException
+        from confluent_kafka.admin import OffsetSpec
+        for attempt in range(tries):
+            try:
+                fs = admin.list_offsets({TopicPartition(TOPIC, p): OffsetSpec.earliest()
+                                         for p in range(PARTITIONS)}, request_timeout=10)
+                return {tp.partition: f.result(15).offset for tp, f in fs.items()}
+            except KafkaException:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(1)
+
+    def retention_monitor(self, groups):
+        """Every --sample-every s: the log start offsets, then every group's
+        committed offsets. A committed offset below the log start (or none, once
+        the log start has moved) means a member that starts now loses records:
+        a finding. Log start first: committed offsets only grow, so
+        committed(later) < log start(earlier) is below it for sure."""
+        try:
+            self._retention_monitor(groups)
+        except Exception as e:                          # noqa: BLE001 (reported: a FAIL)
+            self.monitor_errors.append((time.time(), oneline(f"retention monitor stopped: {e!r}")))
+
+    def _retention_monitor(self, groups):
+        from confluent_kafka import TopicPartition, ConsumerGroupTopicPartitions
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.doze.bootstrap})
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        while not self.stop_sampling.wait(self.args.sample_every):
+            t = round(self.now(), 1)
+            try:
+                starts = self.log_starts(admin, tries=1)
+                committed = {}
+                for g in groups:
+                    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, tps)],
+                                                            request_timeout=10)[g]
+                    committed[g] = {tp.partition: (tp.offset, tp.error) for tp in fut.result(15).topic_partitions}
+            except Exception as e:                      # noqa: BLE001 (reported)
+                self.monitor_errors.append((time.time(), oneline(f"retention monitor: {err_text(e)}")))
+                continue
+            self.log_start_samples.append((t, starts))
+            for p, start in starts.items():
+                if start > 0:
+                    self.first_deletion.setdefault(p, t)
+            if self.retention_began is None and len(self.first_deletion) == PARTITIONS:
+                self.retention_began = t
+            for g, offs in committed.items():
+                for p in range(PARTITIONS):
+                    c, err = offs.get(p, (-1001, None))
+                    if err is not None:
+                        self.monitor_errors.append((time.time(), oneline(
+                            f"retention monitor: {g} partition {p}: {err}")))
+                        continue
+                    start = starts[p]
+                    if start > 0 and c < start:          # includes "no committed offset" (-1001)
+                        self.below_start.append((t, g, p, c, start))
+                    elif start > 0:
+                        self.margin[g] = min(self.margin.get(g, c - start), c - start)
 
     # --- sampling ---
     def sample(self, mark=None):
@@ -959,6 +1123,8 @@ class Soak:
         try:
             s = {"t": round(self.now(), 1), "rss_kb": b.rss_kb(), "fds": b.fds(), "cpu_s": b.cpu_s(),
                  "conns": b.connections()}
+            if self.retention:
+                s["data_fds"] = b.data_fds()
         except (OSError, ValueError):
             return None
         b.read_log()
@@ -1031,7 +1197,10 @@ class Soak:
     # --- the run ---
     def run(self):
         a = self.args
-        self.say(f"soak: {a.minutes:g} min; run directory {self.run_dir}")
+        self.say(f"soak: {a.minutes:g} min; "
+                 + (f"retention.ms {a.retention_ms} (segment.bytes {SEGMENT_BYTES}, checked every "
+                    f"{RETENTION_CHECK_MS} ms)" if self.retention else "no retention")
+                 + f"; run directory {self.run_dir}")
         self.start_broker()
         self.create_topics()
         self.broker = Broker(self.doze, self.t0)
@@ -1048,13 +1217,17 @@ class Soak:
         per = [a.producers // a.producer_procs + (1 if i < a.producers % a.producer_procs else 0)
                for i in range(a.producer_procs)]
         groups = [f"soak-g{g}" for g in range(a.groups)]
-        self.producers = [Worker(self, "producers", i, {"count": per[i], "pause": [a.pause_min, a.pause_max]})
+        if self.retention:
+            threading.Thread(target=self.retention_monitor, args=(groups,), daemon=True).start()
+        pextra = {"journal_offsets": True} if self.retention else {}
+        self.producers = [Worker(self, "producers", i, dict(pextra, count=per[i], pause=[a.pause_min, a.pause_max]))
                           for i in range(a.producer_procs)]
         self.consumers = [Worker(self, "consumers", i, {"groups": groups}) for i in range(a.consumer_procs)]
         self.raw = Worker(self, "raw", 0, {"stats": os.path.join(self.run_dir, "raw-stats.json")})
         self.hostile = Worker(self, "hostile", 0, {
             "stats": os.path.join(self.run_dir, "hostile-stats.json"), "never_readers": a.never_readers,
             "drippers": a.drippers, "nr_rate": a.never_reader_rate, "nr_reconnect_s": 60,
+            "retention": self.retention,
             "drip_s": [0.2, 0.5, 1.0]})
         self.killable = self.producers + self.consumers
         for w in self.consumers + self.producers + [self.hostile]:
@@ -1085,6 +1258,12 @@ class Soak:
             t = self.now()
             if "warm" not in self.marks and t >= self.load_t0 + warm:
                 self.sample("warm")
+            if self.retention and "warm" in self.marks and "steady" not in self.marks \
+                    and self.retention_began is not None:
+                s = self.sample("steady")
+                if s:
+                    self.say(f"  +{t:6.0f}s retention has deleted segments in every partition (the log is "
+                             f"now bounded): steady-state reference sample, rss {fmt_kb(s['rss_kb'])}")
             if a.kill_every > 0 and t >= next_kill and t < self.load_t0 + self.duration - quiet:
                 kind = [self.producers, self.consumers][len(self.kills) % 2]    # alternate
                 w = random.choice([x for x in kind if x.proc.poll() is None] or self.killable)
@@ -1117,9 +1296,10 @@ class Soak:
         stuck = [w.name for w in self.producers if not w.terminate(60)]
         if stuck:
             self.reasons.append(f"producer processes did not stop within 60 s of SIGTERM: {stuck}")
-        txns, perrors = parse_producer_journals(self.jdir)
+        self.written_at = {} if self.retention else None     # (tag, k) -> (partition, offset)
+        txns, perrors = parse_producer_journals(self.jdir, self.written_at)
         committed = {(tag, k) for tag, (st, n, _p) in txns.items() if st == "C" for k in range(n)}
-        cj = ConsumerJournals(self.jdir, groups)
+        cj = ConsumerJournals(self.jdir, groups, track_offsets=self.retention)
         t_drain = time.time()
         missing = {}
         while True:
@@ -1152,15 +1332,31 @@ class Soak:
         self.report(txns, perrors, committed, cj, missing, scan)
 
     def final_scan(self, txns):
-        """Read the whole topic from offset 0: read_committed, then read_uncommitted."""
+        """Read the whole topic from offset 0: read_committed, then read_uncommitted.
+        With retention, from each partition's log start offset (ListOffsets
+        earliest), and with every record's place kept; retention goes on under
+        the scan, so the log start is taken again after it."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
         out = {}
+        admin = None
+        if self.retention:
+            from confluent_kafka.admin import AdminClient
+            admin = AdminClient({"bootstrap.servers": self.doze.bootstrap})
         for iso in ("read_committed", "read_uncommitted"):
-            c = Consumer({"bootstrap.servers": self.doze.bootstrap, "group.id": "soak-scan",
-                          "isolation.level": iso, "enable.auto.commit": False,
-                          "enable.partition.eof": True})
-            c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+            cconf = {"bootstrap.servers": self.doze.bootstrap, "group.id": "soak-scan",
+                     "isolation.level": iso, "enable.auto.commit": False,
+                     "enable.partition.eof": True}
+            if self.retention:
+                # a segment deleted under the scan: go on from the new log start (the
+                # records skipped are below the log start taken after the scan)
+                cconf["auto.offset.reset"] = "earliest"
+                starts = self.log_starts(admin)
+            else:
+                starts = {p: 0 for p in range(PARTITIONS)}
+            c = Consumer(cconf)
+            c.assign([TopicPartition(TOPIC, p, starts[p]) for p in range(PARTITIONS)])
             counts, ends, eof = collections.Counter(), {}, set()
+            recs = []                                    # (partition, offset, tag, k), with retention
             per_tag = collections.Counter()
             plan_abort = []
             deadline = time.time() + 180
@@ -1175,11 +1371,15 @@ class Soak:
                     tag, k = f[0].decode(), int(f[1])
                     counts[(tag, k)] += 1
                     per_tag[tag] += 1
+                    if self.retention:
+                        recs.append((m.partition(), m.offset(), tag, k))
                     if f[3] != b"commit" and len(plan_abort) < 20:
                         plan_abort.append(f"{tag} #{k} at {m.partition()}:{m.offset()}")
             c.close()
             out[iso] = {"counts": counts, "per_tag": per_tag, "ends": ends, "complete": len(eof) == PARTITIONS,
-                        "plan_abort": plan_abort}
+                        "plan_abort": plan_abort, "start": starts, "recs": recs}
+        if self.retention:
+            out["log_start_after"] = self.log_starts(admin)
         return out
 
     # --- the report ---
@@ -1216,10 +1416,32 @@ class Soak:
             say(f"  {g}: {cj.records[g]} records read, {len(cj.seen[g])} distinct; committed not seen: "
                 f"{len(missing[g])}; of aborted/fenced transactions seen: {len(bad)}")
             if missing[g]:
+                gone = ""
+                if self.retention:           # fell behind the log start, or never got there?
+                    after, at = scan["log_start_after"], self.written_at
+                    n_gone = sum(1 for key in missing[g] if key in at and at[key][1] < after[at[key][0]])
+                    gone = f" ({n_gone} of them since removed by retention)"
                 R.append(f"{g}: {len(missing[g])} committed records not read within {a.drain_timeout:.0f} s "
-                         f"of the load's end, e.g. {sorted(missing[g])[:3]}")
+                         f"of the load's end{gone}, e.g. {sorted(missing[g])[:3]}")
             if bad:
                 R.append(f"{g}: read {len(bad)} records of aborted or fenced transactions, e.g. {sorted(bad)[:3]}")
+        if self.retention:
+            margins = ", ".join(f"{g} {self.margin[g]}" for g in sorted(self.margin)) or "-"
+            say(f"  retention monitor ({len(self.log_start_samples)} looks, every {a.sample_every:g} s, log start "
+                f"then OffsetFetch): committed offsets below the log start (or none once it moved): "
+                f"{len(self.below_start)}; least committed offset - log start, once the log start moved: {margins}")
+            for t, g, p, c, start in self.below_start[:10]:
+                say(f"    +{t:.0f}s {g} partition {p}: committed {c}, log start {start}")
+            if self.below_start:
+                t, g, p, c, start = self.below_start[0]
+                R.append(f"{len(self.below_start)} times a group's committed offset was below the log start "
+                         f"(a member starting then loses records), first +{t:.0f}s {g} partition {p}: "
+                         f"committed {c}, log start {start}")
+            if self.monitor_errors:
+                summarize(say, self.t0, self.monitor_errors, top=3)
+                R.append(f"{len(self.monitor_errors)} retention-monitor errors")
+            if not self.log_start_samples:
+                R.append("the retention monitor took no look at the log start and committed offsets")
         summarize(say, self.t0, cj.errors)
         say(f"  violations (a record of a transaction aborted by plan read): {len(cj.violations)}")
         for when, text in cj.violations[:10]:
@@ -1240,22 +1462,74 @@ class Soak:
         partial = [tag for tag, c in rc["per_tag"].items() if tag in txns and c != txns[tag][1]]
         hanging = {p: (rc["ends"].get(p), ru["ends"].get(p)) for p in range(PARTITIONS)
                    if rc["ends"].get(p) != ru["ends"].get(p)}
-        say(f"final scan of {TOPIC} from offset 0: read_committed {sum(rc['counts'].values())} records, "
-            f"read_uncommitted {sum(ru['counts'].values())}")
-        say(f"  committed missing {len(lost)}, duplicated {len(dup)}, aborted/fenced visible {len(visible_bad)}, "
-            f"plan=abort visible {len(rc['plan_abort'])}, partly visible transactions {len(partial)}, "
-            f"partitions with LSO != high watermark {len(hanging)}")
+        n_rc, n_ru = sum(rc["counts"].values()), sum(ru["counts"].values())
+        misplaced = []
+        if self.retention:
+            # Retention removes a prefix of each partition. A record the scan did not
+            # find counts as removed only if it is known to have been written below
+            # the log start taken after the scan; one of unknown place counts as missing.
+            after = scan["log_start_after"]
+            where = dict(cj.offsets)
+            misplaced = [(tag, k, a_, b_) for tag, k, a_, b_ in cj.conflicts]
+            for key, w in self.written_at.items():       # the producers' delivery reports
+                got = cj.offsets.get(key)
+                if got is not None and got != w:
+                    misplaced.append((key[0], key[1], w, got))
+                where[key] = w
+            for p, o, tag, k in rc["recs"]:
+                w = where.setdefault((tag, k), (p, o))
+                if w != (p, o):
+                    misplaced.append((tag, k, w, (p, o)))
+
+            def below(key):
+                w = where.get(key)
+                return w is not None and w[1] < after[w[0]]
+            scanned = set(rc["counts"])
+            removed = {key for key in committed if below(key)}        # by the scan's end
+            lost = committed - scanned - removed
+            partial = [tag for tag, c in rc["per_tag"].items() if tag in txns and
+                       (c > txns[tag][1] or any((tag, k) not in scanned and not below((tag, k))
+                                                for k in range(txns[tag][1])))]
+            n_rc = sum(1 for p, o, _t, _k in rc["recs"] if o >= after[p])
+            n_ru = sum(1 for p, o, _t, _k in ru["recs"] if o >= after[p])
+
+            def offs(d):
+                return " ".join(str(d.get(p)) for p in range(PARTITIONS))
+            firsts = sorted(self.first_deletion.values())
+            say(f"retention (retention.ms={a.retention_ms}, segment.bytes={SEGMENT_BYTES}, checked every "
+                f"{RETENTION_CHECK_MS} ms): first deletion in {len(firsts)} of {PARTITIONS} partitions"
+                + (f", at +{firsts[0]:.0f}s..+{firsts[-1]:.0f}s" if firsts else ""))
+            say(f"final scan of {TOPIC} from the log start offsets (ListOffsets earliest) {offs(rc['start'])}: "
+                f"read_committed {sum(rc['counts'].values())} records, read_uncommitted "
+                f"{sum(ru['counts'].values())}")
+            say(f"  log start after the scan {offs(after)} (log end {offs(ru['ends'])}); committed records "
+                f"removed by retention: {len(removed)} of {len(committed)} ({len(removed & scanned)} of them "
+                f"read by the scan before they went; every group had read "
+                f"{'them' if not any(removed - cj.seen[g] for g in cj.seen) else 'NOT all of them'}); "
+                f"committed records whose place is known: {sum(1 for key in committed if key in where)} "
+                f"(delivery reports: {sum(1 for key in committed if key in self.written_at)}); records read "
+                f"at another place than written: {len(misplaced)}")
+            say(f"  at offsets the log still holds: read_committed {n_rc}, read_uncommitted {n_ru}; committed "
+                f"missing {len(lost)}, duplicated {len(dup)}, aborted/fenced visible {len(visible_bad)}, "
+                f"plan=abort visible {len(rc['plan_abort'])}, partly visible transactions {len(partial)}, "
+                f"partitions with LSO != high watermark {len(hanging)}")
+        else:
+            say(f"final scan of {TOPIC} from offset 0: read_committed {n_rc} records, read_uncommitted {n_ru}")
+            say(f"  committed missing {len(lost)}, duplicated {len(dup)}, aborted/fenced visible {len(visible_bad)}, "
+                f"plan=abort visible {len(rc['plan_abort'])}, partly visible transactions {len(partial)}, "
+                f"partitions with LSO != high watermark {len(hanging)}")
         if not rc["complete"] or not ru["complete"]:
             R.append("final scan did not reach the end of every partition")
         for what, bad in (("committed records missing from the log", lost), ("duplicated records", dup),
                           ("aborted/fenced records visible read_committed", visible_bad),
                           ("plan=abort records visible read_committed", rc["plan_abort"]),
-                          ("transactions partly visible", partial)):
+                          ("transactions partly visible", partial),
+                          ("records read at another partition/offset than they were written at", misplaced)):
             if bad:
                 R.append(f"final scan: {len(bad)} {what}, e.g. {sorted(bad)[:3]}")
         if hanging:
             R.append(f"final scan: open transactions left (LSO, HWM): {hanging}")
-        if sum(ru["counts"].values()) <= sum(rc["counts"].values()):
+        if n_ru <= n_rc:
             R.append("final scan: no aborted records in the log (the aborts did not reach the broker?)")
 
         # raw clients
@@ -1330,11 +1604,15 @@ class Soak:
 
         # resources
         load = [s for s in self.samples if self.load_t0 <= s["t"] <= self.marks["end"]["t"]]
-        say("broker resources     start      load start warm-up    peak       end        after clients")
+        cols = ["start", "load start", "warm", None, "end", "after clients"]
+        if self.retention:
+            cols.insert(3, "steady")
+            say("broker resources     start      load start warm-up    steady     peak       end        after clients")
+        else:
+            say("broker resources     start      load start warm-up    peak       end        after clients")
         for key, f in (("rss_kb", fmt_kb), ("fds", str), ("conns", str)):
-            row = [self.marks.get(m, {}).get(key) for m in ("start", "load start", "warm", None, "end",
-                                                             "after clients")]
-            row[3] = max(s[key] for s in load) if load else None
+            row = [self.marks.get(m, {}).get(key) for m in cols]
+            row[cols.index(None)] = max(s[key] for s in load) if load else None
             say(f"  {key:<18} " + " ".join(f"{(f(v) if v is not None else '-'):<10}" for v in row))
         warm, end = self.marks.get("warm"), self.marks["end"]
         cpu = (end["cpu_s"] - self.marks["load start"]["cpu_s"]) / max(1, end["t"] - self.load_t0)
@@ -1343,29 +1621,60 @@ class Soak:
             f"cores on average (of {os.cpu_count()}); load average peak {self.loadavg_peak:.1f}")
         if self.log_size:
             nb, nc, size = self.log_size
-            say(f"  the log at the end: {nb} batches ({nc} of them markers), {size / 2**20:.0f} MiB")
-            if warm and nb:
+            say(f"  the log at the end: {nb} batches ({nc} of them markers), {size / 2**20:.0f} MiB"
+                + (" (what retention left)" if self.retention else ""))
+            if warm and nb and not self.retention:
                 say(f"  RSS growth from warm-up to end per batch in the log: "
                     f"{(end['rss_kb'] - warm['rss_kb']) * 1024 / nb:.0f} bytes (an upper bound: the log "
                     f"also grew before the warm-up sample)")
-        if warm:
-            after = [s for s in load if s["t"] >= warm["t"]]
+        # The reference for "flat": the warm-up sample; with retention, the first
+        # sample after retention had deleted in every partition (from then on the log,
+        # and doze's per-batch index with it, is bounded), if that came in the load.
+        ref, ref_name = warm, "warm-up"
+        if self.retention:
+            steady = self.marks.get("steady")
+            if steady:
+                ref, ref_name = steady, "steady"
+                if warm:
+                    say(f"  steady state from +{steady['t']:.0f}s (retention had deleted in every partition); "
+                        f"RSS warm-up (+{warm['t']:.0f}s) {fmt_kb(warm['rss_kb'])} -> steady "
+                        f"{fmt_kb(steady['rss_kb'])} -> end {fmt_kb(end['rss_kb'])} "
+                        f"({(end['rss_kb'] - warm['rss_kb']) / warm['rss_kb'] * 100:+.1f}% from warm-up, "
+                        f"not judged); judged: end vs steady")
+            else:
+                say(f"  retention had not deleted in every partition by the load's end (it did in "
+                    f"{len(self.first_deletion)}): judged from the warm-up, with the log growing all through")
+                if self.duration >= a.retention_ms / 1000 + 180:
+                    R.append(f"retention deleted no segment in {PARTITIONS - len(self.first_deletion)} "
+                             f"partitions within the {self.duration:.0f} s load (retention.ms {a.retention_ms})")
+        if ref:
+            after = [s for s in load if s["t"] >= ref["t"]]
             if len(after) >= 3:
                 ts, ys = [s["t"] for s in after], [s["rss_kb"] for s in after]
                 mt, my = statistics.mean(ts), statistics.mean(ys)
                 slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / max(1e-9, sum((t - mt) ** 2 for t in ts))
-                say(f"  RSS trend after warm-up: {slope * 60 / 1024:+.2f} MiB/min")
+                say(f"  RSS trend after {ref_name}: {slope * 60 / 1024:+.2f} MiB/min")
             for key in ("rss_kb", "fds"):
-                w0, e0 = warm[key], end[key]
+                w0, e0 = ref[key], end[key]
                 change = (e0 - w0) / w0
                 flat = abs(change) <= 0.10
-                say(f"  {key}: end vs warm-up {change * 100:+.1f}% -> {'flat' if flat else 'NOT flat'}")
+                say(f"  {key}: end vs {ref_name} {change * 100:+.1f}% -> {'flat' if flat else 'NOT flat'}")
                 if not flat:
-                    R.append(f"{key} not flat: {w0} after warm-up, {e0} at the end ({change * 100:+.1f}%)")
+                    R.append(f"{key} not flat: {w0} after {ref_name}, {e0} at the end ({change * 100:+.1f}%)")
         else:
             R.append("no warm-up sample (run too short?)")
         start_fds, after_fds = self.marks["start"]["fds"], self.marks.get("after clients", {}).get("fds")
-        if after_fds is not None and after_fds > start_fds + 10:
+        if self.retention and after_fds is not None:
+            # With 1 MiB segments the log has many segment files, and doze keeps
+            # descriptors of the ones read (the final scan read them all) in an LRU:
+            # those are the log's, not the clients'. The check is on the others.
+            sd, ad = self.marks["start"].get("data_fds", 0), self.marks["after clients"].get("data_fds", 0)
+            say(f"  descriptors of data files (segments): start {sd}, end {end.get('data_fds')}, after "
+                f"clients {ad}; the others: start {start_fds - sd}, after clients {after_fds - ad}")
+            if after_fds - ad > start_fds - sd + 10:
+                R.append(f"descriptors other than data files left after every client went away: "
+                         f"{after_fds - ad} (at start {start_fds - sd})")
+        elif after_fds is not None and after_fds > start_fds + 10:
             R.append(f"descriptors left after every client went away: {after_fds} (at start {start_fds})")
 
         # the broker's log
@@ -1383,7 +1692,8 @@ class Soak:
         say("RESULT: ok" if not R else "RESULT: FAIL (" + "; ".join(R) + ")")
         with open(os.path.join(self.run_dir, "samples.json"), "w") as f:
             json.dump({"samples": self.samples, "marks": self.marks, "loop_stats": b.loop_stats,
-                       "probe_ms": self.probe_lat}, f)
+                       "probe_ms": self.probe_lat, "log_starts": self.log_start_samples,
+                       "committed_below_log_start": self.below_start}, f)
         with open(os.path.join(self.run_dir, "report.txt"), "w") as f:
             f.write("\n".join(self.out) + "\n")
 
@@ -1428,6 +1738,10 @@ def main():
     ap.add_argument("--probe-every", type=float, default=0.25)
     ap.add_argument("--loop-stats-ms", type=int, default=5000)
     ap.add_argument("--drain-timeout", type=float, default=120)
+    ap.add_argument("--retention-ms", type=int, default=120000,
+                    help="the soak topic's retention.ms, with segment.bytes=1 MiB and the broker's "
+                         "log.retention.check.interval.ms=5000: a steady state with a bounded log "
+                         "(default 120000; 0: no retention, the log grows all through)")
     ap.add_argument("--idle-ms", type=int, help="the broker's connections.max.idle.ms "
                     "(default: the soak's length + 30 min)")
     ap.add_argument("--override", action="append", help="more broker settings, k=v")
