@@ -20,7 +20,9 @@ JSON forms (requests and responses):
                record keys/values/header values, which use $utf8 when they decode)
     uuid       {"$uuid": "32 hex digits"}
     records    request: {"$batch": {records, producer_id, producer_epoch, base_sequence,
-               attributes, timestamp_ms, base_offset, corrupt_crc, magic}} (or {"$batches": [..]},
+               attributes, timestamp_ms, base_offset, corrupt_crc, magic, records_count,
+               compression ("gzip")}} (a record is [key, value, headers?]; a key or value
+               null is a null) (or {"$batches": [..]},
                {"$hex": raw}); response: {"batches": [{"header": {...}, "records": [...]}]}
     {"$subscription": [topics]}, {"$assignment": {topic: [partitions]}}: ConsumerProtocol
                v0 bytes for JoinGroup metadata / SyncGroup assignments
@@ -54,6 +56,7 @@ import base64
 import collections
 import copy
 import datetime
+import gzip
 import json
 import os
 import socket
@@ -120,8 +123,9 @@ def _records_from_json(v):
 
 def make_batch(records=(("k", "v"),), producer_id=-1, producer_epoch=-1, base_sequence=-1,
                attributes=0, timestamp_ms=1700000000000, base_offset=0, corrupt_crc=False,
-               magic=2, records_count=None):
-    """RecordBatch v2 bytes from readable parameters (doze_kafka.build_batch)."""
+               magic=2, records_count=None, compression=None):
+    """RecordBatch v2 bytes from readable parameters (doze_kafka.build_batch).
+    compression="gzip": the records gzip-compressed (mtime 0) and attributes' codec bits 1."""
     recs = []
     for r in records:
         if isinstance(r, dict):
@@ -132,6 +136,14 @@ def make_batch(records=(("k", "v"),), producer_id=-1, producer_epoch=-1, base_se
                      [(hk, _bytes_from_json(hv)) for hk, hv in h]))
     batch = bytearray(dk.build_batch(recs, base_offset, timestamp_ms, producer_id, producer_epoch,
                                      base_sequence, attributes))
+    if compression is not None:
+        if compression != "gzip":
+            raise RecordingError(f"compression {compression!r}: only gzip is built")
+        head = dk.BATCH_HEADER_SIZE
+        batch = batch[:head] + gzip.compress(bytes(batch[head:]), mtime=0)
+        struct.pack_into(">i", batch, 8, len(batch) - dk.LOG_OVERHEAD)
+        struct.pack_into(">h", batch, 21, (attributes & ~0x07) | 1)
+        struct.pack_into(">I", batch, 17, dk.crc32c(bytes(batch[21:])))
     if records_count is not None:
         struct.pack_into(">i", batch, 57, records_count)
         struct.pack_into(">I", batch, 17, dk.crc32c(bytes(batch[21:])))

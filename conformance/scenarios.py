@@ -1851,3 +1851,444 @@ def _malformed_requests(S):
     # the broker still answers on a fresh connection
     steps.append(metadata("after", [t], conn=99))
     return steps
+
+
+# --- internal topics ---
+
+CONSUMER_OFFSETS, TRANSACTION_STATE = "__consumer_offsets", "__transaction_state"
+SHARE_GROUP_STATE, CLUSTER_METADATA = "__share_group_state", "__cluster_metadata"
+FAR_FUTURE_MS = 4102444800000       # 2100-01-01: later than any record
+
+
+def kafka_partition_for(key, partitions=50):
+    """Kafka's partitionFor(groupId / transactionalId): Utils.abs(key.hashCode()) % partitions
+    (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = 0
+    for unit in _struct.unpack(f">{len(key.encode('utf-16-be')) // 2}H", key.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if h == -(1 << 31) else abs(h) % partitions
+
+
+def _internal_metadata_versions(prefix, topics):
+    """Metadata by name at v0, v1 (v0-v3 always auto-create), v4, v9, v12 (v4+ with and
+    without allow_auto_topic_creation)."""
+    steps = [step(f"{prefix}-v0", "Metadata", 0, {"topics": [{"name": t} for t in topics]}),
+             step(f"{prefix}-v1", "Metadata", 1, {"topics": [{"name": t} for t in topics]})]
+    for v in (4, 9, 12):
+        steps.append(metadata(f"{prefix}-v{v}", topics, v=v))
+        steps.append(metadata(f"{prefix}-v{v}-auto", topics, v=v, auto_create=True))
+    return steps
+
+
+INTERNAL_CONFIG_KEYS = ["cleanup.policy", "segment.bytes", "compression.type", "min.insync.replicas",
+                        "retention.ms", "unclean.leader.election.enable", "max.message.bytes"]
+INTERNAL_BROKER_SETTINGS = {
+    # Kafka's defaults, named so that the recorder starts a Kafka of its own for the
+    # scenario (it lists every topic of the broker) and doze is told them too
+    "offsets.topic.num.partitions": 50,
+    "transaction.state.log.num.partitions": 50,
+    # realkafka.py sets these (one broker); DescribeConfigs shows them: __transaction_state's
+    # min.insync.replicas, and min.insync.replicas' STATIC_BROKER_CONFIG synonym
+    "transaction.state.log.min.isr": 1,
+    "min.insync.replicas": 1,
+}
+
+
+@scenario("internal-topics", broker_settings=INTERNAL_BROKER_SETTINGS)
+def _internal_topics(S):
+    """__consumer_offsets and __transaction_state as Kafka shows them. On a fresh broker
+    (its own: the scenario lists every topic): Metadata of all topics and by name
+    before any coordinator lookup, ListOffsets and DescribeConfigs of them. The first
+    FindCoordinator (COORDINATOR_NOT_AVAILABLE: it asks the controller to create the
+    topic), polled until ready; OffsetCommit; Metadata of all topics and by name at v0,
+    v1, v4, v9, v12, with and without auto-creation; the same after the transactional
+    FindCoordinator and InitProducerId. ListOffsets -1/-2/-3 and by time on the group's
+    and the transactional id's partitions and an empty one; DescribeConfigs (all, named
+    keys, synonyms, v1); Fetch v4/v12, read_uncommitted/read_committed, of the group's
+    partition (its OffsetCommit record, Kafka's internal format) before, during and after
+    a transactional offset commit, and of the transactional id's partition. Produce
+    (v9 acks -1 and 1, v3) to both (and with a user topic in the same request),
+    AddPartitionsToTxn of an internal partition, DeleteRecords, CreateTopics of the
+    internal names, __cluster_metadata, a name starting with __, names that collide by
+    '.'/'_' (and Metadata / ListOffsets of them), CreatePartitions (validate_only,
+    same, fewer, more), DeleteTopics of both (Kafka deletes them), then FindCoordinator
+    again (Kafka creates __consumer_offsets anew) and OffsetFetch (the offsets are gone)."""
+    g, tid, t = f"{S}-g", f"{S}-tid", f"{S}-t"
+    CO, TSX = CONSUMER_OFFSETS, TRANSACTION_STATE
+    pg, pt = kafka_partition_for(g), kafka_partition_for(tid)
+    eg = next(p for p in (0, 1, 2) if p != pg)          # a __consumer_offsets partition no one uses
+    et = next(p for p in (0, 1, 2) if p != pt)
+    by_name = [CO, TSX, SHARE_GROUP_STATE, CLUSTER_METADATA]
+
+    def fc_first(id, key, key_type):
+        return step(id, "FindCoordinator", 4, {"key_type": key_type, "coordinator_keys": [key]})
+
+    def ct(id, names, v=7, validate_only=False, partitions=1):
+        return step(id, "CreateTopics", v, {"topics": [
+            {"name": n, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+             "configs": []} for n in names], "timeout_ms": 30000, "validate_only": validate_only})
+
+    def cp(id, topics, validate_only=False):
+        return step(id, "CreatePartitions", 3, {"topics": [
+            {"name": n, "count": c, "assignments": None} for n, c in topics],
+            "timeout_ms": 30000, "validate_only": validate_only})
+
+    def dr(id, parts):
+        return step(id, "DeleteRecords", 2, {"topics": [
+            {"name": n, "partitions": [{"partition_index": p, "offset": o} for p, o in ps.items()]}
+            for n, ps in parts.items()], "timeout_ms": 30000})
+
+    def lo_all(prefix, parts, isolation=0):
+        return [list_offsets(f"{prefix}-latest", {n: {p: -1 for p in ps} for n, ps in parts.items()},
+                             isolation=isolation),
+                list_offsets(f"{prefix}-earliest", {n: {p: -2 for p in ps} for n, ps in parts.items()}),
+                list_offsets(f"{prefix}-max-ts", {n: {p: -3 for p in ps} for n, ps in parts.items()}),
+                list_offsets(f"{prefix}-by-time-0", {n: {p: 0 for p in ps} for n, ps in parts.items()}),
+                list_offsets(f"{prefix}-by-time-2023", {n: {p: 1700000000000 for p in ps}
+                                                         for n, ps in parts.items()}),
+                list_offsets(f"{prefix}-by-time-2100", {n: {p: FAR_FUTURE_MS for p in ps}
+                                                         for n, ps in parts.items()})]
+
+    collide_co, collide_ts = "__consumer.offsets", "__transaction.state"
+    u_under, u_dot = f"{S}_x", f"{S}.x"
+    steps = [
+        # --- 1. a fresh broker: no internal topic yet
+        metadata("fresh-all", None),
+        step("fresh-all-v0", "Metadata", 0, {"topics": []}),
+        metadata("fresh-by-name", by_name),
+        metadata("fresh-by-name-v4", [CO, TSX], v=4),
+        list_offsets("fresh-list-offsets", {CO: {0: -1}, TSX: {0: -1}}),
+        describe_configs("fresh-describe-configs", [(2, CO, ["cleanup.policy"]),
+                                                    (2, TSX, ["cleanup.policy"])]),
+        # --- 2. the group coordinator creates __consumer_offsets
+        fc_first("find-group-first", g, 0),
+        find_coordinator("find-group", g, 0),
+        *create_topics("create", [(t, 2)]),
+        offset_commit("commit", g, {t: {0: 5, 1: 7}}, until={
+            "path": "topics.*.partitions.*.error_code", "equals": 0, "timeout_ms": 30000,
+            "interval_ms": 200}),
+        metadata("group-all", None),
+        step("group-all-v0", "Metadata", 0, {"topics": []}),
+        step("group-all-v1", "Metadata", 1, {"topics": None}),
+        *_internal_metadata_versions("group-co", [CO]),
+        metadata("group-ts-still-missing", [TSX, SHARE_GROUP_STATE, CLUSTER_METADATA]),
+        # --- 3. the transaction coordinator creates __transaction_state
+        fc_first("find-txn-first", tid, 1),
+        find_coordinator("find-txn", tid, 1),
+        init_pid("init", tid),
+        metadata("txn-all", None),
+        *_internal_metadata_versions("txn-both", [CO, TSX]),
+        metadata("txn-by-name-others", by_name),
+        # --- 4. ListOffsets
+        *lo_all("lo", {CO: [pg, eg], TSX: [pt, et]}),
+        list_offsets("lo-committed", {CO: {pg: -1, eg: -1}, TSX: {pt: -1}}, isolation=1),
+        list_offsets("lo-v1", {CO: {pg: -1}, TSX: {pt: -2}}, v=1),
+        list_offsets("lo-unknown-partition", {CO: {50: -1}, TSX: {50: -1}}),
+        # --- 5. DescribeConfigs
+        describe_configs("dc-co-all", [(2, CO, None)]),
+        describe_configs("dc-ts-all", [(2, TSX, None)]),
+        describe_configs("dc-keys", [(2, CO, INTERNAL_CONFIG_KEYS), (2, TSX, INTERNAL_CONFIG_KEYS)]),
+        describe_configs("dc-synonyms", [(2, CO, ["cleanup.policy", "segment.bytes", "compression.type"]),
+                                         (2, TSX, ["cleanup.policy", "min.insync.replicas"])],
+                         synonyms=True),
+        describe_configs("dc-v1", [(2, CO, ["cleanup.policy", "segment.bytes"])], v=1),
+        # --- 6. Fetch: the group's partition holds its OffsetCommit record
+        fetch("fetch-v12", {CO: {pg: 0, eg: 0}}),
+        fetch("fetch-v12-committed", {CO: {pg: 0, eg: 0}}, isolation=1),
+        fetch("fetch-v4", {CO: {pg: 0}}, v=4),
+        fetch("fetch-v4-committed", {CO: {pg: 0}}, v=4, isolation=1),
+        fetch("fetch-ts-v12", {TSX: {pt: 0, et: 0}}),
+        fetch("fetch-past-end", {CO: {pg: 99}}),
+        # a transactional offset commit: an open transaction in __consumer_offsets
+        add_offsets("txn-add-offsets", tid, "init", g),
+        step("txn-offset-commit", "TxnOffsetCommit", 3, {
+            "transactional_id": tid, "group_id": g, "producer_id": pid_of("init"),
+            "producer_epoch": epoch_of("init"), "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": t, "partitions": [
+                {"partition_index": 0, "committed_offset": 9, "committed_leader_epoch": -1,
+                 "committed_metadata": "m"}]}]}),
+        fetch("open-fetch-uncommitted", {CO: {pg: 0}}),
+        fetch("open-fetch-committed", {CO: {pg: 0}}, isolation=1),
+        list_offsets("open-lo-committed", {CO: {pg: -1}}, isolation=1),
+        list_offsets("open-lo-uncommitted", {CO: {pg: -1}}),
+        end_txn("txn-commit", tid, "init", True, retry=RETRY_CONCURRENT),
+        wait_txn_state("txn-wait", tid, "CompleteCommit"),
+        fetch("after-fetch-uncommitted", {CO: {pg: 0}}),
+        fetch("after-fetch-committed", {CO: {pg: 0}}, isolation=1),
+        fetch("after-fetch-ts", {TSX: {pt: 0}}),
+        *lo_all("after-lo", {CO: [pg], TSX: [pt]}),
+        offset_fetch("offsets", g, {t: [0, 1]}),
+        # --- 7. Produce and AddPartitionsToTxn: clients may not write to internal topics
+        produce("produce-co", {CO: {pg: batch(["x"]), eg: batch(["y"]), 99: batch(["z"])}}),
+        produce("produce-co-acks1", {CO: {pg: batch(["x"])}}, acks=1),
+        produce("produce-co-v3", {CO: {pg: batch(["x"])}}, v=3),
+        produce("produce-ts", {TSX: {pt: batch(["x"]), et: batch(["y"])}}),
+        produce("produce-ts-acks1", {TSX: {pt: batch(["x"])}}, acks=1),
+        produce("produce-mixed", {CO: {eg: batch(["x"])}, t: {0: batch(["u"])}}),
+        add_partitions("add-internal", tid, "init", {CO: [eg], t: [1]}),
+        list_offsets("after-produce", {CO: {pg: -1, eg: -1}, TSX: {pt: -1, et: -1}, t: {0: -1}}),
+        # --- 8. DeleteRecords
+        dr("delete-records", {CO: {pg: 0, eg: -1}, TSX: {pt: -1}}),
+        # --- 9. CreateTopics: the internal names, __cluster_metadata, __ names, collisions
+        ct("ct-internal-exist", [CO, TSX]),
+        ct("ct-internal-exist-v4", [CO], v=4),
+        ct("ct-share-state-validate-only", [SHARE_GROUP_STATE], validate_only=True),
+        ct("ct-cluster-metadata", [CLUSTER_METADATA]),
+        ct("ct-cluster-metadata-validate-only", [CLUSTER_METADATA], validate_only=True),
+        ct("ct-double-underscore", [f"__{S}-new"]),
+        wait_topics("ct-double-underscore-wait", [f"__{S}-new"]),
+        ct("ct-collide-internal", [collide_co, collide_ts]),
+        ct("ct-collide-internal-validate-only", [collide_co], validate_only=True),
+        *create_topics("create-underscore", [u_under]),
+        ct("ct-collide-user", [u_dot]),
+        metadata("collide-metadata", [collide_co, collide_ts, u_dot, u_under, f"__{S}-new"]),
+        metadata("collide-metadata-auto", [collide_co, u_dot], auto_create=True),
+        {"sleep_ms": 1000},
+        metadata("collide-metadata-after-auto", [collide_co, u_dot]),
+        list_offsets("collide-list-offsets", {collide_co: {0: -1}, u_dot: {0: -1}, u_under: {0: -1}}),
+        # --- 10. CreatePartitions
+        cp("cp-validate-only", [(CO, 60), (TSX, 60)], validate_only=True),
+        cp("cp-same", [(CO, 50), (TSX, 50)]),
+        cp("cp-fewer", [(CO, 10), (TSX, 1)]),
+        metadata("cp-not-grown", [CO, TSX]),
+        cp("cp-grow", [(CO, 51), (TSX, 52)]),
+        metadata("cp-grown", [CO, TSX], until={"path": "topics.*.partitions.*.partition_index",
+                                               "count": 103, "timeout_ms": 30000, "interval_ms": 100}),
+        # --- 11. DeleteTopics: Kafka deletes them; the group coordinator creates
+        # __consumer_offsets again on the next FindCoordinator, without the offsets
+        metadata("ts-id", [TSX]),
+        step("delete-topics", "DeleteTopics", 6, {"topics": [
+            {"name": CO, "topic_id": {"$uuid": "0" * 32}},                 # by name
+            {"name": None, "topic_id": ref("ts-id.topics.0.topic_id")}],   # by id
+            "timeout_ms": 30000}),
+        metadata("deleted", [CO, TSX], until={"path": "topics.*.error_code", "equals": 3,
+                                              "timeout_ms": 30000, "interval_ms": 100}),
+        metadata("deleted-all", None),
+        fc_first("refind-group-first", g, 0),
+        find_coordinator("refind-group", g, 0),
+        metadata("recreated", [CO, TSX]),
+        offset_fetch("offsets-after-delete", g, {t: [0, 1]}, until={
+            "path": "groups.0.error_code", "not_in": RETRIABLE_COORDINATOR, "timeout_ms": 30000,
+            "interval_ms": 200}),
+    ]
+    return steps
+
+
+# --- compacted topics: every record needs a key ---
+
+def keyed_batch(keys, value_prefix="v", compression=None, timestamp_ms=TS, **kw):
+    """A batch whose record i has key keys[i] (None: a null key, "": an empty key) and
+    value value_prefix + i (None as value_prefix: null values, tombstones)."""
+    b = {"records": [[k, None if value_prefix is None else f"{value_prefix}{i}"]
+                     for i, k in enumerate(keys)],
+         "producer_id": -1, "producer_epoch": -1, "base_sequence": -1, "attributes": 0,
+         "timestamp_ms": timestamp_ms}
+    if compression:
+        b["compression"] = compression
+    b.update(kw)
+    return {"$batch": b}
+
+
+def _compact_kinds():
+    """(name, keys): the batches a compacted topic is given."""
+    return [
+        ("all-keyless", [None] * 10),
+        ("some-keyless", [None if i % 10 == 3 else f"k{i}" for i in range(100)]),   # 10 of 100
+        ("one-keyless", [None]),
+        ("last-keyless", ["k0", "k1", None]),
+        ("all-keyed", [f"k{i}" for i in range(10)]),
+        ("empty-keys", ["", "", "k2"]),
+    ]
+
+
+@scenario("compacted-produce")
+def _compacted_produce(S):
+    """A topic with cleanup.policy=compact refuses a batch holding a record without a key
+    (INVALID_RECORD, record_errors: each keyless record's batch_index). Produce v3, v8
+    and v9 (acks -1; acks 1 once) of batches where all, some (10 of 100, as librdkafka's
+    test 0011), one, or none of the records have a null key, and of empty (not null) keys
+    and tombstones, uncompressed and gzip, each followed by ListOffsets -1 (nothing of a
+    refused batch is stored) and, per partition, a Fetch at the end. Also: compact,delete;
+    a topic with compression.type=gzip (Kafka recompresses); key and timestamp errors in one
+    batch (message.timestamp.before.max.ms: INVALID_TIMESTAMP wins, each record has one
+    error); an idempotent producer (a refused batch does not use up its sequence) and a
+    transactional one; DeleteRecords (POLICY_VIOLATION on compact, allowed on
+    compact,delete); a delete topic turned compact by IncrementalAlterConfigs and back by
+    AlterConfigs, with keyless records produced before, between and after."""
+    c, cd, d = f"{S}-compact", f"{S}-compact-delete", f"{S}-delete"
+    cg, ct_, tx = f"{S}-compact-gzip", f"{S}-compact-ts", f"{S}-compact-txn"
+    compact = dict(NO_TIME_ROLL, **{"cleanup.policy": "compact"})
+    tid = f"{S}-tid"
+    versions = (3, 8, 9)
+    steps = [*create_topics("create", [
+        (c, len(versions) + 1, compact),                           # a partition per version, + idempotent
+        (cd, 1, dict(NO_TIME_ROLL, **{"cleanup.policy": "compact,delete"})),
+        (d, 1, NO_TIME_ROLL),
+        (cg, 1, dict(compact, **{"compression.type": "gzip"})),
+        (ct_, 1, dict(compact, **{"message.timestamp.before.max.ms": "86400000"})),
+        (tx, 1, compact),
+    ])]
+    steps.append(describe_configs("configs", [(2, n, ["cleanup.policy", "compression.type",
+                                                      "message.timestamp.before.max.ms"])
+                                              for n in (c, cd, d, cg, ct_)]))
+
+    def then_latest(tag, topic, p):
+        return list_offsets(f"{tag}-latest", {topic: {p: -1}})
+
+    # --- 1. every kind, v3 / v8 / v9, uncompressed and gzip
+    for p, v in enumerate(versions):
+        for kind, keys in _compact_kinds():
+            for comp in (None, "gzip"):
+                tag = f"v{v}-{kind}{'-gzip' if comp else ''}"
+                steps += [produce(tag, {c: {p: keyed_batch(keys, compression=comp)}}, v=v),
+                          then_latest(tag, c, p)]
+        steps += [produce(f"v{v}-tombstone", {c: {p: keyed_batch(["k0", "k1"], value_prefix=None)}}, v=v),
+                  then_latest(f"v{v}-tombstone", c, p)]
+    steps += [
+        produce("v9-all-keyless-acks1", {c: {2: keyed_batch([None] * 3)}}, acks=1),
+        then_latest("v9-all-keyless-acks1", c, 2),
+        # one request, a keyless batch on one partition and a keyed one on another
+        produce("v9-two-partitions", {c: {0: keyed_batch([None, None]), 1: keyed_batch(["a", "b"])}}),
+        list_offsets("v9-two-partitions-latest", {c: {0: -1, 1: -1}}),
+        fetch("fetch-compact", {c: {p: 0 for p in range(len(versions))}}),
+        list_offsets("compact-max-ts", {c: {p: -3 for p in range(len(versions))}}),
+    ]
+    # --- 2. compact,delete
+    steps += [
+        produce("cd-all-keyless", {cd: {0: keyed_batch([None] * 10)}}),
+        produce("cd-some-keyless", {cd: {0: keyed_batch([None if i % 10 == 3 else f"k{i}"
+                                                         for i in range(100)])}}),
+        produce("cd-all-keyed", {cd: {0: keyed_batch(["k0", "k1", "k2"])}}),
+        then_latest("cd", cd, 0),
+        fetch("fetch-compact-delete", {cd: {0: 0}}),
+    ]
+    # --- 3. DeleteRecords: refused on compact, allowed on compact,delete
+    steps += [
+        step("delete-records", "DeleteRecords", 2, {"topics": [
+            {"name": c, "partitions": [{"partition_index": 0, "offset": 1}]},
+            {"name": cd, "partitions": [{"partition_index": 0, "offset": 1}]}], "timeout_ms": 30000}),
+        list_offsets("delete-records-earliest", {c: {0: -2}, cd: {0: -2}}),
+    ]
+    # --- 4. compression.type=gzip on the topic: Kafka recompresses what it takes
+    steps += [
+        produce("gzip-topic-keyless", {cg: {0: keyed_batch([None, "k1"])}}),
+        produce("gzip-topic-keyless-gzip", {cg: {0: keyed_batch([None, "k1"], compression="gzip")}}),
+        produce("gzip-topic-keyed", {cg: {0: keyed_batch(["k0", "k1"])}}),
+        produce("gzip-topic-keyed-gzip", {cg: {0: keyed_batch(["k2", "k3"], compression="gzip")}}),
+        then_latest("gzip-topic", cg, 0),
+        fetch("fetch-gzip-topic", {cg: {0: 0}}),
+    ]
+    # --- 5. key and timestamp errors in one batch (timestamps of 2023: older than a day)
+    old = 1700000000000
+    steps += [
+        produce("ts-keyed-old", {ct_: {0: keyed_batch(["k0", "k1"], timestamp_ms=old)}}),
+        produce("ts-keyless-old", {ct_: {0: keyed_batch([None, None], timestamp_ms=old)}}),
+        produce("ts-mixed-old", {ct_: {0: keyed_batch([None, "k1", None, "k3"], timestamp_ms=old)}}),
+        produce("ts-mixed-old-v3", {ct_: {0: keyed_batch([None, "k1"], timestamp_ms=old)}}, v=3),
+        produce("ts-mixed-old-gzip", {ct_: {0: keyed_batch([None, "k1"], timestamp_ms=old,
+                                                           compression="gzip")}}),
+        produce("ts-mixed-no-ts", {ct_: {0: keyed_batch([None, "k1"])}}),
+        produce("ts-keyed-no-ts", {ct_: {0: keyed_batch(["k0", "k1"])}}),
+        then_latest("ts", ct_, 0),
+    ]
+    # --- 6. an idempotent producer: a refused batch does not use up its sequence
+    ip = len(versions)
+
+    def idem(seq, keys):
+        return keyed_batch(keys, producer_id=pid_of("idem"), producer_epoch=epoch_of("idem"),
+                           base_sequence=seq)
+    steps += [
+        step("idem", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 0,
+                                           "producer_id": -1, "producer_epoch": -1},
+             until={"path": "error_code", "equals": 0, "timeout_ms": 30000, "interval_ms": 200}),
+        produce("idem-seq0-keyless", {c: {ip: idem(0, [None, "k1"])}}),
+        produce("idem-seq0-keyed", {c: {ip: idem(0, ["k0", "k1"])}}),
+        produce("idem-seq2-keyless", {c: {ip: idem(2, [None])}}),
+        produce("idem-seq2-keyed", {c: {ip: idem(2, ["k2"])}}),
+        produce("idem-seq2-duplicate-keyless", {c: {ip: idem(2, [None])}}),
+        produce("idem-seq3-keyed", {c: {ip: idem(3, ["k3"])}}),
+        then_latest("idem", c, ip),
+    ]
+    # --- 7. a transactional producer
+    steps += [
+        *txn_setup(S, tid, "init"),
+        add_partitions("txn-add", tid, "init", {tx: [0]}),
+        produce("txn-seq0-keyless", {tx: {0: keyed_batch([None, "k1"], producer_id=pid_of("init"),
+                                                         producer_epoch=epoch_of("init"),
+                                                         base_sequence=0, attributes=0x10)}}, tid=tid),
+        produce("txn-seq0-keyed", {tx: {0: keyed_batch(["k0", "k1"], producer_id=pid_of("init"),
+                                                       producer_epoch=epoch_of("init"),
+                                                       base_sequence=0, attributes=0x10)}}, tid=tid),
+        end_txn("txn-commit", tid, "init", True, retry=RETRY_CONCURRENT),
+        wait_txn_state("txn-wait", tid, "CompleteCommit"),
+        fetch("fetch-txn", {tx: {0: 0}}, isolation=1),
+    ]
+    # --- 8. delete -> compact (IncrementalAlterConfigs) -> delete (AlterConfigs)
+    def policy_is(id, value):
+        return describe_configs(id, [(2, d, ["cleanup.policy"])], until={
+            "path": "results.0.configs.0.value", "equals": value, "timeout_ms": 30000,
+            "interval_ms": 100})
+    steps += [
+        produce("delete-keyless", {d: {0: keyed_batch([None, None])}}),
+        step("to-compact", "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": 2, "resource_name": d, "configs": [
+                {"name": "cleanup.policy", "config_operation": 0, "value": "compact"}]}],
+            "validate_only": False}),
+        policy_is("to-compact-seen", "compact"),
+        {"sleep_ms": 1000},      # the log's config follows the metadata image a moment later
+        produce("now-compact-keyless", {d: {0: keyed_batch([None, None])}}),
+        produce("now-compact-keyed", {d: {0: keyed_batch(["k0", "k1"])}}),
+        step("to-delete", "AlterConfigs", 1, {"resources": [
+            {"resource_type": 2, "resource_name": d, "configs": [
+                {"name": "cleanup.policy", "value": "delete"},
+                {"name": "segment.ms", "value": NO_TIME_ROLL["segment.ms"]}]}],
+            "validate_only": False}),
+        policy_is("to-delete-seen", "delete"),
+        {"sleep_ms": 1000},
+        produce("delete-again-keyless", {d: {0: keyed_batch([None, None])}}),
+        then_latest("altered", d, 0),
+        fetch("fetch-altered", {d: {0: 0}}),
+    ]
+    return steps
+
+
+@scenario("internal-topics-settings", broker_settings={
+    "offsets.topic.num.partitions": 7, "transaction.state.log.num.partitions": 5,
+    "offsets.topic.segment.bytes": 52428800, "transaction.state.log.segment.bytes": 20971520,
+    "transaction.state.log.min.isr": 1, "min.insync.replicas": 1})
+def _internal_topics_settings(S):
+    """__consumer_offsets and __transaction_state under other settings (own broker): the
+    partition counts follow offsets.topic.num.partitions (7) and
+    transaction.state.log.num.partitions (5), segment.bytes follows
+    offsets.topic.segment.bytes / transaction.state.log.segment.bytes, and a group or
+    transactional id is placed by its hash modulo those counts (ListOffsets -1 of every
+    partition shows which one holds the OffsetCommit / InitProducerId record). Here the
+    topics are created by Metadata, not by FindCoordinator: __consumer_offsets by a
+    Metadata v1 naming it (v0-v3 always allow auto-creation), __transaction_state by
+    Metadata v12 with allow_auto_topic_creation; Kafka creates them as internal topics,
+    with their own configs (and answers UNKNOWN_TOPIC_OR_PARTITION meanwhile)."""
+    g, tid, t = f"{S}-g", f"{S}-tid", f"{S}-t"
+    CO, TSX = CONSUMER_OFFSETS, TRANSACTION_STATE
+    keys = ["cleanup.policy", "segment.bytes", "compression.type", "min.insync.replicas"]
+    return [
+        step("create-co-v1", "Metadata", 1, {"topics": [{"name": CO}]}),
+        metadata("create-ts-v12-auto", [TSX], auto_create=True),
+        metadata("created", [CO, TSX], until={"path": "topics.*.error_code", "equals": 0,
+                                              "timeout_ms": 30000, "interval_ms": 100}),
+        step("find-group-first", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": [g]}),
+        find_coordinator("find-group", g, 0),
+        *create_topics("create", [t]),
+        offset_commit("commit", g, {t: {0: 3}}, until={
+            "path": "topics.*.partitions.*.error_code", "equals": 0, "timeout_ms": 30000,
+            "interval_ms": 200}),
+        find_coordinator("find-txn", tid, 1),
+        init_pid("init", tid),
+        metadata("all", None),
+        metadata("by-name", [CO, TSX]),
+        step("by-name-v1", "Metadata", 1, {"topics": [{"name": CO}, {"name": TSX}]}),
+        list_offsets("latest", {CO: {p: -1 for p in range(7)}, TSX: {p: -1 for p in range(5)}}),
+        list_offsets("beyond", {CO: {7: -1}, TSX: {5: -1}}),
+        describe_configs("configs", [(2, CO, keys), (2, TSX, keys)]),
+        offset_fetch("offsets", g, {t: [0]}),
+    ]
