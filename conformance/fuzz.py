@@ -36,16 +36,27 @@ How it works, top to bottom:
 6. MUTATIONS. Boundary ints, null/negative/huge lengths, huge array counts,
    truncation, endless or over-long varints, unknown tagged fields, byte
    flips, trailing garbage, oversized frames; and on the transport: half
-   frames, bad frame sizes, pipelined bursts.
+   frames, bad frame sizes, pipelined bursts. Beside malformation, overload:
+   valid requests spanning up to 2,000 partitions of one topic ("wide").
 7. RUNNER. N fuzz connections (reconnecting when the broker closes one: a
    close is a legitimate answer to a malformed frame, and is counted), a
    well-behaved "bystander" client beside them (produce acks=-1, fetch back,
    ApiVersions probes for latency), a monitor (broker alive, RSS), and the
    broker's log (tracebacks, ERROR lines, why connections were closed).
-8. REPORT. Per-API counts (sent, answered, ok, closed, timed out) so that it
-   is known which APIs the mutations actually reach, and deduplicated
-   findings, each with the frame that triggered it and the frames before it
-   on the same connection.
+8. REPORT. Per-API counts (sent, answered, ok = every error code 0, closed,
+   dropped, timed out, mean answer latency) so that it is known which APIs
+   the mutations actually reach; deduplicated findings, each with the frame
+   that triggered it and the frames before it on the same connection; and
+   notes, which fail nothing (UNKNOWN_SERVER_ERROR answers: Kafka 4.3.1 gives
+   them too for some bad input).
+
+Finding kinds: broker-death, stuck (no answer to the bystander for stuck_s),
+stall (a bystander call slower than the threshold), traceback / error-log
+(doze's log), undecodable-answer (kafka-undecodable-answer), no-answer (a
+request that never waits got neither an answer nor a close),
+skipped-answer / unexpected-correlation-id, valid-request-refused (a frame
+valid by the schema it came from was closed as undecodable), bystander-*,
+rss-growth (when a tolerance is set), fuzzer-error (a bug in this file).
 
 Deterministic: each fuzz connection draws from random.Random(f"{seed}:{i}"),
 so the frames it sends depend only on the seed and on the answers it gets.
@@ -77,9 +88,19 @@ DOZE_PATH = os.path.join(ROOT, "doze_kafka.py")
 KAFKA_JAR = os.path.expanduser("~/.cache/doze-kafka/kafka-4.3.1/lib/kafka-clients-4.3.1.jar")
 
 
-def load_doze(wait_s=60):
-    """Import doze_kafka from the repository root. The file may be mid-edit
-    (another session works on it): retry a failing import for a while."""
+def load_doze(wait_s=60, path=None):
+    """Import doze_kafka from the repository root (or the file at `path`, as a
+    module of its own). The file may be mid-edit (another session works on
+    it): retry a failing import for a while."""
+    if path is not None and os.path.abspath(path) != os.path.abspath(DOZE_PATH):
+        import importlib.util
+        name = "doze_kafka_" + re.sub(r"\W", "_", os.path.basename(path))
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        return sys.modules[name]
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     deadline = time.monotonic() + wait_s
@@ -846,6 +867,7 @@ def broken_batch(rng, producer_id=-1, producer_epoch=-1, base_sequence=-1, attri
 # answers on the same connection.
 
 CORE_TOPICS = {"fz-a": 1, "fz-b": 2, "fz-c": 3, "fz-d": 4}
+WIDE_TOPIC = "fz-wide"           # many partitions, for requests that span them all (overload)
 CHURN_TOPICS = [f"fz-new-{i}" for i in range(8)]
 UNKNOWN_TOPICS = [f"fz-unknown-{i}" for i in range(6)]
 INVALID_TOPICS = ["", "a/b", "x" * 300, ".", "..", "a b", "fz\u00e9", "fz\x00a", "fz-a" + "." * 246,
@@ -923,6 +945,7 @@ class Generator:
 
     # --- entry point ---
     def request(self, api, version, partial=None):
+        self.api_name = api.name
         return self.struct(api.request, min(version, api.hi), [], [], partial or {})
 
     def struct(self, fields, v, path, stack, partial=None):
@@ -935,6 +958,8 @@ class Generator:
             if not f.present(v):
                 continue
             given = d.get(f.name, MISSING)
+            if given is None and not f.nullable_in(v):
+                given = MISSING                  # a sequence's null where this version allows none
             if given is not MISSING:
                 if f.type == "[]" and isinstance(given, list):
                     d[f.name] = [self.struct(f.fields, v, path + [f.alias], stack, item)
@@ -956,7 +981,11 @@ class Generator:
         if t == "{}":
             return self.struct(f.fields, v, path + [f.alias], stack)
         if t == "[]":
-            n = self.count(f.alias)
+            rule = COUNT_RULES.get((self.api_name, f.alias))
+            n = rule(self, stack) if rule else self.count(f.alias)
+            n = None if n is None else min(n, 64)
+            if n is None:
+                return None if f.nullable_in(v) else []
             return [self.struct(f.fields, v, path + [f.alias], stack) for _ in range(n)]
         if t.startswith("[]"):
             rule = ARRAY_RULES.get(f.alias)
@@ -1006,6 +1035,8 @@ class Generator:
     def topic(self):
         rng = self.rng
         r = rng.random()
+        if getattr(self, "api_name", None) == "DeleteTopics" and r > 0.03:
+            r = 0.62 + r * 0.38            # rarely the core topics: the others need them
         if r < 0.62:
             return rng.choice(list(CORE_TOPICS))
         if r < 0.74:
@@ -1150,7 +1181,7 @@ def _resource_name(g, t, path, stack):
     if rtype == 2:
         return g.topic()
     if rtype in (4, 8):
-        return g.rng.choice(["1", "", "0", "7", "x"])
+        return g.rng.choice(["1", "1", "1", "", "0", "x"])
     return g.rng.choice(["", "fz-g0", "x"])
 
 
@@ -1180,10 +1211,14 @@ RULES = {
     ("topic_data", "name"): lambda g, t, p, s: g.topic(),
     ("creatable_topics", "name"): lambda g, t, p, s: g.topic(),
     "topic_id": lambda g, t, p, s: (g.learned.topic_ids.get(g.topic()) or
-                                    g.rng.choice([bytes(16), b"\x01" * 16])),
-    "num_partitions": lambda g, t, p, s: g.rng.choice([1, 1, 2, 3, 4, -1, 0, -2]),
+                                    g.rng.choice([bytes(16), b"\x01" * 16, g.rng.randbytes(16)
+                                                  if hasattr(g.rng, "randbytes") else b"\x02" * 16])),
+    # rarely, around Kafka's 10,000-partitions-a-request limit: made in steps, no stall allowed
+    "num_partitions": lambda g, t, p, s: g.rng.choice([9999, 10000, 10001, 2 ** 31 - 1]) if g.rng.random() < 0.01
+    else g.rng.choice([1, 1, 2, 3, 4, -1, 0, -2]),
     "replication_factor": lambda g, t, p, s: g.rng.choice([-1, 1, 1, 3, 0]),
-    "count": lambda g, t, p, s: g.learned.partitions.get(get(s[-1], "name"), 1) + g.rng.choice([1, 1, 2, 0, -1]),
+    "count": lambda g, t, p, s: g.learned.partitions.get(get(s[-1], "name"), 1) + (
+        g.rng.choice([9999, 10000, 2 ** 31 - 2]) if g.rng.random() < 0.01 else g.rng.choice([1, 1, 2, 0, -1])),
     "broker_ids": None,
     ("assignments", "partition_index"): lambda g, t, p, s: g.rng.choice([0, 1, 2, -1]),
     # partitions and offsets
@@ -1245,7 +1280,7 @@ RULES = {
     ("configs", "name"): lambda g, t, p, s: g.rng.choice(CONFIG_NAMES),
     ("configs", "value"): lambda g, t, p, s: g.rng.choice(CONFIG_VALUES + [None]),
     "config_operation": lambda g, t, p, s: g.rng.choice([0, 0, 1, 2, 3, 4, -1]),
-    "resource_type": lambda g, t, p, s: g.rng.choice([2, 2, 2, 4, 4, 8, 0, 1, 3, 99]),
+    "resource_type": lambda g, t, p, s: g.rng.choice([2, 2, 2, 2, 4, 4, 8, 0, 3, 99]),
     "resource_name": _resource_name,
     "validate_only": lambda g, t, p, s: g.rng.random() < 0.3,
     "include_synonyms": None,
@@ -1257,6 +1292,31 @@ RULES = {
     "endpoint_type": lambda g, t, p, s: g.rng.choice([1, 1, 2, 0, 5]),
 }
 RULES = {k: v for k, v in RULES.items() if v is not None}
+
+def _create_topics_assignments(g, stack):
+    """Manual assignments exclude num_partitions/replication_factor (-1 both)."""
+    if g.rng.random() < 0.8:
+        return 0
+    if g.rng.random() < 0.8:
+        stack[-1]["num_partitions"] = stack[-1]["replication_factor"] = -1
+    return g.rng.choice([1, 1, 2])
+
+
+def _create_partitions_assignments(g, stack):
+    """Null (the broker places them) or one per new partition."""
+    if g.rng.random() < 0.7:
+        return None
+    topic = stack[-1]
+    n = get(topic, "count", 1) - g.learned.partitions.get(get(topic, "name"), 1)
+    if not 0 <= n <= 50 or g.rng.random() < 0.2:          # a huge count: a few, mismatched
+        return g.rng.randrange(0, 3)
+    return n
+
+
+COUNT_RULES = {             # (API, struct array) -> its element count (None: null)
+    ("CreateTopics", "assignments"): _create_topics_assignments,
+    ("CreatePartitions", "assignments"): _create_partitions_assignments,
+}
 
 ARRAY_RULES = {
     "partitions": lambda g, s: sorted({g.partition(g.topic_in(s)) for _ in range(g.rng.randrange(0, 4))}),
@@ -1560,6 +1620,10 @@ def mutate(rng, frame, n=1):
 
 PARKING_APIS = {"Produce", "Fetch", "JoinGroup", "SyncGroup", "InitProducerId", "AddPartitionsToTxn",
                 "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit"}
+# Admin requests that may legitimately take seconds (10,000 partitions made or
+# removed in steps): they get HEAVY_TIMEOUT_S before they count as unanswered.
+HEAVY_APIS = {"CreateTopics", "CreatePartitions", "DeleteTopics", "DeleteRecords"}
+HEAVY_TIMEOUT_S = 30.0
 FENCE_API = 18
 
 
@@ -1579,6 +1643,21 @@ class Stats:
         self.error_codes = collections.defaultdict(collections.Counter)
 
 
+def _messages(d, code=None):
+    """The error messages in a decoded answer (next to error code `code`), joined."""
+    out = []
+    stack = [d]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if code is None or x.get("error_code") == code:
+                out.extend(str(v) for k, v in x.items() if k.endswith("error_message") and v)
+            stack.extend(v for v in x.values() if isinstance(v, (dict, list)))
+        elif isinstance(x, list):
+            stack.extend(x)
+    return "; ".join(out) or "(no error message)"
+
+
 def _norm(text, limit=140):
     text = re.sub(r"0x[0-9a-fA-F]+", "0xN", text)
     text = re.sub(r"127\.0\.0\.1:\d+", "HOST:PORT", text)
@@ -1595,7 +1674,7 @@ class Worker(threading.Thread):
     """One fuzz connection: generates, mutates, sends, reads, counts."""
 
     OPS = [("single", 56), ("sequence", 16), ("burst", 8), ("half", 3), ("badsize", 2),
-           ("oversize", 0.3), ("fresh_apiversions", 2)]
+           ("oversize", 0.3), ("fresh_apiversions", 2), ("maintain", 0.5), ("wide", 0.4)]
 
     def __init__(self, runner, index, budget):
         super().__init__(name=f"fuzz-{index}", daemon=True)
@@ -1604,6 +1683,7 @@ class Worker(threading.Thread):
         self.budget = budget
         self.rng = random.Random(f"{runner.seed}:{index}")
         self.learned = Learned()
+        self.learned.partitions[WIDE_TOPIC] = runner.wide_partitions
         self.gen = Generator(self.rng, self.learned, runner.bystander_topic)
         self.stats = Stats()
         self.sent = 0
@@ -1613,6 +1693,8 @@ class Worker(threading.Thread):
         self.corr = self.rng.randrange(0, 1000)
         self.recent = collections.deque(maxlen=6)
         self.pending = collections.deque()
+        if runner.ops:
+            self.OPS = [(o, runner.ops.get(o, w)) for o, w in self.OPS]
 
     # --- connection ---
     def connect(self):
@@ -1621,6 +1703,7 @@ class Worker(threading.Thread):
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.local_port = self.sock.getsockname()[1]
             self.r.port_owner[self.local_port] = self
+            self.r.closes.pop(self.local_port, None)         # an older connection's, same port
             self.rbuf = bytearray()
             self.recent.clear()
 
@@ -1710,24 +1793,34 @@ class Worker(threading.Thread):
         self.r.last_by_api[(f.api.name, f.version)] = (self, f)
 
     def finish_pending(self, outcome, reason=None):
-        """The connection closed or timed out: the first unanswered frame gets
-        the outcome; the ones pipelined behind it were "dropped" with it."""
-        first = True
-        while self.pending:
-            f = self.pending.popleft()
-            if f.conn_index == -2:
-                continue
-            self.stats.per_api[f.api.name][outcome if first else "dropped"] += 1
-            if outcome == "closed" and first:
-                self.stats.close_reasons[f.api.name][_norm(reason or "?", 90)] += 1
-                self.r.check_close(self, f, reason)
-            if outcome == "timeout" and first:
-                self.r.check_timeout(self, f)
-            first = False
+        """The connection closed or timed out. The frame it closed for (the one
+        whose correlation id the broker's log line names, else the first
+        unanswered one) gets the outcome; the others were "dropped" with the
+        connection (Kafka too discards the answers still queued on a
+        connection it closes)."""
+        frames = [f for f in self.pending if f.conn_index != -2]
+        self.pending.clear()
+        if not frames:
+            return
+        culprit = frames[0]
+        m = re.search(r"correlation id (-?\d+)", reason or "")
+        if m:
+            culprit = next((f for f in frames if f.corr == int(m.group(1))), culprit)
+        for f in frames:
+            self.stats.per_api[f.api.name][outcome if f is culprit else "dropped"] += 1
+        if outcome == "closed":
+            self.stats.close_reasons[culprit.api.name][_norm(reason or "?", 90)] += 1
+            self.r.check_close(self, culprit, reason)
+        elif outcome == "timeout":
+            self.r.check_timeout(self, culprit)
 
     def await_answers(self, timeout):
+        """Read answers until every pending frame has one. The wait is for the
+        frame at the head (answers come in order): a heavy admin request may
+        take HEAVY_TIMEOUT_S, anything else `timeout`."""
         while self.pending:
-            deadline = time.monotonic() + timeout
+            head = self.pending[0]
+            deadline = time.monotonic() + (HEAVY_TIMEOUT_S if head.api.name in HEAVY_APIS else timeout)
             try:
                 frame = self.read_frame(deadline)
             except socket.timeout:
@@ -1785,7 +1878,10 @@ class Worker(threading.Thread):
             return
         st = self.stats.per_api[f.api.name]
         st["answered"] += 1
-        st["latency_ms"] += (time.monotonic() - f.sent_at) * 1000
+        ms = (time.monotonic() - f.sent_at) * 1000
+        st["latency_ms"] += ms
+        if ms > 500:
+            self.r.slow_answer(ms, f)
         if f.mutated:
             st["mutated_answered"] += 1
         resp = self.r.check_answer(self, f, data)
@@ -1796,6 +1892,10 @@ class Worker(threading.Thread):
             for c in set(codes):
                 if c:
                     self.stats.error_codes[f.api.name][c] += 1
+            if -1 in codes:     # UNKNOWN_SERVER_ERROR: Kafka 4.3.1 answers it too in places -- a note
+                self.r.finding("unknown-server-error", f"{f.api.name} v{f.version} answered UNKNOWN_SERVER_ERROR: "
+                               f"{_messages(resp, -1)[:300]}", _norm(_messages(resp, -1), 80), frame=f, worker=self,
+                               response=data, note=True)
             if not f.mutated:
                 self.learned.learn(f.api.name, f.body, resp)
 
@@ -1879,6 +1979,69 @@ class Worker(threading.Thread):
             st["closed"] += 1
         self.drop()
 
+    def op_maintain(self):
+        """Re-create the core topics a random DeleteTopics may have removed,
+        and refresh what this connection knows of them (Metadata)."""
+        self.step("CreateTopics", {"topics": [{"name": t, "num_partitions": n, "replication_factor": -1,
+                                               "assignments": [], "configs": []}
+                                              for t, n in CORE_TOPICS.items()],
+                                   "timeout_ms": 5000, "validate_only": False})
+        self.step("Metadata", {"topics": [{"name": t, "topic_id": bytes(16)} for t in CORE_TOPICS],
+                               "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+                               "include_topic_authorized_operations": False})
+
+    def op_wide(self):
+        """Overload, not malformation: one valid request over hundreds or
+        thousands of partitions (of WIDE_TOPIC). The broker must serve it
+        without holding its one loop so long that the bystander stalls."""
+        w = self.r.wide_partitions
+        if not w or self.r.by_name.get("Produce") is None:
+            return
+        rng = self.rng
+        n = min(w, rng.choice([50, 200, 1000, w]))
+        parts = sorted(rng.sample(range(w), n))
+        t = WIDE_TOPIC
+        kind = rng.choice(["produce", "produce", "txn", "delete_records", "offset_commit", "fetch", "list_offsets"])
+        batch = build_batch([(b"w", b"wide", [])])
+        if kind == "produce":
+            self.step("Produce", {"transactional_id": None, "acks": -1, "timeout_ms": 30000, "topic_data": [
+                {"name": t, "partition_data": [{"index": p, "records": batch} for p in parts]}]}, timeout=HEAVY_TIMEOUT_S)
+        elif kind == "txn":
+            tid = f"fz-wide-t{self.index}"
+            self.step("InitProducerId", {"transactional_id": tid, "transaction_timeout_ms": 60000,
+                                         "producer_id": -1, "producer_epoch": -1}, timeout=HEAVY_TIMEOUT_S)
+            if tid not in self.learned.producers:
+                return
+            pid, epoch = self.learned.producers[tid]
+            self.step("AddPartitionsToTxn", {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                             "topics": [{"name": t, "partitions": parts}]}, timeout=HEAVY_TIMEOUT_S)
+            self.step("Produce", {"transactional_id": tid, "acks": -1, "timeout_ms": 30000, "topic_data": [
+                {"name": t, "partition_data": [{"index": p, "records": self.gen.producer_batch(
+                    pid, epoch, t, p, transactional=True)} for p in parts]}]}, timeout=HEAVY_TIMEOUT_S)
+            self.step("EndTxn", {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                 "committed": rng.random() < 0.5}, timeout=HEAVY_TIMEOUT_S)
+        elif kind == "delete_records":
+            self.step("DeleteRecords", {"topics": [{"name": t, "partitions": [
+                {"partition_index": p, "offset": rng.choice([-1, 1])} for p in parts]}], "timeout_ms": 30000}, timeout=HEAVY_TIMEOUT_S)
+        elif kind == "offset_commit":
+            self.step("OffsetCommit", {"group_id": f"fz-wide-g{self.index}", "generation_id_or_member_epoch": -1,
+                                       "member_id": "", "group_instance_id": None, "retention_time_ms": -1,
+                                       "topics": [{"name": t, "partitions": [
+                                           {"partition_index": p, "committed_offset": 1, "committed_leader_epoch": -1,
+                                            "committed_metadata": ""} for p in parts]}]}, timeout=HEAVY_TIMEOUT_S)
+        elif kind == "fetch":
+            self.step("Fetch", {"isolation_level": rng.choice([0, 1]), "session_id": 0, "session_epoch": -1,
+                                "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 50 << 20,
+                                "topics": [{"topic": t, "partitions": [
+                                    {"partition": p, "fetch_offset": 0, "current_leader_epoch": -1,
+                                     "last_fetched_epoch": -1, "log_start_offset": -1,
+                                     "partition_max_bytes": 1 << 20} for p in parts]}],
+                                "forgotten_topics_data": []}, timeout=HEAVY_TIMEOUT_S)
+        else:
+            self.step("ListOffsets", {"replica_id": -1, "isolation_level": rng.choice([0, 1]), "topics": [
+                {"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                            "timestamp": rng.choice([0, -1, -2])} for p in parts]}]}, timeout=HEAVY_TIMEOUT_S)
+
     def op_oversize(self):
         f = self.make_frame()
         f.labels.append(m_oversize(self.rng, f))
@@ -1890,12 +2053,12 @@ class Worker(threading.Thread):
         getattr(self, self.rng.choice(["seq_txn", "seq_txn", "seq_idempotent", "seq_group", "seq_group",
                                        "seq_garbage", "seq_topics"]))()
 
-    def step(self, api_name, partial, mutate_p=0.0):
+    def step(self, api_name, partial, mutate_p=0.0, timeout=None):
         api = self.r.by_name.get(api_name)
         if api is None:
             return None
         f = self.maybe_mutate(self.make_frame(api, None, partial), mutate_p)
-        self.exchange([f])
+        self.exchange([f], timeout=timeout)
         return f
 
     def seq_txn(self):
@@ -2141,6 +2304,8 @@ class Bystander(threading.Thread):
             self.inflight_since = None
         latency = time.monotonic() - t0
         self.max_latency = max(self.max_latency, latency)
+        if latency > 0.2:
+            self.r.slow_probe(latency, what, t0)
         self.r.last_probe_ok = time.monotonic()
         if latency > self.r.stall_s:
             self.r.stall(latency, what)
@@ -2444,6 +2609,7 @@ class ExternalBroker:
 class Report:
     def __init__(self):
         self.findings = []          # deduplicated; each a dict
+        self.notes = []             # observations that fail nothing (e.g. UNKNOWN_SERVER_ERROR, as Kafka)
         self.per_api = {}           # API name -> counts
         self.versions = {}          # API name -> sorted versions sent
         self.close_reasons = {}
@@ -2461,6 +2627,9 @@ class Report:
         self.stalls = 0
         self.tracebacks = 0
         self.served = {}
+        self.slowest_probes = []
+        self.slowest_answers = []
+        self.phases = {}
 
     @property
     def rate(self):
@@ -2471,14 +2640,20 @@ class Report:
 
     def summary(self, hex_limit=160):
         lines = [f"fuzz: seed {self.seed}, schemas {self.schemas}, broker {self.broker}: "
-                 f"{self.frames} frames in {self.duration_s:.1f} s ({self.rate:.0f}/s)",
+                 f"{self.frames} frames in {self.duration_s:.1f} s ({self.rate:.0f}/s); phases (s) {self.phases}",
                  f"broker deaths {self.deaths}, stalls {self.stalls} (max probe latency "
                  f"{self.max_probe_latency * 1000:.0f} ms over {self.probes} probes), tracebacks/errors "
                  f"{self.tracebacks}, bystander acked {self.bystander_acked} records"]
         if self.rss:
             mb = lambda b: f"{b / 1048576:.1f} MiB" if b else "?"      # noqa: E731
             lines.append(f"RSS start {mb(self.rss.get('start'))}, peak {mb(self.rss.get('peak'))}, "
-                         f"end {mb(self.rss.get('end'))}")
+                         f"before cleanup {mb(self.rss.get('before_cleanup'))}, "
+                         f"end {mb(self.rss.get('end'))} (settling {self.rss.get('settling')}); MiB by second: "
+                         + " ".join(f"{t}s:{m}" for t, m in (self.rss.get("samples") or [])[-30:]))
+        for ms, what, _ in self.slowest_answers[:3]:
+            lines.append(f"slow answer: {what} {ms} ms")
+        for latency, what, busy, _ in self.slowest_probes[:3]:
+            lines.append(f"slow: bystander {what} {latency * 1000:.0f} ms; in flight since before: {busy}")
         lines.append("")
         lines.append(f"{'API':24s} {'vers':>5s} {'sent':>7s} {'answered':>8s} {'ok':>6s} {'closed':>6s} "
                      f"{'dropped':>7s} {'timeout':>7s} {'mutated':>7s} {'mut.ans':>7s} {'ms':>6s}")
@@ -2490,6 +2665,10 @@ class Report:
                          f"{c.get('timeout', 0):7d} {c.get('mutated', 0):7d} {c.get('mutated_answered', 0):7d} "
                          f"{c.get('latency_ms', 0):6.1f}")
         lines.append("")
+        for n in self.notes[:12]:
+            lines.append(f"note: {n['kind']} x{n['count']}: {n['message'][:150]}")
+        if self.notes:
+            lines.append("")
         if not self.findings:
             lines.append("no findings")
         for i, f in enumerate(self.findings, 1):
@@ -2509,7 +2688,7 @@ class Report:
 
 class Runner:
     def __init__(self, seed, connections, frames, time_limit_s, schemas, stall_s, stuck_s,
-                 answer_timeout, broker, restart, rss_tolerance, verbose):
+                 answer_timeout, broker, restart, rss_tolerance, verbose, ops=None, wide_partitions=2000):
         self.seed = seed
         self.connections = connections
         self.frames = frames
@@ -2522,6 +2701,8 @@ class Runner:
         self.restart = restart
         self.rss_tolerance = rss_tolerance
         self.verbose = verbose
+        self.ops = ops or {}
+        self.wide_partitions = wide_partitions
         self.stop = threading.Event()
         self.running = threading.Event()
         self.running.set()
@@ -2529,12 +2710,15 @@ class Runner:
         self.broker_epoch = 0
         self.lock = threading.Lock()
         self.findings = collections.OrderedDict()
+        self.notes = collections.OrderedDict()
         self.port_owner = {}
         self.closes = {}
         self.last_by_api = {}
         self.last_probe_ok = time.monotonic()
         self.stall_episode = False
         self.stuck = False                  # hung and not restarted: no final verification
+        self.slow = []                      # the slowest bystander calls
+        self.slow_answers = []              # the slowest fuzz answers
         self.stalls = 0
         self.deaths = 0
         self.tracebacks = 0
@@ -2544,7 +2728,8 @@ class Runner:
 
     # --- targets ---
     def setup_models(self):
-        doze = load_doze()
+        load_doze()                                       # crc32c, and the in-process broker
+        doze = load_doze(path=getattr(self.broker, "doze_path", None))
         self.doze_models = models_from_doze(doze)
         if self.schemas == "kafka":
             served = {k: (m.lo, m.hi) for k, m in self.doze_models.items()}
@@ -2567,12 +2752,16 @@ class Runner:
 
     # --- findings ---
     def finding(self, kind, message, key, frame=None, worker=None, response=None, traceback_text=None,
-                api=None):
+                api=None, note=False):
+        """Record a finding (or, note=True, an observation that fails nothing),
+        deduplicated by kind, API and a normalised key; the first occurrence
+        keeps its reproducer."""
         api = api or (frame.api.name if frame is not None else None)
         dedupe = (kind, api, _norm(key))
+        table = self.notes if note else self.findings
         with self.lock:
-            if dedupe in self.findings:
-                self.findings[dedupe]["count"] += 1
+            if dedupe in table:
+                table[dedupe]["count"] += 1
                 return
             entry = {"kind": kind, "api": api, "message": message, "count": 1,
                      "at_s": round(time.monotonic() - self.t0, 2)}
@@ -2585,8 +2774,8 @@ class Runner:
                 entry["response_hex"] = response.hex()
             if traceback_text:
                 entry["traceback"] = traceback_text
-            self.findings[dedupe] = entry
-        if self.verbose:
+            table[dedupe] = entry
+        if self.verbose and not note:
             print(f"finding: {kind} {api or ''}: {message[:200]}", file=sys.stderr, flush=True)
 
     def check_answer(self, worker, f, data):
@@ -2622,6 +2811,9 @@ class Runner:
         the schema it generated from, a refusal to decode is a finding."""
         if f.mutated or not reason:
             return
+        m = re.search(r"correlation id (-?\d+)", reason)
+        if m and int(m.group(1)) != f.corr:
+            return                                   # the reason is some other frame's
         if "does not decode" in reason or "not supported" in reason:
             kind = "valid-request-refused" if self.schemas == "doze" else "kafka-valid-request-refused"
             self.finding(kind, f"{f.api.name} v{f.version} (valid by the {self.schemas} schema) "
@@ -2670,7 +2862,13 @@ class Runner:
         api = re.match(r"(\w+)", msg).group(1) if re.match(r"(\w+)", msg) else None
         if frame is not None:
             api = frame.api.name
-        if tb:
+        bug = re.search(r"failed: (\w+)(?:: .*?)?(?: \(at line \d+, in (\w+)\))?: a bug in doze", msg) or \
+            re.search(r"does not encode: (\w+)(?:: .*?)?(?: \(at line \d+, in (\w+)\))?: a bug in doze", msg)
+        if bug and not tb:
+            # doze's one-line report of a handler's stray exception (the traceback is at DEBUG)
+            self.finding("traceback", msg, f"{bug.group(1)} {bug.group(2) or ''}", frame=frame, worker=worker,
+                         api=api, traceback_text=msg)
+        elif tb:
             lines = tb.strip().splitlines()
             where = [line.strip() for line in lines if "doze_kafka.py" in line]
             exc = lines[-1] if lines else "?"
@@ -2680,6 +2878,28 @@ class Runner:
                          traceback_text=tb, api=api)
         else:
             self.finding("error-log", msg, _norm(msg), frame=frame, worker=worker, api=api)
+
+    def slow_probe(self, latency, what, t0):
+        """Keep the slowest bystander calls, with the oldest fuzz frame that
+        was in flight when each began: what the broker was busy with."""
+        culprit = None
+        for w in self.workers:
+            for f in list(w.pending)[:1]:
+                if f.sent_at <= t0 and (culprit is None or f.sent_at < culprit.sent_at):
+                    culprit = f
+        entry = (round(latency, 3), what, f"{culprit.api.name} v{culprit.version} ({culprit.label()[:60]})"
+                 if culprit else "-", culprit.wire().hex()[:400] if culprit else "")
+        with self.lock:
+            self.slow.append(entry)
+            self.slow.sort(reverse=True)
+            del self.slow[5:]
+
+    def slow_answer(self, ms, f):
+        with self.lock:
+            self.slow_answers.append((round(ms), f"{f.api.name} v{f.version} ({f.label()[:60]})",
+                                      f.wire().hex()[:200]))
+            self.slow_answers.sort(reverse=True)
+            del self.slow_answers[5:]
 
     def stall(self, latency, what):
         with self.lock:
@@ -2713,6 +2933,9 @@ class Runner:
             rss = rss_of(self.broker.pid) if self.broker.pid else None
             if rss:
                 self.rss["peak"] = max(self.rss.get("peak", 0), rss)
+                samples = self.rss.setdefault("samples", [])
+                if not samples or now - self.t0 - samples[-1][0] >= 10:
+                    samples.append((round(now - self.t0), rss >> 20))
             if self.time_limit_s and now - self.t0 > self.time_limit_s:
                 self.stop.set()
                 break
@@ -2760,6 +2983,37 @@ class Runner:
         self.running.set()
         return True
 
+    def cleanup(self):
+        """Remove what the fuzz made (its topics, its groups) before the last
+        RSS reading, so that "back to its start" compares like with like."""
+        try:
+            c = Client(self.addr, self.doze_models, 10)
+            api = self.doze_models[20]
+            names = CHURN_TOPICS + UNKNOWN_TOPICS + list(CORE_TOPICS) + [WIDE_TOPIC]
+            body = {"topic_names": names, "topics": [{"name": t, "topic_id": bytes(16)} for t in names],
+                    "timeout_ms": 10000}
+            c.call(20, api.hi, body, "fuzz-cleanup")
+            groups = GROUPS + [f"fz-w{i}-g{k}" for i in range(self.connections) for k in range(2)]
+            c.call(42, self.doze_models[42].hi, {"groups_names": groups}, "fuzz-cleanup")
+            c.close()
+        except (OSError, ConnClosed, DecodeError, KeyError) as e:
+            self.finding("cleanup-failed", f"deleting the fuzz's topics and groups failed: {e}", "cleanup")
+
+    def settled_rss(self, limit_s=6.0):
+        """RSS once the broker is idle: sampled until two readings half a
+        second apart agree within 1% (or limit_s passes)."""
+        last = rss_of(self.broker.pid)
+        trail = self.rss.setdefault("settling", [last >> 20 if last else None])
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = rss_of(self.broker.pid)
+            trail.append(now >> 20 if now else None)
+            if now is None or last is None or abs(now - last) <= last * 0.01:
+                return now
+            last = now
+        return last
+
     # --- the run ---
     def setup_topics(self):
         """The core topics (1-4 partitions) and the bystander's, whose own
@@ -2769,6 +3023,9 @@ class Runner:
         v = min(api.hi, 7)
         topics = [{"name": t, "num_partitions": n, "replication_factor": -1, "assignments": [], "configs": []}
                   for t, n in CORE_TOPICS.items()]
+        if self.wide_partitions:
+            topics.append({"name": WIDE_TOPIC, "num_partitions": self.wide_partitions, "replication_factor": -1,
+                           "assignments": [], "configs": []})
         topics.append({"name": self.bystander_topic, "num_partitions": 1, "replication_factor": -1,
                        "assignments": [], "configs": [
                            {"name": "retention.ms", "value": "-1"}, {"name": "retention.bytes", "value": "-1"},
@@ -2808,6 +3065,7 @@ class Runner:
             tail.start()
         self.t0 = time.monotonic()
         self.workers = []
+        phases = {}
         try:
             self.setup_topics()
             self.rss["start"] = rss_of(self.broker.pid) if self.broker.pid else None
@@ -2826,19 +3084,29 @@ class Runner:
             self.stop.set()
             for w in self.workers:
                 w.join(self.answer_timeout * 3)
+            phases["fuzz"] = time.monotonic() - self.t0
             self.bystander.join(self.stuck_s + 2)
             mon.join(2)
             report.duration_s = time.monotonic() - self.t0
+            phases["bystander stop"] = report.duration_s - phases["fuzz"]
+            t = time.monotonic()
             if not self.deaths and not self.stuck and self.broker.alive() and not self.restarting:
                 self.bystander.verify_all()
+            phases["verify"] = time.monotonic() - t
+            t = time.monotonic()
             if self.broker.pid:
-                time.sleep(0.5)
-                self.rss["end"] = rss_of(self.broker.pid)
+                self.rss["before_cleanup"] = rss_of(self.broker.pid)
+                self.cleanup()
+                self.rss["end"] = self.settled_rss()
+            phases["cleanup+rss"] = time.monotonic() - t
         finally:
             self.stop.set()
             if tail is not None:
                 tail.join(2)
+            t = time.monotonic()
             self.broker.stop()
+            phases["broker stop"] = time.monotonic() - t
+            report.phases = {k: round(v, 1) for k, v in phases.items()}
             if watch is not None:
                 doze_log.removeHandler(watch)
                 doze_log.setLevel(old_level)
@@ -2869,8 +3137,11 @@ class Runner:
         report.served = {m.name: len(vs) for m, vs in self.targets}
         report.frames = sum(w.sent for w in self.workers)
         report.findings = list(self.findings.values())
+        report.notes = list(self.notes.values())
         report.rss = dict(self.rss)
         report.max_probe_latency = self.bystander.max_latency if self.workers else 0.0
+        report.slowest_probes = list(self.slow)
+        report.slowest_answers = list(self.slow_answers)
         report.probes = self.bystander.probes if self.workers else 0
         report.bystander_acked = len(self.bystander.acked) if self.workers else 0
         report.deaths, report.stalls, report.tracebacks = self.deaths, self.stalls, self.tracebacks
@@ -2879,12 +3150,15 @@ class Runner:
 
 def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=None, time_limit_s=None,
         schemas="doze", pid=None, log_file=None, spawn=False, restart=False, stall_threshold_s=2.0,
-        stuck_s=10.0, answer_timeout_s=3.0, rss_tolerance=None, verbose=False, doze_path=DOZE_PATH):
+        stuck_s=10.0, answer_timeout_s=3.0, rss_tolerance=None, verbose=False, doze_path=DOZE_PATH, ops=None,
+        wide_partitions=2000):
     """Fuzz a broker; -> Report (.findings, .per_api, .summary()).
 
     bootstrap None: an in-process doze (doze_kafka.running, in a temp dir) --
     or, with spawn=True, doze as a child process (restarted after a death or
-    hang when restart=True). frames None: until time_limit_s. A run always
+    hang when restart=True). ops reweights the operations of Worker.OPS
+    ({"oversize": 0}: no multi-MiB frames). wide_partitions: the size of the
+    topic the "wide" (overload) requests span (0: none). frames None: until time_limit_s. A run always
     stops: at the frame budget, the time limit (default: 600 s), or when the
     broker dies or hangs."""
     settings = dict(IN_PROCESS_SETTINGS)
@@ -2898,12 +3172,12 @@ def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=Non
     if time_limit_s is None:
         time_limit_s = 600.0
     runner = Runner(seed, connections, frames, time_limit_s, schemas, stall_threshold_s, stuck_s,
-                    answer_timeout_s, broker, restart, rss_tolerance, verbose)
+                    answer_timeout_s, broker, restart, rss_tolerance, verbose, ops, wide_partitions)
     return runner.execute()
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--frames", type=int, default=None, help="frames to send (default 20000, or unbounded "
                    "with --minutes)")
@@ -2921,6 +3195,8 @@ def main(argv=None):
                    help="a broker setting for the broker this starts")
     p.add_argument("--rss-tolerance", type=float, default=None,
                    help="a finding if RSS ends this fraction above its start (long mode: 0.10)")
+    p.add_argument("--ops", default="", help="reweight operations, e.g. oversize=0,burst=20 (see Worker.OPS)")
+    p.add_argument("--wide", type=int, default=2000, help="partitions of the topic overload requests span (0: off)")
     p.add_argument("--out", help="write the whole report (full frame hex) as JSON here")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -2934,7 +3210,8 @@ def main(argv=None):
                  broker_settings=settings, time_limit_s=args.minutes * 60 if args.minutes else None,
                  schemas=args.schemas, pid=args.pid, log_file=args.log, spawn=args.spawn,
                  restart=args.restart, stall_threshold_s=args.stall, rss_tolerance=rss_tol,
-                 verbose=args.verbose, doze_path=args.doze)
+                 verbose=args.verbose, doze_path=args.doze, wide_partitions=args.wide,
+                 ops={k: float(v) for k, v in (item.split("=") for item in args.ops.split(",") if item)})
     print(report.summary())
     if args.out:
         with open(args.out, "w") as f:
