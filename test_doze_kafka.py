@@ -982,10 +982,10 @@ def test_storage_segment_roll_by_segment_bytes(open_logs):
 
 
 def test_storage_segment_roll_by_broker_setting(open_logs):
-    logs = open_logs({"log.segment.bytes": 150})
+    logs = open_logs({"log.segment.bytes": 1048576})          # Kafka's smallest
     plog = new_topic(logs)
     for i in range(6):
-        append(logs, plog, [b"v%d" % i])
+        append(logs, plog, [b"v%d" % i + bytes(400_000)])
     assert len(plog.segments) >= 3
 
 
@@ -2068,8 +2068,9 @@ def test_describe_configs_static_broker_setting_is_source_4(start_broker):
         [entry] = r.configs
         assert (entry.value, entry.config_source) == ("777", 4)   # STATIC_BROKER_CONFIG
         # Kafka has no default of its own for log.retention.ms (it derives it from
-        # log.retention.hours), so no DEFAULT_CONFIG synonym is listed
-        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [("log.retention.ms", "777", 4)]
+        # log.retention.hours), so the chain goes on to log.retention.hours' default
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == \
+            [("log.retention.ms", "777", 4), ("log.retention.hours", "168", 5)]
 
 
 def test_describe_configs_keys_filter_and_errors(client):
@@ -2091,9 +2092,10 @@ def test_describe_configs_broker(client):
     assert got["log.retention.ms"].value is None                        # Kafka: derived from hours
     assert got["node.id"].read_only is True
     # the cluster-wide default resource lists only what was set dynamically for it
-    assert describe_configs(client, 4, "").configs == []
+    # (a KRaft cluster is formatted with min.insync.replicas set so)
+    assert [(e.name, e.value) for e in describe_configs(client, 4, "").configs] == [("min.insync.replicas", "1")]
     assert incremental_alter(client, 4, "", [("log.retention.ms", 0, "5000")]).error_code == 0
-    [entry] = describe_configs(client, 4, "").configs
+    entry = {e.name: e for e in describe_configs(client, 4, "").configs}["log.retention.ms"]
     assert (entry.name, entry.value, entry.config_source) == ("log.retention.ms", "5000", 3)
 
 
@@ -2107,11 +2109,11 @@ def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
 @pytest.mark.parametrize("version", range(0, 2))
 def test_incremental_alter_configs_topic_set_delete_append(client, version):
     client.create_topic("iac", retention_ms=1000)
-    r = incremental_alter(client, 2, "iac", [("segment.bytes", 0, "4096"), ("retention.ms", 1, None),
+    r = incremental_alter(client, 2, "iac", [("segment.bytes", 0, "2097152"), ("retention.ms", 1, None),
                                               ("cleanup.policy", 2, "compact")], version=version)
     assert r.error_code == 0
     got = config_map(describe_configs(client, 2, "iac"))
-    assert got["segment.bytes"] == ("4096", 1)
+    assert got["segment.bytes"] == ("2097152", 1)
     assert got["retention.ms"] == ("604800000", 5)
     assert got["cleanup.policy"] == ("delete,compact", 1)
     r = incremental_alter(client, 2, "iac", [("cleanup.policy", 3, "delete")])
@@ -2150,7 +2152,7 @@ def test_topic_config_change_takes_effect(client):
 
 @pytest.mark.parametrize("version", range(0, 3))
 def test_alter_configs_replaces_all_topic_overrides(client, version):
-    client.create_topic("ac", retention_ms=1000, segment_bytes=100000)
+    client.create_topic("ac", retention_ms=1000, segment_bytes=2097152)
     resp = client.call(ApiKey.ALTER_CONFIGS, version, validate_only=False, resources=[
         Msg(resource_type=2, resource_name="ac", configs=[Msg(name="retention.ms", value="2000")])])
     assert resp.responses[0].error_code == 0
@@ -2171,27 +2173,118 @@ def test_alter_configs_broker_dynamic_default(client, broker):
     assert config_map(describe_configs(client, 2, "inherit"))["retention.ms"] == ("123456", 3)
 
 
-@pytest.mark.parametrize("ops,code", [
-    ([("log.retention.ms", 0, "soon")], ErrorCode.INVALID_CONFIG),
-    ([("made.up.setting", 0, "1")], ErrorCode.INVALID_CONFIG),
+@pytest.mark.parametrize("ops,code", [                # broker configs: INVALID_REQUEST, as Kafka
+    ([("log.retention.ms", 0, "soon")], ErrorCode.INVALID_REQUEST),
+    ([("log.segment.bytes", 0, "5")], ErrorCode.INVALID_REQUEST),   # under Kafka's 1 MiB
     ([("node.id", 0, "5")], ErrorCode.INVALID_REQUEST),             # not dynamic
 ])
 def test_alter_configs_broker_errors(client, ops, code):
     assert incremental_alter(client, 4, "", ops).error_code == code
-    assert describe_configs(client, 4, "").configs == []           # nothing was set
+    assert [e.name for e in describe_configs(client, 4, "").configs] == ["min.insync.replicas"]
     got = {c.name: c for c in describe_configs(client, 4, "1").configs}
     assert got["log.retention.ms"].config_source == 5 and got["node.id"].value == "1"
+
+
+def test_create_topics_takes_every_topic_config_kafka_knows(client):
+    """Each of Kafka 4.3.1's topic configs, at its default, is accepted,
+    stored and described as an override (source 1)."""
+    names = sorted(n for n, spec in doze.KAFKA_TOPIC_CONFIGS.items()
+                   if spec[1] is not None and n != "remote.storage.enable")
+    configs = {n: doze.KAFKA_TOPIC_CONFIGS[n][1] for n in names}
+    [res] = client.create_topics(("all-configs", 1, configs))
+    assert res.error_code == 0, res
+    got = config_map(describe_configs(client, 2, "all-configs"))
+    assert {n: got[n] for n in names} == {n: (configs[n], 1) for n in names}
+    assert len(got) == len(doze.TOPIC_CONFIGS) == 33          # what a Kafka 4.3.1 topic lists
+    assert len(describe_configs(client, 2, "all-configs", keys=[]).configs) == 33   # [] is "all"
+
+
+@pytest.mark.parametrize("name,value,code,message", [     # Kafka 4.3.1's answers, word for word
+    ("retention.ms", "-5", 40, "Invalid value -5 for configuration retention.ms: Value must be at least -1"),
+    ("segment.bytes", "abc", 40, "Invalid value abc for configuration segment.bytes: Not a number of type INT"),
+    ("compression.type", "brotli", 40, "Invalid value brotli for configuration compression.type: String must "
+                                       "be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ("cleanup.policy", "delete,bogus", 40, "Invalid value bogus for configuration cleanup.policy: String must "
+                                           "be one of: compact, delete"),
+    ("cleanup.policy", "delete,,compact", 40, "Configuration 'cleanup.policy' values must not be empty."),
+    ("unclean.leader.election.enable", "yes", 40, "Invalid value yes for configuration "
+                                                  "unclean.leader.election.enable: Expected value to be either true or false"),
+    ("min.cleanable.dirty.ratio", "2", 40, "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: "
+                                           "Value must be no more than 1"),
+    ("compression.gzip.level", "0", 40, "Invalid value 0 for configuration compression.gzip.level: Value must "
+                                        "be between 1 and 9 or equal to -1"),
+    ("foo.bar", "1", 40, "Unknown topic config name: foo.bar"),
+    ("retention.ms", None, 42, "Null value not supported for : retention.ms"),
+])
+def test_topic_config_values_are_checked_as_kafka_checks_them(client, name, value, code, message):
+    client.create_topic("checked")
+    r = incremental_alter(client, 2, "checked", [(name, 0, value)])
+    assert (r.error_code, r.error_message) == (code, message)
+
+
+def test_topic_config_values_are_stored_as_kafka_writes_them(client):
+    client.create_topic("norm")
+    assert incremental_alter(client, 2, "norm", [("retention.ms", 0, " +5 "), ("preallocate", 0, "TRUE"),
+                                                  ("cleanup.policy", 0, " compact , delete ,delete"),
+                                                  ("min.cleanable.dirty.ratio", 0, "0.5d")]).error_code == 0
+    got = config_map(describe_configs(client, 2, "norm"))
+    assert [got[n][0] for n in ("retention.ms", "preallocate", "cleanup.policy", "min.cleanable.dirty.ratio")] \
+        == ["5", "true", "compact,delete", "0.5"]
+    r = incremental_alter(client, 2, "norm", [("min.compaction.lag.ms", 0, "10"), ("max.compaction.lag.ms", 0, "5")])
+    assert (r.error_code, r.error_message) == (40, "conflict topic config setting min.compaction.lag.ms (10) > "
+                                                   "max.compaction.lag.ms (5)")
+
+
+def test_broker_configs_kafka_has_are_described_and_unknown_ones_kept(client, broker):
+    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
+    assert "sasl.kerberos.min.time.before.relogin" in got and "internal.metadata.log.segment.bytes" not in got
+    assert (got["listeners"].config_type, got["ssl.key.password"].is_sensitive) == (7, True)
+    assert got["log.flush.interval.messages"].value == "9223372036854775807"
+    assert incremental_alter(client, 4, "1", [("sasl.kerberos.min.time.before.relogin", 0, "70000"),
+                                              ("made.up.setting", 0, "x")]).error_code == 0
+    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
+    assert (got["sasl.kerberos.min.time.before.relogin"].value,
+            got["sasl.kerberos.min.time.before.relogin"].config_source) == ("70000", 2)
+    made_up = got["made.up.setting"]                    # Kafka: kept, shown as unknown and secret
+    assert (made_up.value, made_up.is_sensitive, made_up.read_only, made_up.config_type) == (None, True, True, 0)
+    r = incremental_alter(client, 4, "", [("listeners", 0, "PLAINTEXT://:1")])
+    assert (r.error_code, r.error_message) == (42, "Cannot update these configs at default cluster level, "
+                                                   "broker id must be specified: [listeners]")
+    r = incremental_alter(client, 4, "1", [("node.id", 0, "5")])
+    assert (r.error_code, r.error_message) == (42, "Cannot update these configs dynamically: [node.id]")
+
+
+def test_broker_settings_doze_does_not_act_on_are_logged_once(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    broker = start_broker({"log.flush.interval.messages": "10", "no.such.setting": "1"})
+    assert "setting log.flush.interval.messages: Kafka's, accepted and described; doze does not act on it" \
+        in caplog.text
+    assert "setting no.such.setting: not a setting of Kafka 4.3.1 or doze" in caplog.text
+    with RawClient(broker.port) as c:
+        got = {e.name: e for e in describe_configs(c, 4, "1").configs}
+        assert (got["log.flush.interval.messages"].value, got["log.flush.interval.messages"].config_source) \
+            == ("10", 4)
+    with pytest.raises(ValueError, match="Value must be at least 1"):
+        doze.Config({"num.partitions": "0"})
+
+
+def test_retention_hours_set_in_server_properties_reaches_topics(start_broker):
+    broker = start_broker({"log.retention.hours": "2"})
+    with RawClient(broker.port) as c:
+        c.create_topic("hours")
+        assert config_map(describe_configs(c, 2, "hours"))["retention.ms"] == ("7200000", 5)
+    assert broker.logs.topic_config("hours", "retention.ms") == 7_200_000
 
 
 def test_alter_configs_broker_survives_restart(start_broker):
     broker = start_broker()
     with RawClient(broker.port) as c:
-        assert incremental_alter(c, 4, "1", [("log.segment.bytes", 0, "5000")]).error_code == 0
+        assert incremental_alter(c, 4, "1", [("log.segment.bytes", 0, "5000000")]).error_code == 0
     stop(broker)
     broker = start_broker()
     with RawClient(broker.port) as c:
         got = {c_.name: c_.value for c_ in describe_configs(c, 4, "1").configs}
-        assert got["log.segment.bytes"] == "5000"
+        assert got["log.segment.bytes"] == "5000000"
 
 
 # --- DescribeCluster (60) ----------------------------------------------------------
@@ -2227,16 +2320,16 @@ def test_describe_cluster_unknown_endpoint_type(client):
 ###############################################################################
 
 def test_restart_scenario_kill_keeps_every_acked_record_and_continues_offsets(start_broker):
-    broker = start_broker({"log.segment.bytes": 300})
+    broker = start_broker()
     with RawClient(broker.port) as c:
-        c.create_topic("k", partitions=2)
+        c.create_topic("k", partitions=2, internal_segment_bytes=300)
         acked = []
         for i in range(20):
             p = c.produce("k", i % 2, make_batch([b"k%d" % i]), acks=(-1, 1)[i % 2])
             assert p.error_code == 0
             acked.append((i % 2, p.base_offset, b"k%d" % i))
     stop(broker, clean=False)
-    broker = start_broker({"log.segment.bytes": 300})
+    broker = start_broker()
     with RawClient(broker.port) as c:
         for partition in (0, 1):
             want = [(o, v) for p, o, v in acked if p == partition]
@@ -2478,7 +2571,7 @@ def run_workload(broker, files, log_bytes_topics=3):
         with RawClient(broker.port, timeout=3) as c:
             for t in range(log_bytes_topics):
                 name = "pc-%d" % t
-                [res] = c.create_topics((name, 2, {"segment.bytes": "400"}))
+                [res] = c.create_topics((name, 2, {"internal.segment.bytes": "400"}))
                 if res.error_code == 0:
                     created[name] = 2
                 for i in range(40):
@@ -3884,7 +3977,7 @@ def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
     broker = start_broker({"log.retention.check.interval.ms": 1000}, clock=clock)
     now_ms = int(clock() * 1000)
     with RawClient(broker.port) as c:
-        c.create_topic("ret", segment_bytes=80, retention_ms=10_000)
+        c.create_topic("ret", internal_segment_bytes=80, retention_ms=10_000)
         for i in range(3):
             c.produce("ret", 0, make_batch([b"%d" % i], timestamps=[now_ms]))
         clock.advance(5_000)
