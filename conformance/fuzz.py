@@ -1348,7 +1348,7 @@ class Frame:
     """One request frame: its bytes (header + body, no size), the span map,
     and what it was meant to be."""
     __slots__ = ("api", "version", "corr", "body", "data", "spans", "labels", "sent_at", "conn_index",
-                 "may_skip", "header_api", "header_version")
+                 "may_skip", "header_api", "header_version", "tag")
 
     def __init__(self, api, version, corr, body, data, spans):
         self.api, self.version, self.corr, self.body = api, version, corr, body
@@ -1357,6 +1357,7 @@ class Frame:
         self.conn_index = -1
         self.may_skip = False
         self.header_api, self.header_version = api.key, version
+        self.tag = ""                    # what an unmutated frame is for, e.g. "wide:produce n=2000"
 
     @property
     def mutated(self):
@@ -1366,7 +1367,7 @@ class Frame:
         return struct.pack(">i", len(self.data)) + self.data
 
     def label(self):
-        return ",".join(self.labels) or "valid"
+        return ",".join(self.labels) or ("valid " + self.tag if self.tag else "valid")
 
     def replace(self, start, end, new):
         """Splice new bytes over [start, end) and move the span map along:
@@ -1693,6 +1694,7 @@ class Worker(threading.Thread):
         self.corr = self.rng.randrange(0, 1000)
         self.recent = collections.deque(maxlen=6)
         self.pending = collections.deque()
+        self.tag = ""                    # tags the frames of the operation under way
         if runner.ops:
             self.OPS = [(o, runner.ops.get(o, w)) for o, w in self.OPS]
 
@@ -1881,7 +1883,7 @@ class Worker(threading.Thread):
         ms = (time.monotonic() - f.sent_at) * 1000
         st["latency_ms"] += ms
         if ms > 500:
-            self.r.slow_answer(ms, f)
+            self.r.slow_answer(ms, f, self)
         if f.mutated:
             st["mutated_answered"] += 1
         resp = self.r.check_answer(self, f, data)
@@ -2003,6 +2005,14 @@ class Worker(threading.Thread):
         t = WIDE_TOPIC
         kind = rng.choice(["produce", "produce", "txn", "delete_records", "offset_commit", "fetch", "list_offsets"])
         batch = build_batch([(b"w", b"wide", [])])
+        self.tag = f"wide:{kind} n={n}"
+        try:
+            self._wide(kind, t, parts, batch)
+        finally:
+            self.tag = ""
+
+    def _wide(self, kind, t, parts, batch):
+        rng = self.rng
         if kind == "produce":
             self.step("Produce", {"transactional_id": None, "acks": -1, "timeout_ms": 30000, "topic_data": [
                 {"name": t, "partition_data": [{"index": p, "records": batch} for p in parts]}]}, timeout=HEAVY_TIMEOUT_S)
@@ -2058,6 +2068,7 @@ class Worker(threading.Thread):
         if api is None:
             return None
         f = self.maybe_mutate(self.make_frame(api, None, partial), mutate_p)
+        f.tag = self.tag
         self.exchange([f], timeout=timeout)
         return f
 
@@ -2719,6 +2730,7 @@ class Runner:
         self.stuck = False                  # hung and not restarted: no final verification
         self.slow = []                      # the slowest bystander calls
         self.slow_answers = []              # the slowest fuzz answers
+        self.recent_slow = collections.deque(maxlen=64)   # (finished at, ms, frame, worker)
         self.stalls = 0
         self.deaths = 0
         self.tracebacks = 0
@@ -2894,8 +2906,9 @@ class Runner:
             self.slow.sort(reverse=True)
             del self.slow[5:]
 
-    def slow_answer(self, ms, f):
+    def slow_answer(self, ms, f, worker):
         with self.lock:
+            self.recent_slow.append((time.monotonic(), ms, f, worker))
             self.slow_answers.append((round(ms), f"{f.api.name} v{f.version} ({f.label()[:60]})",
                                       f.wire().hex()[:200]))
             self.slow_answers.sort(reverse=True)
@@ -2914,8 +2927,23 @@ class Runner:
         stalled (its one loop handles frames in arrival order), with the
         frames before it on its connection -- often the real cause, e.g. the
         Produce that stored a poisoned batch."""
-        suspects = sorted(((w.pending[0].sent_at, i, w, w.pending[0]) for i, w in enumerate(self.workers)
-                           if w.pending and w.pending[0].sent_at), key=lambda x: x[:2])
+        parked = ("JoinGroup", "SyncGroup", "Fetch")          # may wait legitimately: blamed last
+        suspects = sorted(((w.pending[0].api.name in parked and not w.pending[0].tag, w.pending[0].sent_at, i, w,
+                            w.pending[0]) for i, w in enumerate(self.workers)
+                           if w.pending and w.pending[0].sent_at), key=lambda x: x[:3])
+        suspects = [x[1:] for x in suspects]
+        # a frame answered slowly during the stall (its answer and the
+        # bystander's may come out of the same loop pass) is the better suspect
+        now = time.monotonic()
+        window = self.stall_s * 2
+        with self.lock:
+            recent = sorted((x for x in self.recent_slow if now - x[0] < window and x[1] / 1000 > self.stall_s / 2),
+                            key=lambda x: -x[1])
+        if recent:
+            _, ms, f, w = recent[0]
+            self.finding(kind, f"{message}; answered after {ms:.0f} ms just then: {f.api.name} v{f.version} "
+                         f"({f.label()[:80]})", f"{kind} {f.api.name} {f.tag.split(' ')[0]}", frame=f, worker=w)
+            return
         if not suspects:
             self.finding(kind, message, kind)
             return
