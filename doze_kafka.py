@@ -1903,32 +1903,57 @@ def check_record_framing(records, count, start):
     return None
 
 
-def check_keys(records, h, where):
-    """Kafka's LogValidator on a compacted topic: every record needs a key
-    (an empty one will do). Refused as Kafka refuses it: INVALID_RECORD with a
-    record error for each keyless record. Reads each record up to its key
-    length; lz4, snappy and zstd records go unchecked (they cannot be read)."""
+LONG_MAX = 2 ** 63 - 1
+
+
+def check_record_fields(records, h, where, compacted, now_ms, before_ms, after_ms):
+    """What Kafka's LogValidator checks in each record, once the framing is
+    right: a key on a compacted topic (an empty one will do), and a CreateTime
+    timestamp within [now - message.timestamp.before.max.ms, now +
+    message.timestamp.after.max.ms]. Refused as Kafka refuses: a record error
+    for each record (the key first), INVALID_TIMESTAMP if any timestamp is
+    wrong, else INVALID_RECORD. Records are read only when something can be
+    wrong: on a compacted topic, or when the batch's max timestamp is past the
+    future bound, or the past bound is set; lz4, snappy and zstd records go
+    unchecked (they cannot be read)."""
+    if h.attributes & ATTR_LOG_APPEND_TIME and before_ms is None:     # on a LogAppendTime topic
+        why = "Invalid timestamp type in message. Producer should not set timestamp type to LogAppendTime."
+        raise BatchError(ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to "
+                         "invalid timestamp", in_log=True,
+                         record_errors=[(i, why) for i in range(min(h.records_count, 1000))])
+    check_time = before_ms is not None and (before_ms < LONG_MAX or h.max_timestamp > now_ms + after_ms)
+    if not (compacted or check_time):
+        return
     try:
         _, payload = record_payload(records)
     except RecordsError:
         return
-    r, keyless = Reader(payload), []
+    r, errors, bad_time = Reader(payload), [], False
+    low, high = now_ms - before_ms if check_time else 0, now_ms + after_ms if check_time else 0
     try:
         for i in range(h.records_count):
             body = Reader(r.take(r.varint()))
             body.take(1)
-            body.varlong()
-            body.varint()
-            if body.varint() < 0:
-                keyless.append((i, f"Compacted topic cannot accept message without key in topic "
-                                   f"partition {where}"))
+            ts = h.base_timestamp + body.varlong() if not h.attributes & ATTR_LOG_APPEND_TIME \
+                else h.max_timestamp                   # a LogAppendTime batch's records have its time
+            offset = h.base_offset + body.varint()
+            if compacted and body.varint() < 0:
+                errors.append((i, f"Compacted topic cannot accept message without key in topic "
+                                  f"partition {where}"))
+            elif check_time and ts != -1 and not low <= ts <= high:
+                bad_time = True
+                errors.append((i, f"Timestamp {ts} of message with offset {offset} is out of range. "
+                                  f"The timestamp should be within [{low}, {high}]"))
     except ProtocolError:
         raise BatchError(ErrorCode.INVALID_RECORD, "Found invalid record structure", in_log=True) from None
-    if keyless:
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i, why in keyless[:3])
+    if bad_time:
+        raise BatchError(ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to "
+                         "invalid timestamp", in_log=True, record_errors=errors)
+    if errors:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i, why in errors[:3])
         raise BatchError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to "
-                         f"{len(keyless)} record errors in total, and only showing the first three "
-                         f"errors at most: [{shown}]", in_log=True, record_errors=keyless)
+                         f"{len(errors)} record errors in total, and only showing the first three "
+                         f"errors at most: [{shown}]", in_log=True, record_errors=errors)
 
 
 def _slow_length(view, pos, end):
@@ -4486,8 +4511,11 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         flaw = check_records(records, h)
         if flaw:
             raise BatchError(flaw[0], flaw[1], in_log=True)
-        if "compact" in ctx.logs.topic_config(topic, "cleanup.policy"):
-            check_keys(records, h, f"{topic}-{partition}")
+        create_time = ctx.logs.topic_config(topic, "message.timestamp.type") == "CreateTime"
+        check_record_fields(records, h, f"{topic}-{partition}",
+                            "compact" in ctx.logs.topic_config(topic, "cleanup.policy"), ctx.now_ms,
+                            ctx.logs.topic_config(topic, "message.timestamp.before.max.ms") if create_time else None,
+                            ctx.logs.topic_config(topic, "message.timestamp.after.max.ms"))
         state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
         if transactional:
             ctx.txns.check_not_decided(transactional_id)
@@ -4507,7 +4535,9 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         if duplicate:
             base = duplicate[0]
         else:
-            batch = records if not records.readonly else bytearray(records)
+            batch = topic_compression(ctx, topic, records, h)
+            if batch is None:
+                batch = records if not records.readonly else bytearray(records)
             if ctx.logs.topic_config(topic, "message.timestamp.type") == "LogAppendTime":
                 log_append_time = ctx.now_ms
                 set_log_append_time(batch, log_append_time)
@@ -4523,6 +4553,40 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
                    error_message=str(e) if isinstance(e, BatchError) else e.detail or None,
                    record_errors=[Msg(batch_index=i, batch_index_error_message=why)
                                   for i, why in getattr(e, "record_errors", ())])
+
+
+def topic_compression(ctx, topic, records, h):
+    """compression.type on the topic: Kafka stores a batch in that codec,
+    recompressing it when the producer used another. doze can for gzip and
+    "uncompressed" from uncompressed or gzip (the standard library has zlib,
+    nothing for lz4, snappy, zstd: such batches are stored as sent). -> the
+    rewritten batch (a bytearray), or None to store it as it came."""
+    target = ctx.logs.topic_config(topic, "compression.type")
+    codec = h.attributes & ATTR_COMPRESSION
+    if target == "gzip" and codec == 0:
+        level = ctx.logs.topic_config(topic, "compression.gzip.level")
+        return rebuild_batch(records, 1, gzip_deflate(records[BATCH_HEADER_SIZE:], level))
+    if target == "uncompressed" and codec == 1:
+        return rebuild_batch(records, 0, record_payload(records)[1])
+    return None
+
+
+def gzip_deflate(data, level=-1):
+    """gzip bytes as Java's GZIPOutputStream writes them (so byte for byte as
+    Kafka stores them): zlib's deflate, with the header's OS byte 255, unknown."""
+    deflater = zlib.compressobj(level, zlib.DEFLATED, 31)
+    out = bytearray(deflater.compress(data) + deflater.flush())
+    out[9] = 0xFF
+    return out
+
+
+def rebuild_batch(records, codec, payload):
+    """The same batch header over a new payload in another codec (new length, new CRC)."""
+    batch = bytearray(records[:BATCH_HEADER_SIZE]) + payload
+    I32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
+    I16.pack_into(batch, 21, I16.unpack_from(batch, 21)[0] & ~ATTR_COMPRESSION | codec)
+    U32.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return batch
 
 
 def set_log_append_time(batch, now_ms):
@@ -5513,7 +5577,8 @@ DeleteRecords  key=21  versions=0-2  flexible=2+
 def handle_delete_records(ctx, req):
     """DeleteRecords: raise the log start offset; whole segments below it go.
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark).
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
+    POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records).
     """
     results = []
     for t in req.topics:
@@ -5522,6 +5587,8 @@ def handle_delete_records(ctx, req):
             results.append((t.name, part))
             try:
                 plog = ctx.logs.get(t.name, p.partition_index)
+                if "delete" not in ctx.logs.topic_config(t.name, "cleanup.policy"):
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION, "a compacted topic keeps its records")
                 offset = plog.high_watermark if p.offset == -1 else p.offset
                 if offset < 0 or offset > plog.high_watermark:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)

@@ -3765,6 +3765,23 @@ def test_server_join_group_error_answers_decode_at_every_version(client, version
         assert first.protocol_name == ("" if version < 7 else None)
 
 
+def test_server_record_timestamps_outside_the_topic_window_are_refused(client):
+    """message.timestamp.after.max.ms (1 h by default) and .before.max.ms, per
+    record, as Kafka's LogValidator: INVALID_TIMESTAMP with a record error for
+    each record out of range; nothing stored."""
+    now = int(time.time() * 1000)
+    client.create_topic("times-checked")
+    future = client.produce("times-checked", 0, make_batch([b"a", b"b"], timestamps=[now, now + 7_200_000]))
+    assert future.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in future.record_errors] == [1]
+    assert "of message with offset 1 is out of range" in future.record_errors[0].batch_index_error_message
+    assert client.produce("times-checked", 0, make_batch([b"ok"], timestamps=[now])).base_offset == 0
+    client.create_topic("recent-only", message_timestamp_before_max_ms=60_000)
+    old = client.produce("recent-only", 0, make_batch([b"x", b"y"], timestamps=[now - 120_000, now]))
+    assert old.error_code == ErrorCode.INVALID_TIMESTAMP and [e.batch_index for e in old.record_errors] == [0]
+    assert client.list_offset("recent-only", 0, -1).offset == 0
+
+
 # --- Limits over real sockets (what Kafka does at each, per its source and a
 # real Kafka 4.3.1 tried with small limits) -----------------------------------
 
