@@ -117,6 +117,11 @@ BROKER_DEFAULTS = {
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
+    "offsets.topic.num.partitions": 50,        # __consumer_offsets, as Kafka shows it
+    "offsets.topic.segment.bytes": 104857600,
+    "transaction.state.log.num.partitions": 50,   # __transaction_state
+    "transaction.state.log.segment.bytes": 104857600,
+    "transaction.state.log.min.isr": 2,
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
@@ -125,6 +130,10 @@ BROKER_DEFAULTS = {
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# Kafka's internal topics (Topic.INTERNAL_TOPICS). doze keeps groups' offsets and
+# transactions in meta.db, but shows the topics as Kafka does (see LogManager).
+CONSUMER_OFFSETS, TRANSACTION_STATE = "__consumer_offsets", "__transaction_state"
+INTERNAL_TOPICS = {CONSUMER_OFFSETS, TRANSACTION_STATE, "__share_group_state"}
 SEGMENT_HEADROOM = 64                           # bytes a segment may overshoot by
 
 
@@ -2757,6 +2766,10 @@ class MetadataStore:
             db.executemany("DELETE FROM group_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
                            [(group_id, t, p) for t, p in tps])
 
+    def delete_all_offsets(self):
+        with self.transaction() as db:
+            db.execute("DELETE FROM group_offsets")
+
     def delete_group(self, group_id):
         with self.transaction() as db:
             db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
@@ -3000,6 +3013,28 @@ class LogManager:
         for plog in new_logs:
             self.logs[(name, plog.partition)] = plog
         return topic_id
+
+    def ensure_internal_topic(self, name):
+        """Make __consumer_offsets or __transaction_state as Kafka makes it (its
+        partition count and configs from the broker's settings), the first time a
+        client needs it. -> True if it was there already."""
+        if name in self.topics:
+            return True
+        c = self.config
+        if name == CONSUMER_OFFSETS:
+            partitions = c["offsets.topic.num.partitions"]
+            configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                       "segment.bytes": str(c["offsets.topic.segment.bytes"])}
+        else:
+            partitions = c["transaction.state.log.num.partitions"]
+            configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                       "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
+                       "min.insync.replicas": str(c["transaction.state.log.min.isr"]),
+                       "unclean.leader.election.enable": "false"}
+        log.info("creating the internal topic %s (%d partitions); doze keeps its state in meta.db",
+                 name, partitions)
+        run_steps(self.create_topic(name, partitions, configs))
+        return False
 
     def add_partitions(self, name, count):
         """CreatePartitions: as create_topic, for partitions count-1 down to the
@@ -3846,6 +3881,12 @@ class GroupCoordinator:
             return dict(sorted(stored.items()))
         return {tp: stored.get(tp) for tp in wanted}
 
+    def forget_all_offsets(self):
+        """__consumer_offsets was deleted (Kafka lets an admin do it): the offsets go."""
+        self.store.delete_all_offsets()
+        for g in self.groups.values():
+            g.offsets = {}
+
     def delete_offsets(self, group_id, tps):
         g = self.groups.get(group_id)
         if g is None:
@@ -4496,6 +4537,8 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
     plog, in_log = None, False
     try:
         plog = ctx.logs.get(topic, partition)
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic}")
         if records is None:
             raise BatchError(ErrorCode.CORRUPT_MESSAGE, "null records")
         h = validate_produced(records, check_crc=ctx.config["doze.check.crc"])
@@ -4898,24 +4941,40 @@ def describe_topic(ctx, wanted, may_create, node_id):
         name = next((n for n, t in ctx.logs.topics.items() if t.topic_id == wanted.topic_id), None)
         if name is None:
             return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
+    internal = name in INTERNAL_TOPICS                  # shown so even while missing
     topic = ctx.logs.topics.get(name)
     if topic is None:
         if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
             return Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name)
         if not (may_create and ctx.config["auto.create.topics.enable"]):
-            return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
-        try:
-            partitions, configs = ctx.logs.check_new_topic(name, -1, -1, {})
-            run_steps(ctx.logs.create_topic(name, partitions, configs))    # num.partitions: few
-        except KafkaError as e:
-            return Msg(error_code=e.code, name=name)
-        except OSError as e:
-            log.error("auto-creating topic %s failed: %s", name, e)
-            return Msg(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, name=name)
-        topic = ctx.logs.topics[name]
-    return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, partitions=[
-        Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
-            replica_nodes=[node_id], isr_nodes=[node_id]) for p in range(topic.partitions)])
+            return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=internal)
+        return auto_create(ctx, name, internal)
+    return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
+               partitions=[Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
+                               replica_nodes=[node_id], isr_nodes=[node_id])
+                           for p in range(topic.partitions)])
+
+
+def auto_create(ctx, name, internal):
+    """Metadata's auto-creation. doze makes a topic at once and describes it
+    (Kafka answers UNKNOWN_TOPIC_OR_PARTITION until its controller has: a named
+    difference); an internal topic is made as Kafka makes it and answered as
+    Kafka answers, UNKNOWN_TOPIC_OR_PARTITION this time; a name Kafka's
+    controller would refuse later (a collision) is UNKNOWN_TOPIC_OR_PARTITION too."""
+    try:
+        if internal:
+            if name != "__share_group_state":
+                ctx.logs.ensure_internal_topic(name)
+            return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=True)
+        partitions, configs = ctx.logs.check_new_topic(name, -1, -1, {})
+        run_steps(ctx.logs.create_topic(name, partitions, configs))    # num.partitions: few
+    except KafkaError as e:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if e.code == ErrorCode.INVALID_TOPIC_EXCEPTION else e.code
+        return Msg(error_code=code, name=name)
+    except OSError as e:
+        log.error("auto-creating topic %s failed: %s", name, e)
+        return Msg(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, name=name)
+    return describe_topic(ctx, Msg(name=name, topic_id=UUID_ZERO), False, ctx.node(ctx.conn)[0])
 
 
 # --- OffsetCommit (8) -----------------------------------------------------------
@@ -5079,19 +5138,36 @@ def handle_find_coordinator(ctx, req):
     Kafka hashes the key onto a partition of __consumer_offsets or
     __transaction_state; doze is one broker, so the answer is always "me".
 
-    Errors: INVALID_REQUEST (an unknown key type).
+    Errors: INVALID_REQUEST (an unknown key type), COORDINATOR_NOT_AVAILABLE (the
+    first time: the internal topic is being made, as in Kafka).
     """
     node_id, host, port = ctx.node(ctx.conn)
     if req.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
         node_id, host, port = -1, "", -1
         error = Msg(error_code=ErrorCode.INVALID_REQUEST, error_message=None)
+    elif not internal_topic_ready(ctx, CONSUMER_OFFSETS if req.key_type == COORDINATOR_GROUP
+                                  else TRANSACTION_STATE):
+        node_id, host, port = -1, "", -1             # Kafka: while it creates the topic
+        error = Msg(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="")
     else:
         error = Msg(error_code=ErrorCode.NONE, error_message=None)
     if ctx.version >= 4:
         return Msg(coordinators=[Msg(key=k, node_id=node_id, host=host, port=port,
-                                     error_code=error.error_code, error_message=None)
+                                     error_code=error.error_code, error_message=error.error_message)
                                  for k in req.coordinator_keys])
-    return Msg(node_id=node_id, host=host, port=port, error_code=error.error_code, error_message=None)
+    return Msg(node_id=node_id, host=host, port=port, error_code=error.error_code,
+               error_message=error.error_message)
+
+
+def internal_topic_ready(ctx, name):
+    """Kafka creates __consumer_offsets / __transaction_state on the first
+    FindCoordinator that needs it, answering COORDINATOR_NOT_AVAILABLE meanwhile
+    (clients retry); doze does the same, so tools see the same topics."""
+    try:
+        return ctx.logs.ensure_internal_topic(name)
+    except (KafkaError, OSError) as e:
+        log.error("the internal topic %s could not be made: %s", name, e)
+        return False
 
 
 # --- JoinGroup (11) -------------------------------------------------------------
@@ -5435,6 +5511,9 @@ def create_topics(ctx, req):
         try:
             if request_error:
                 raise request_error
+            if t.name == "__cluster_metadata":
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "Creation of internal topic __cluster_metadata is prohibited.")
             partitions, replication = check_assignments(ctx, t)
             partitions, configs = ctx.logs.check_new_topic(
                 t.name, partitions, replication, {c.name: c.value for c in t.configs})
@@ -5551,6 +5630,10 @@ def handle_delete_topics(ctx, req):
             res.topic_id = ctx.logs.topics[name].topic_id
             ctx.logs.delete_topic(name)
             ctx.forget_topic(name)
+            if name == CONSUMER_OFFSETS:
+                log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka",
+                            name)
+                ctx.groups.forget_all_offsets()
     return Msg(responses=results)
 
 
@@ -5587,6 +5670,9 @@ def handle_delete_records(ctx, req):
             results.append((t.name, part))
             try:
                 plog = ctx.logs.get(t.name, p.partition_index)
+                if t.name in INTERNAL_TOPICS:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot delete records of internal topic {t.name}")
                 if "delete" not in ctx.logs.topic_config(t.name, "cleanup.policy"):
                     raise KafkaError(ErrorCode.POLICY_VIOLATION, "a compacted topic keeps its records")
                 offset = plog.high_watermark if p.offset == -1 else p.offset
@@ -5686,7 +5772,8 @@ def handle_add_partitions_to_txn(ctx, req):
     CONCURRENT_TRANSACTIONS, NOT_COORDINATOR.
     """
     tps = [(t.name, p) for t in req.topics for p in t.partitions]
-    failed = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps if tp not in ctx.logs.logs}
+    failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in tps if tp[0] in INTERNAL_TOPICS} or \
+        {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps if tp not in ctx.logs.logs}
     if failed:
         codes = {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
     else:
@@ -6489,10 +6576,10 @@ def java_string_hash(text):
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def consumer_offsets_partition(group):
-    """Kafka's partitionFor(groupId) with the default 50 __consumer_offsets partitions."""
-    h = java_string_hash(group)
-    return 0 if h == -(1 << 31) else abs(h) % 50
+def internal_partition(key, partitions):
+    """Kafka's partitionFor(groupId or transactionalId): its Java hash, modulo."""
+    h = java_string_hash(key)
+    return 0 if h == -(1 << 31) else abs(h) % partitions
 
 @api("""
 DescribeTransactions  key=65  versions=0-0  flexible=0+
@@ -6529,8 +6616,9 @@ def handle_describe_transactions(ctx, req):
         for topic, p in sorted(left):
             topics.setdefault(topic, []).append(p)
         if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
-            for group in sorted(meta.groups, key=consumer_offsets_partition):
-                topics.setdefault("__consumer_offsets", []).append(consumer_offsets_partition(group))
+            n = ctx.config["offsets.topic.num.partitions"]
+            for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
+                topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
         out.append(Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
                        transaction_timeout_ms=meta.timeout_ms,
                        transaction_start_time_ms=meta.txn_start_ms, producer_id=meta.producer_id,

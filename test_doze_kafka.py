@@ -2933,11 +2933,37 @@ def test_offsets_expire_after_the_group_is_empty_for_the_retention(start_broker)
 
 
 def test_find_coordinator_is_always_this_broker(client, broker):
+    """The first lookup makes the internal topic and answers COORDINATOR_NOT_AVAILABLE,
+    as Kafka does (clients retry); from then on, always this broker."""
+    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+    assert (r.error_code, r.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
     r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
     assert (r.error_code, r.node_id, r.port) == (0, 1, broker.port)
+    assert client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t0"]) \
+        .coordinators[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     r = client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t1", "t2"])
     assert [(x.key, x.port, x.error_code) for x in r.coordinators] == \
         [("t1", broker.port, 0), ("t2", broker.port, 0)]
+
+
+def test_internal_topics_are_shown_as_kafka_shows_them(client, broker):
+    """Made by the first coordinator lookup, with Kafka's partition counts and
+    configs; listed with is_internal; closed to clients' writes and deletes."""
+    md = client.metadata([doze.CONSUMER_OFFSETS], allow_auto_topic_creation=False)
+    assert (md.topics[0].error_code, md.topics[0].is_internal) == (3, True)
+    client.call(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"])
+    [t] = client.metadata([doze.CONSUMER_OFFSETS]).topics
+    assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
+    assert [n for n in (x.name for x in client.metadata(None).topics)] == [doze.CONSUMER_OFFSETS]
+    got = config_map(describe_configs(client, 2, doze.CONSUMER_OFFSETS))
+    assert (got["cleanup.policy"], got["segment.bytes"]) == (("compact", 1), ("104857600", 1))
+    assert client.produce(doze.CONSUMER_OFFSETS, 0, make_batch([b"x"])).error_code == \
+        ErrorCode.INVALID_TOPIC_EXCEPTION
+    r = client.call(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[
+        Msg(name=doze.CONSUMER_OFFSETS, partitions=[Msg(partition_index=0, offset=0)])])
+    assert r.topics[0].partitions[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    [res] = client.create_topics(("__cluster_metadata", 1, {}))
+    assert res.error_code == ErrorCode.INVALID_REQUEST
 
 
 # --- Transactions (KIP-98, classic protocol) --------------------------------------
