@@ -2820,15 +2820,18 @@ class MetadataStore:
             db.execute("DELETE FROM transactions WHERE transactional_id = ?", (transactional_id,))
 
     def save_log_start_offset(self, topic, partition, offset):
-        with self.transaction() as db:
-            db.execute("INSERT INTO partitions (topic, partition, log_start_offset) VALUES (?, ?, ?) "
-                       "ON CONFLICT (topic, partition) DO UPDATE SET log_start_offset = excluded.log_start_offset",
-                       (topic, partition, offset))
+        self.save_log_start_offsets([(topic, partition, offset)])
 
-    def mark_transactional(self, topic, partition):
+    def save_log_start_offsets(self, rows):
         with self.transaction() as db:
-            db.execute("INSERT INTO partitions (topic, partition, has_txn) VALUES (?, ?, 1) "
-                       "ON CONFLICT (topic, partition) DO UPDATE SET has_txn = 1", (topic, partition))
+            db.executemany("INSERT INTO partitions (topic, partition, log_start_offset) VALUES (?, ?, ?) "
+                           "ON CONFLICT (topic, partition) DO UPDATE SET "
+                           "log_start_offset = excluded.log_start_offset", rows)
+
+    def mark_transactional(self, tps):
+        with self.transaction() as db:
+            db.executemany("INSERT INTO partitions (topic, partition, has_txn) VALUES (?, ?, 1) "
+                           "ON CONFLICT (topic, partition) DO UPDATE SET has_txn = 1", sorted(tps))
 
     def transactional_partitions(self):
         return {(t, p) for t, p in self.db.execute(
@@ -2891,7 +2894,7 @@ class LogManager:
         self.logs = {}              # (topic, partition) -> PartitionLog
         self.creating = {}          # topic -> partitions being made for it now (in steps)
         self.removing = collections.OrderedDict()   # directories of deleted partitions, to remove
-        self.dirty = set()          # logs appended to since the last flush
+        self.dirty = {}             # logs appended to since their last flush, oldest first
         self.data_dir_unsynced = False
 
     # --- startup ---
@@ -2907,7 +2910,7 @@ class LogManager:
                     plog.open(starts.get((name, p), 0))
                 else:                                    # created in meta.db, dir lost: recreate
                     plog.create()
-                    self.dirty.add(plog)
+                    self.dirty[plog] = None
                     self.data_dir_unsynced = True
                 self.logs[(name, p)] = plog
         known = {os.path.basename(l.dir) for l in self.logs.values()}
@@ -3089,7 +3092,7 @@ class LogManager:
         self.store.delete_topic(name)
         for p in range(topic.partitions):
             plog = self.logs.pop((name, p))
-            self.dirty.discard(plog)
+            self.dirty.pop(plog, None)
             plog.close(clean=False)
             self.removing[plog.dir] = None
 
@@ -3109,32 +3112,42 @@ class LogManager:
     # --- the write path ---
     def append(self, plog, batch, header):
         base = plog.append(batch, header)
-        self.dirty.add(plog)
+        self.dirty[plog] = None
         return base
 
-    def flush_dirty(self):
-        """Group commit: one fsync per dirty file. Returns the logs whose high
-        watermark moved."""
-        moved = []
-        for plog in list(self.dirty):
-            if plog.flush():
-                moved.append(plog)
-        self.dirty.clear()
+    def flush_dirty(self, budget_s=None):
+        """Group commit: one fsync per dirty file, oldest first. Returns the logs
+        whose high watermark moved. With a budget, stops once it is spent: a
+        produce to thousands of partitions is made durable over several passes
+        of the loop, the others served between them. The data directory goes
+        first, so a new partition's entry is durable before any of its records."""
         if self.data_dir_unsynced:
             self.files.fsync_dir(self.config.data_dir)
             self.data_dir_unsynced = False
+        moved = []
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        while self.dirty:
+            plog = next(iter(self.dirty))
+            if plog.flush():
+                moved.append(plog)
+            del self.dirty[plog]
+            if deadline is not None and time.perf_counter() > deadline:
+                break
         return moved
 
-    def delete_records(self, plog, offset):
-        plog.delete_records_before(offset)
-        self.dirty.add(plog)
-        self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
+    def delete_records(self, moves):
+        """DeleteRecords: [(log, offset)] -> each log's start moved, in one meta.db commit."""
+        self.store.save_log_start_offsets([(plog.topic, plog.partition, max(plog.log_start_offset, offset))
+                                           for plog, offset in moves])
+        for plog, offset in moves:
+            plog.delete_records_before(offset)
+            self.dirty[plog] = None
 
     def apply_retention(self):
         now_ms = self.clock() * 1000
         for plog in list(self.logs.values()):
             if plog.apply_retention(now_ms):
-                self.dirty.add(plog)
+                self.dirty[plog] = None
                 self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
 
     def close(self, clean=True):
@@ -4347,6 +4360,13 @@ class CloseConnection:
 FLUSHED = "flushed"  # the park key notified after every group commit
 
 
+def durable(ctx, appended):
+    """Every (log, last offset) appended is below its high watermark (fsynced),
+    or its topic is gone."""
+    return all(plog.high_watermark > last or ctx.logs.logs.get((plog.topic, plog.partition)) is not plog
+               for plog, last in appended)
+
+
 def api(schema_text, min_served=None):
     """Declare an API: its wire schema and the function that serves it."""
     spec = parse_api(schema_text)
@@ -4375,6 +4395,7 @@ class Park:
 
 STEP = "step"                   # the park key notified once every pass of the loop
 STEP_BUDGET_S = 0.005           # loop time a request in steps may take a pass
+FLUSH_BUDGET_S = 0.02           # loop time the group commit may take a pass (then: the next pass)
 
 
 def in_steps(work, budget_s=None):
@@ -4417,6 +4438,7 @@ class RequestContext:
         self.version = version
         self.client_id = client_id
         self.now_ms = int(broker.clock() * 1000)
+        self.appended = []                     # (log, last offset) this request wrote
 
     def producer_state(self, tp):
         return self.broker.producer_state(tp)
@@ -4491,6 +4513,27 @@ def handle_produce(ctx, req):
         code = ErrorCode.INVALID_REQUIRED_ACKS
     else:
         code = transactional_request_error(req)
+    if code is None and req.transactional_id is not None:    # one meta.db commit for all
+        ctx.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
+    work = produce_all(ctx, req, code)
+    if req.acks != 0 and sum(len(t.partition_data) for t in req.topic_data) > PARTITIONS_PER_STEP:
+        return in_steps(wide_produce(ctx, work))        # thousands of partitions: in steps
+    results = run_steps(work)
+    if req.acks == 0:
+        # No answer is sent, so a failure can only be signalled by closing the
+        # connection (Kafka: "closing connection due to error during produce").
+        failed = [(t, p.index, p.error_code) for t, p in results if p.error_code]
+        return CloseConnection(f"acks=0 produce failed: {failed[:3]}") if failed else NO_RESPONSE
+
+    def respond(expired=False):
+        return produce_response(results) if durable(ctx, ctx.appended) else None
+    if code is not None:
+        return respond()
+    return Park(respond, keys=[FLUSHED], mute=False)     # answered once fsynced
+
+
+def produce_all(ctx, req, code):
+    """Append every partition's batch (a step generator) -> [(topic, partition answer)]."""
     results = []
     for topic in req.topic_data:
         for p in topic.partition_data:
@@ -4499,35 +4542,44 @@ def handle_produce(ctx, req):
             else:
                 results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records,
                                                               req.transactional_id)))
-    if req.acks == 0:
-        # No answer is sent, so a failure can only be signalled by closing the
-        # connection (Kafka: "closing connection due to error during produce").
-        failed = [(t, p.index, p.error_code) for t, p in results if p.error_code]
-        return CloseConnection(f"acks=0 produce failed: {failed[:3]}") if failed else NO_RESPONSE
+            if len(results) % PARTITIONS_PER_STEP == 0:
+                yield
+    return results
 
-    def respond(expired=False):
-        return Msg(responses=[Msg(name=t, partition_responses=parts)
-                              for t, parts in by_topic(results)])
-    if code is not None:
-        return respond()
-    return Park(respond, keys=[FLUSHED], mute=False)     # answered after the fsync
+
+def wide_produce(ctx, work):
+    """A produce over many partitions, in steps: appended, then made durable
+    over as many passes of the group commit as that takes."""
+    results = yield from work
+    while not durable(ctx, ctx.appended):
+        yield
+    return produce_response(results)
+
+
+def produce_response(results):
+    return Msg(responses=[Msg(name=t, partition_responses=parts) for t, parts in by_topic(results)])
 
 
 def transactional_request_error(req):
     """Kafka's request-wide checks on transactional batches: they need a
     transactional id, and one producer id for the whole request."""
-    producer_ids = set()
-    for topic in req.topic_data:
-        for p in topic.partition_data:
-            records = p.records
-            if records is not None and len(records) >= BATCH_HEADER_SIZE and \
-                    I16.unpack_from(records, 21)[0] & ATTR_TRANSACTIONAL:
-                producer_ids.add(I64.unpack_from(records, 43)[0])
+    producer_ids = {I64.unpack_from(records, 43)[0] for _, records in transactional_batches(req)}
     if producer_ids and req.transactional_id is None:
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if len(producer_ids) > 1:
         return ErrorCode.INVALID_PRODUCER_ID_MAPPING
     return None
+
+
+def transactional_batches(req):
+    """[((topic, partition), records)] of a Produce's batches flagged transactional."""
+    return [((t.name, p.index), p.records) for t in req.topic_data for p in t.partition_data
+            if p.records is not None and len(p.records) >= BATCH_HEADER_SIZE
+            and I16.unpack_from(p.records, 21)[0] & ATTR_TRANSACTIONAL]
+
+
+def transactional_partitions(req):
+    return [tp for tp, _ in transactional_batches(req)]
 
 
 def produce_partition(ctx, topic, partition, records, transactional_id=None):
@@ -4569,7 +4621,7 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
             ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch,
                                    (topic, partition))
         if transactional:
-            ctx.mark_transactional((topic, partition))    # before the batch is in the log
+            ctx.mark_transactional([(topic, partition)])    # before the batch is in the log
         in_log = True
         duplicate = state.check(h, transactional) if state else None
         if transactional and not duplicate:
@@ -4585,6 +4637,7 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
                 log_append_time = ctx.now_ms
                 set_log_append_time(batch, log_append_time)
             base = ctx.logs.append(plog, batch, h)
+            ctx.appended.append((plog, base + h.last_offset_delta))
             if state:
                 state.update(h, base)
         return Msg(index=partition, error_code=ErrorCode.NONE, base_offset=base,
@@ -5663,7 +5716,7 @@ def handle_delete_records(ctx, req):
     Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
     POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records).
     """
-    results = []
+    results, moves = [], []
     for t in req.topics:
         for p in t.partitions:
             part = Msg(partition_index=p.partition_index, low_watermark=-1)
@@ -5678,13 +5731,15 @@ def handle_delete_records(ctx, req):
                 offset = plog.high_watermark if p.offset == -1 else p.offset
                 if offset < 0 or offset > plog.high_watermark:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-                ctx.logs.delete_records(plog, offset)
-                table = ctx.broker.producer_states.get((t.name, p.partition_index))
-                if table is not None:
-                    table.forget_before(plog.log_start_offset)
-                part.low_watermark = plog.log_start_offset
+                moves.append((plog, offset, part))
             except KafkaError as e:
                 part.error_code = e.code
+    ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])   # one meta.db commit
+    for plog, _, part in moves:
+        table = ctx.broker.producer_states.get((plog.topic, plog.partition))
+        if table is not None:
+            table.forget_before(plog.log_start_offset)
+        part.low_watermark = plog.log_start_offset
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
@@ -5885,7 +5940,8 @@ def handle_write_txn_markers(ctx, req):
                     write_marker, ctx, (t.name, p), m))))
         out.append(Msg(producer_id=m.producer_id,
                        topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)]))
-    return Park(lambda expired: Msg(markers=out), keys=[FLUSHED], mute=False)
+    return Park(lambda expired: Msg(markers=out) if durable(ctx, ctx.appended) else None,
+                keys=[FLUSHED], mute=False)
 
 
 def write_marker(ctx, tp, m):
@@ -5898,6 +5954,7 @@ def write_marker(ctx, tp, m):
         base = ctx.logs.append(plog, batch, read_batch_header(batch))
     except OSError as e:
         raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+    ctx.appended.append((plog, base))
     state.apply_marker(m.producer_id, m.producer_epoch, m.transaction_result, base, ctx.now_ms,
                        m.coordinator_epoch)
 
@@ -6708,6 +6765,7 @@ MAX_QUEUED = 64                 # responses queued on one connection before it s
 MAX_QUEUED_BYTES = 1 << 20      # ... or answer bytes its client has not read yet
 TURNS_PER_CONNECTION = 16       # requests one connection may have handled at a time in a pass
 SWEEP_S = 1.0                   # how often idle connections and late frames are looked for
+TRIM_S = 10.0                   # how often freed memory is given back to the system
 
 
 class Slot:
@@ -6994,6 +7052,23 @@ class _Waker:
         self.send_sock.close()
 
 
+@functools.lru_cache(maxsize=None)
+def _libc():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "malloc_trim") else None
+    except (ImportError, OSError):
+        return None
+
+
+def release_freed_memory():
+    """glibc's malloc_trim(0), where there is one (Linux); elsewhere nothing."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 def parse_connection_overrides(text):
     """max.connections.per.ip.overrides: "host:count,host:count" -> {ip: count}."""
     out = {}
@@ -7095,6 +7170,7 @@ class Broker:
                         self._expire_producers)
         self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
         self.call_later(SWEEP_S, self._sweep_connections)
+        self.call_later(TRIM_S, self._trim_memory)
 
     @property
     def bootstrap(self):
@@ -7147,6 +7223,12 @@ class Broker:
                            f"({frame_s * 1000:.0f} ms)")
         self.call_later(SWEEP_S, self._sweep_connections)
 
+    def _trim_memory(self):
+        """Give freed memory back to the system (glibc keeps it otherwise: after a
+        burst of big frames the process would stay as large as the burst made it)."""
+        release_freed_memory()
+        self.call_later(TRIM_S, self._trim_memory)
+
     # --- timers ---
     def call_later(self, delay_s, fn):
         return self.call_at(self.clock() + delay_s, fn)
@@ -7181,12 +7263,14 @@ class Broker:
             table = self.producer_states[tp] = rebuild_producer_state(plog, whole_log=False)
         return table
 
-    def mark_transactional(self, tp):
-        """Note in meta.db that a partition holds transactional batches, so the
-        next start rebuilds its transaction state (and only such partitions')."""
-        if tp not in self.txn_partitions:
-            self.store.mark_transactional(*tp)
-            self.txn_partitions.add(tp)
+    def mark_transactional(self, tps):
+        """Note in meta.db that partitions hold transactional batches, so the
+        next start rebuilds their transaction state (and only such partitions'):
+        one meta.db commit for a whole request."""
+        new = set(tps) - self.txn_partitions
+        if new:
+            self.store.mark_transactional(new)
+            self.txn_partitions |= new
 
     def _txn_tick(self):
         try:
@@ -7262,7 +7346,7 @@ class Broker:
         """One fsync per dirty log, then answer everything that waited for it."""
         if self.logs.dirty or self.logs.data_dir_unsynced:
             try:
-                moved = self.logs.flush_dirty()
+                moved = self.logs.flush_dirty(FLUSH_BUDGET_S)
             except OSError:
                 log.exception("fsync failed; acknowledgements wait and the flush is retried")
                 return
