@@ -70,11 +70,7 @@ CONTROL_BATCH_TIME_FIELDS = {"crc"}
 
 
 # Known differences that hold for every step of an API (named like the per-scenario ones).
-API_KNOWN_DIFFERENCES = {
-    "CreateTopics": {"name": "doze-topic-configs-subset", "subset": ["topics.*.configs"],
-                     "why": "CreateTopics v5+ lists the new topic's configs: doze lists the 13 "
-                            "it uses, Kafka all 33; the ones doze lists must match"},
-}
+API_KNOWN_DIFFERENCES = {}
 
 
 class Mapper:
