@@ -3838,6 +3838,16 @@ def answers(client, wait_s=2):
         return False
 
 
+def test_limit_descriptor_limit_is_raised_and_shared(broker):
+    """RLIMIT_NOFILE's soft limit goes up to the hard one at start; segment files
+    get half of it, connections stop short of the rest."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert soft == hard or hard == resource.RLIM_INFINITY
+    assert broker.logs.open_files.limit == max(64, soft // 2)
+    assert broker.max_connections <= soft // 2
+
+
 def test_limit_max_connections_per_ip_closes_the_extra_one_at_once(start_broker, caplog):
     caplog.set_level(logging.INFO, logger="doze_kafka")
     broker = start_broker({"max.connections.per.ip": 3})
