@@ -7127,7 +7127,7 @@ class Broker:
         self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
         # Connections get what the segment files leave, less some for sqlite,
         # the listener and the log: then accepting stops rather than failing.
-        self.max_connections = min(config["max.connections"], max(16, descriptors // 2 - 64))
+        self.connection_descriptors = max(16, descriptors // 2 - 64)
         self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
         self.logs.load()
         self.producer_ids = ProducerIdManager(self.store)
@@ -7189,6 +7189,11 @@ class Broker:
         return self.config["node.id"], host, port
 
     # --- connection limits ---
+    @property
+    def max_connections(self):
+        """max.connections (it may change while running), within the descriptors there are."""
+        return min(self.config["max.connections"], self.connection_descriptors)
+
     def connections_allowed(self, ip):
         return self.per_ip.get(ip, self.config["max.connections.per.ip"])
 
