@@ -67,6 +67,15 @@ WALL_CLOCK_MIN = 1735689600000
 # A batch's CRC covers its producer id (mapped) and, in control batches (transaction
 # markers), the broker's clock: not compared for those batches.
 CONTROL_BATCH_TIME_FIELDS = {"crc"}
+# Broker configs whose server.properties value is the broker's own address or directory
+# (its ports and data directory differ per run, like "host" and "port"): in a config
+# entry (DescribeConfigs' configs and their synonyms: a dict with "name", "value" and
+# "config_source" or "source") of one of these names whose source is
+# STATIC_BROKER_CONFIG (4) on Kafka's side, the value is not compared when both are set.
+# Their defaults (source 5) are compared.
+RUN_DEPENDENT_CONFIGS = {"listeners", "advertised.listeners", "controller.quorum.bootstrap.servers",
+                         "log.dirs"}
+STATIC_BROKER_CONFIG = 4
 
 
 # Known differences that hold for every step of an API (named like the per-scenario ones).
@@ -134,8 +143,13 @@ def compare(a, b, path, mapper, diffs, api=None, in_control_batch=False):
         if "header" in a and isinstance(a.get("header"), dict):
             h = a["header"]
             control = bool(h.get("attributes", 0) & 0x20) or h.get("producer_id", -1) >= 0
+        run_dependent = a.get("name") in RUN_DEPENDENT_CONFIGS \
+            and a.get("config_source", a.get("source")) == STATIC_BROKER_CONFIG \
+            and isinstance(a.get("value"), str) and isinstance(b.get("value"), str)
         for k in list(a) + [k for k in b if k not in a]:
             sub = f"{path}.{k}" if path else k
+            if run_dependent and k == "value":
+                continue
             if k not in a:
                 diffs.append(f"{sub}: kafka has no such field, doze={_show(b[k])}")
             elif k not in b:

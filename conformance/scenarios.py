@@ -2309,3 +2309,266 @@ def _internal_topics_settings(S):
         describe_configs("configs", [(2, CO, keys), (2, TSX, keys)]),
         offset_fetch("offsets", g, {t: [0]}),
     ]
+
+
+# --- every config name Kafka knows ----------------------------------------------------
+# Built from doze_kafka's copy of Kafka 4.3.1's config tables (KAFKA_TOPIC_CONFIGS,
+# KAFKA_BROKER_CONFIGS: generated from Kafka itself by conformance/configs/extract.py),
+# so that a name Kafka knows is never left out.
+
+# ConfigSource codes and IncrementalAlterConfigs operations
+SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC, SRC_DEFAULT = 1, 2, 3, 4, 5
+OP_SET, OP_DELETE = 0, 1
+I64_MAX = (1 << 63) - 1
+
+# Topic configs left out of the "every config" requests: the internal one (not described
+# unless set, no default).
+ALL_CONFIGS_TOPIC_SKIP = {"internal.segment.bytes"}
+# Topic configs whose value is fixed in every request: remote.storage.enable=true is
+# refused while tiered storage is off (the broker under test has none).
+ALL_CONFIGS_TOPIC_FIXED = {"remote.storage.enable": "false"}
+# Checks that give no other value of their own: (first, second) non-default values.
+ALL_CONFIGS_TOPIC_VALUES = {
+    "retention.bytes": ("1073741824", "2147483648"),   # no validator; -1 + 1 would be 0 (delete all)
+    "follower.replication.throttled.replicas": ("0:1", "*"),
+    "leader.replication.throttled.replicas": ("0:1", "*"),
+    "cleanup.policy": ("compact", "compact,delete"),
+}
+
+
+def _double_text(x):
+    """A double as Java's Double.toString prints it, for the plain values used here
+    (0.625, 0.75: Python's repr agrees)."""
+    return repr(float(x))
+
+
+def topic_config_value(name, which):
+    """A valid non-default value of topic config `name` (which = 1 or 2: two different
+    ones where the check allows), derived from Kafka's check; the default where none can be."""
+    if name in ALL_CONFIGS_TOPIC_FIXED:
+        return ALL_CONFIGS_TOPIC_FIXED[name]
+    if name in ALL_CONFIGS_TOPIC_VALUES:
+        return ALL_CONFIGS_TOPIC_VALUES[name][which - 1]
+    typ, default, check, _ = _dk.KAFKA_TOPIC_CONFIGS[name]
+    if typ == "boolean":
+        return "true" if default == "false" else "false"
+    if check and check[0] in ("in", "list") and len(check) > 1:
+        others = [m for m in check[1:] if m != default]
+        return others[(which - 1) % len(others)]
+    if check and check[0] == "or":                   # gzip: [1..9] or -1
+        rng = check[1]
+        return str(rng[1] + which)
+    if typ == "double":
+        hi = check[2]
+        d = float(default)
+        return _double_text(d + (hi - d) * which / 4)
+    if typ in ("int", "long", "short"):
+        d = int(default)
+        lo, hi = (check[1], check[2]) if check and check[0] == "range" else (None, None)
+        top = hi if hi is not None else {"int": (1 << 31) - 1, "long": I64_MAX,
+                                         "short": (1 << 15) - 1}[typ]
+        v = d + which if d + which <= top else d - which
+        assert lo is None or v >= lo, name
+        return str(v)
+    return default
+
+
+def all_topic_configs(which):
+    """{name: value} for every topic config (but the skipped internal one)."""
+    out = {n: topic_config_value(n, which) for n in _dk.KAFKA_TOPIC_CONFIGS
+           if n not in ALL_CONFIGS_TOPIC_SKIP}
+    # LogConfig.validate: min.compaction.lag.ms <= max.compaction.lag.ms
+    assert int(out["min.compaction.lag.ms"]) <= int(out["max.compaction.lag.ms"])
+    return out
+
+
+# Broker configs with a null default: their effective value (what the broker uses while
+# they are unset), so that setting them changes nothing real: log.retention.hours=168,
+# log.roll.hours=168, log.roll.jitter.hours=0, log.flush.scheduler.interval.ms=Long.MAX.
+ALL_CONFIGS_NULL_DEFAULT_VALUES = {
+    "log.retention.ms": "604800000", "log.roll.ms": "604800000", "log.roll.jitter.ms": "0",
+    "log.flush.interval.ms": str(I64_MAX)}
+# Per-broker configs not set on the broker under test: they could break it (its
+# listeners and their security: listeners, listener.security.protocol.map, and every
+# ssl.* / sasl.* / listener.* name would reconfigure or restart the listeners, or need
+# keystores and JAAS files there are none of; log.dirs is read-only but named here too).
+# What is left of the 27 per-broker configs: principal.builder.class, cordoned.log.dirs.
+ALL_CONFIGS_BROKER_SKIP_PREFIXES = ("ssl.", "sasl.", "listener.")
+ALL_CONFIGS_BROKER_SKIP = {"listeners", "advertised.listeners", "listener.security.protocol.map",
+                           "log.dirs"}
+
+
+def broker_configs_of_mode(mode):
+    names = [n for n, (_, _, _, m) in _dk.KAFKA_BROKER_CONFIGS.items() if m == mode]
+    return sorted(n for n in names if n not in ALL_CONFIGS_BROKER_SKIP
+                  and not n.startswith(ALL_CONFIGS_BROKER_SKIP_PREFIXES))
+
+
+def broker_default_value(name):
+    default = _dk.KAFKA_BROKER_CONFIGS[name][1]
+    if default is None:
+        return ALL_CONFIGS_NULL_DEFAULT_VALUES[name]
+    return default
+
+
+def _chunks(items, n):
+    return [items[i:i + n] for i in range(0, len(items), n)]
+
+
+# What realkafka.py writes in the recording Kafka's server.properties (but its addresses
+# and directory: listeners, advertised.listeners, controller.quorum.bootstrap.servers,
+# log.dirs), so that doze is told the same: DescribeConfigs of the broker lists them
+# (STATIC_BROKER_CONFIG). Naming them also makes the recorder start a Kafka of its own
+# for the scenario: it sets and deletes cluster-wide defaults, and replaces their whole
+# set once with the legacy AlterConfigs.
+ALL_CONFIGS_BROKER_SETTINGS = {
+    "process.roles": "broker,controller", "node.id": 1, "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    "offsets.topic.replication.factor": 1, "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1, "share.coordinator.state.topic.replication.factor": 1,
+    "share.coordinator.state.topic.min.isr": 1, "min.insync.replicas": 1,
+    "group.initial.rebalance.delay.ms": 0}
+
+
+@scenario("all-configs", broker_settings=ALL_CONFIGS_BROKER_SETTINGS)
+def _all_configs(S):
+    """Every config name Kafka 4.3.1 knows, from doze_kafka's copy of Kafka's tables.
+    Topics: CreateTopics v7 of a topic with every topic config (but the internal
+    internal.segment.bytes) set to a valid non-default value (remote.storage.enable=false:
+    tiered storage is off), CreateTopics v4 of a second one with the same configs,
+    CreateTopics v7 validate_only of a third with other values; DescribeConfigs (all, with
+    synonyms) of them; on the second topic IncrementalAlterConfigs SET of every config to
+    another value, DELETE of every one, AlterConfigs (legacy) of every one, each followed
+    by DescribeConfigs. Broker: IncrementalAlterConfigs SET of every cluster-wide config
+    at "" to its default value (null defaults: the value in effect), DescribeConfigs of ""
+    and "1" (all, with synonyms), DELETE of them all (min.insync.replicas on its own:
+    the cluster is formatted with it, and ELR refuses its removal); the same for the
+    per-broker configs at "1" (but the listener and security ones); errors: a read-only
+    name, a per-listener name without a listener prefix, a per-broker name at "", a bad
+    value, a null value; an unknown name (stored and described); legacy AlterConfigs at ""
+    (replaces the whole set: without min.insync.replicas it is refused)."""
+    a, b, c = f"{S}-a", f"{S}-b", f"{S}-c"
+    set1, set2 = all_topic_configs(1), all_topic_configs(2)
+    tnames = sorted(set1)
+    poll = {"timeout_ms": 30000, "interval_ms": 100}
+
+    def ct(id, name, configs, v, validate_only=False):
+        return step(id, "CreateTopics", v, {"topics": [
+            {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": [{"name": k, "value": val} for k, val in configs.items()]}],
+            "timeout_ms": 30000, "validate_only": validate_only})
+
+    def iac(id, rname, ops, rtype=4, validate_only=False):
+        return step(id, "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": rtype, "resource_name": rname,
+             "configs": [{"name": k, "config_operation": op, "value": val} for k, op, val in ops]}],
+            "validate_only": validate_only})
+
+    def ac(id, rname, configs, rtype=4):
+        return step(id, "AlterConfigs", 2, {"resources": [
+            {"resource_type": rtype, "resource_name": rname,
+             "configs": [{"name": k, "value": val} for k, val in configs.items()]}],
+            "validate_only": False})
+
+    def seen(id, rtype, rname, key, **cond):
+        """DescribeConfigs of one key, polled until the broker's metadata image shows
+        the change (the alter APIs answer once the controller has committed it)."""
+        path = "results.0.configs.0." + ("value" if "value" in cond else "config_source")
+        want = cond.get("value", cond.get("source"))
+        c = {"path": path, **poll}
+        if isinstance(want, list):
+            c["in"] = want
+        else:
+            c["equals"] = want
+        return describe_configs(id, [(rtype, rname, [key])], until=c)
+
+    steps = [
+        # --- topics
+        *create_topics("create-a", [(a, 1, set1)], v=7),
+        *create_topics("create-b-v4", [(b, 1, set1)], v=4),
+        ct("create-c-validate-only", c, set2, 7, validate_only=True),
+        metadata("c-not-created", [c]),
+        describe_configs("describe-a", [(2, a, None)], synonyms=True),
+        describe_configs("describe-b", [(2, b, None)], synonyms=True),
+        describe_configs("describe-a-v1", [(2, a, None)], v=1, synonyms=True),
+        iac("b-set-all", b, [(n, OP_SET, set2[n]) for n in tnames], rtype=2),
+        seen("b-set-seen", 2, b, "retention.ms", value=set2["retention.ms"]),
+        describe_configs("b-after-set", [(2, b, None)], synonyms=True),
+        iac("b-delete-all", b, [(n, OP_DELETE, None) for n in tnames], rtype=2),
+        seen("b-delete-seen", 2, b, "retention.ms", source=SRC_DEFAULT),
+        describe_configs("b-after-delete", [(2, b, None)], synonyms=True),
+        ac("b-alter-all", b, set1, rtype=2),
+        seen("b-alter-seen", 2, b, "retention.ms", value=set1["retention.ms"]),
+        describe_configs("b-after-alter", [(2, b, None)], synonyms=True),
+    ]
+
+    # --- broker: cluster-wide configs at "" (the cluster default), at their defaults
+    cw = broker_configs_of_mode("cluster-wide")
+    cw_chunks = _chunks(cw, 25)
+    for i, chunk in enumerate(cw_chunks):
+        steps.append(iac(f"cw-set-{i}", "", [(n, OP_SET, broker_default_value(n)) for n in chunk]))
+    steps += [
+        seen("cw-set-seen", 4, "1", cw[-1], source=SRC_DYNAMIC_DEFAULT),
+        describe_configs("cw-default-after-set", [(4, "", None)], synonyms=True),
+        describe_configs("cw-broker-after-set", [(4, "1", None)], synonyms=True),
+    ]
+    cw_del = [n for n in cw if n != "min.insync.replicas"]
+    for i, chunk in enumerate(_chunks(cw_del, 25)):
+        steps.append(iac(f"cw-delete-{i}", "", [(n, OP_DELETE, None) for n in chunk]))
+    steps += [
+        iac("cw-delete-min-insync", "", [("min.insync.replicas", OP_DELETE, None)]),
+        seen("cw-delete-seen", 4, "1", cw_del[-1], source=[SRC_STATIC, SRC_DEFAULT]),
+        describe_configs("cw-default-after-delete", [(4, "", None)], synonyms=True),
+        describe_configs("cw-broker-after-delete", [(4, "1", cw)], synonyms=True),
+    ]
+
+    # --- broker: per-broker configs at "1", at their defaults
+    pb = broker_configs_of_mode("per-broker")
+    steps += [
+        iac("pb-set", "1", [(n, OP_SET, broker_default_value(n)) for n in pb]),
+        seen("pb-set-seen", 4, "1", pb[-1], source=SRC_DYNAMIC_BROKER),
+        describe_configs("pb-broker-after-set", [(4, "1", None)], synonyms=True),
+        describe_configs("pb-default-after-set", [(4, "", None)], synonyms=True),
+        iac("pb-delete", "1", [(n, OP_DELETE, None) for n in pb]),
+        seen("pb-delete-seen", 4, "1", pb[-1], source=[SRC_STATIC, SRC_DEFAULT]),
+        describe_configs("pb-broker-after-delete", [(4, "1", pb)], synonyms=True),
+    ]
+
+    # --- broker: Kafka's errors, one a step
+    steps += [
+        iac("read-only", "1", [("node.id", OP_SET, "1")]),
+        iac("read-only-default", "", [("node.id", OP_SET, "1")]),
+        iac("per-listener-unprefixed", "1", [("ssl.keystore.type", OP_SET, "JKS")]),
+        iac("per-broker-at-default", "", [("principal.builder.class", OP_SET,
+                                           broker_default_value("principal.builder.class"))]),
+        iac("bad-value-range", "", [("log.cleaner.threads", OP_SET, "-1")]),
+        iac("bad-value-type", "", [("num.io.threads", OP_SET, "abc")]),
+        iac("null-value", "", [("log.retention.ms", OP_SET, None)]),
+        iac("validate-only-bad", "1", [("log.cleaner.threads", OP_SET, "-1")], validate_only=True),
+        iac("unknown-name", "1", [("doze.test.unknown", OP_SET, "1")]),
+        seen("unknown-name-seen", 4, "1", "doze.test.unknown", source=SRC_DYNAMIC_BROKER),
+        describe_configs("unknown-name-described", [(4, "1", ["doze.test.unknown"])], synonyms=True),
+        iac("unknown-name-default", "", [("doze.test.unknown", OP_SET, "1")]),
+        seen("unknown-name-default-seen", 4, "", "doze.test.unknown", source=SRC_DYNAMIC_DEFAULT),
+        describe_configs("unknown-name-default-described", [(4, "", None)], synonyms=True),
+        iac("unknown-name-delete", "1", [("doze.test.unknown", OP_DELETE, None)]),
+        iac("unknown-name-default-delete", "", [("doze.test.unknown", OP_DELETE, None)]),
+        describe_configs("unknown-name-deleted-seen", [(4, "", ["doze.test.unknown"])], until={
+            "path": "results.0.configs", "equals": [], **poll}),
+        describe_configs("unknown-name-deleted", [(4, "", None)], synonyms=True),
+    ]
+
+    # --- legacy AlterConfigs at "": it replaces the cluster default's whole set. The
+    # cluster is formatted with min.insync.replicas there, and (ELR on) refuses to lose it;
+    # on this broker of its own the set is known, so each answer is too.
+    steps += [
+        ac("legacy-default-without-min-insync", "", {"log.cleaner.threads": "1"}),
+        ac("legacy-default-whole-set", "", {"min.insync.replicas": "1", "log.cleaner.threads": "1"}),
+        seen("legacy-default-seen", 4, "", "log.cleaner.threads", value="1"),
+        describe_configs("legacy-default-after", [(4, "", None)], synonyms=True),
+        ac("legacy-default-restore", "", {"min.insync.replicas": "1"}),
+        seen("legacy-restore-seen", 4, "1", "log.cleaner.threads", source=[SRC_STATIC, SRC_DEFAULT]),
+        describe_configs("legacy-default-restored", [(4, "", None)], synonyms=True),
+    ]
+    return steps
