@@ -613,7 +613,6 @@ KAFKA_BROKER_SYNONYMS = {
     "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
 }
 # ==== end of the generated block ====
-# ==== end of the generated block ====
 
 KAFKA_INTERNAL_BROKER_CONFIGS = set(list(KAFKA_BROKER_CONFIGS)[
     list(KAFKA_BROKER_CONFIGS).index("controller.performance.always.log.threshold.ms"):])
@@ -623,7 +622,6 @@ TOPIC_CONFIGS = {name: spec for name, spec in KAFKA_TOPIC_CONFIGS.items()
                  if not name.startswith("internal.")}     # described; internal ones only when set
 TOPIC_CONFIGS_USED = {"cleanup.policy", "max.message.bytes", "message.timestamp.type",
                       "retention.bytes", "retention.ms", "segment.bytes", "segment.ms"}
-DOZE_OWN_DEFAULTS = {"node.id", "listeners", "log.dirs"}    # doze's differ from Kafka's (see above)
 
 
 # --- Reading a config value as Kafka does ---------------------------------------
@@ -787,6 +785,12 @@ class Config:
             if name in dynamic:
                 return dynamic[name]
         return self.static_text(name) if name in self.given else None
+
+    def set_static(self, name, value):
+        """A setting the command line or running() gave (the data directory,
+        the address): described as server.properties' ones are."""
+        self.settings[name] = self.static_settings[name] = value
+        self.given.add(name)
 
     def static_text(self, name):
         value = self.static_settings[name]
@@ -6065,11 +6069,14 @@ def broker_entries(ctx, name, node=True):
 
 
 def broker_default_text(name):
-    """The default DescribeConfigs shows: Kafka's, or doze's where doze's differs."""
+    """The default DescribeConfigs shows: Kafka's (none for the settings that
+    exist only dynamically), or doze's for its own doze.* settings."""
     spec = KAFKA_BROKER_CONFIGS.get(name)
-    if spec is None or name in DOZE_OWN_DEFAULTS:
+    if spec is None:
         value = BROKER_DEFAULTS.get(name)
         return None if value is None else java_text(value)
+    if name in KAFKA_QUOTA_BROKER_CONFIGS:
+        return None
     return spec[1] if isinstance(spec[1], str) else None
 
 
@@ -6114,7 +6121,7 @@ def described_broker_names(ctx):
     internal and dynamic-only ones, doze's own, and any other that was set."""
     internal = KAFKA_INTERNAL_BROKER_CONFIGS | KAFKA_QUOTA_BROKER_CONFIGS
     config = ctx.config
-    return (set(KAFKA_BROKER_CONFIGS) - internal) | set(BROKER_DEFAULTS) | config.given \
+    return (set(KAFKA_BROKER_CONFIGS) - internal) | config.given \
         | set(config.dynamic_cluster) | set(config.dynamic_node)
 
 
@@ -6133,9 +6140,12 @@ def broker_config_entries(ctx, resource_name, keys, synonyms):
                 continue
         own = next((e for e in chain if e[0] == name), None)
         value, source = (own[1], own[2]) if own else (None, SOURCE_DEFAULT)
+        if name == "broker.id":                       # Kafka copies node.id into it
+            value, source = str(ctx.config["node.id"]), SOURCE_STATIC
+            chain = [(name, value, source)] + chain
         heads = KAFKA_BROKER_SYNONYMS.get(name)
         if heads and resource_name != "":
-            chain = synonym_chain([e for s in heads for e in broker_entries(ctx, s)], heads[0])
+            chain = synonym_chain([e for s in heads for e in broker_entries(ctx, s)], name)
         known = spec is not None or name in BROKER_DEFAULTS
         sensitive = not known or spec[0] == "password" if spec else not known
         if sensitive:
@@ -6305,8 +6315,14 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
     for topics); a name Kafka does not know is accepted and stored."""
     check_broker_resource(ctx, res.resource_name, alter=True)
     node = res.resource_name != ""
-    dynamic = ctx.config.dynamic_node if node else ctx.config.dynamic_cluster
+    for c in res.configs:
+        if c.value is None and (not incremental or c.config_operation != OP_DELETE):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+    dynamic = ctx.config.dynamic_node if node else dict(KRAFT_CLUSTER_DEFAULTS, **ctx.config.dynamic_cluster)
     new = apply_config_ops(dynamic, res, incremental, broker_type)
+    if not node and "min.insync.replicas" not in new:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be "
+                         "removed while ELR is enabled.")
     changed = {n for n in set(new) | set(dynamic) if new.get(n) != dynamic.get(n)}
     fixed = sorted(n for n in changed if n in KAFKA_BROKER_CONFIGS and broker_mode(n) == "read-only"
                    or n in BROKER_DEFAULTS and n not in KAFKA_BROKER_CONFIGS)
@@ -6764,6 +6780,7 @@ READ_CHUNK = 256 * 1024
 MAX_QUEUED = 64                 # responses queued on one connection before it stops reading
 MAX_QUEUED_BYTES = 1 << 20      # ... or answer bytes its client has not read yet
 TURNS_PER_CONNECTION = 16       # requests one connection may have handled at a time in a pass
+PASS_REQUESTS_S = 0.05          # loop time a pass may spend taking requests in (at least one)
 SWEEP_S = 1.0                   # how often idle connections and late frames are looked for
 TRIM_S = 10.0                   # how often freed memory is given back to the system
 
@@ -7146,6 +7163,12 @@ class Broker:
                                              else socket.AF_INET, reuse_port=False)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
+        if "listeners" not in config.given or config.port != parse_listener(config["listeners"])[1]:
+            config.set_static("listeners", f"PLAINTEXT://{config.host}:{self.port}")
+        if "log.dirs" not in config.given:
+            config.set_static("log.dirs", config.data_dir)
+        if "node.id" not in config.given:             # Kafka has no default: it must be set
+            config.set_static("node.id", config["node.id"])
         self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
         self.waker = _Waker()
         self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
@@ -7153,6 +7176,7 @@ class Broker:
         self.ip_counts = collections.Counter()
         self.accepting = True           # False while at max.connections
         self.turns = config["queued.max.requests"]   # requests still to take in this pass
+        self.pass_deadline = float("inf")            # ... and until when
         self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
         self.waiters = {}               # park key -> {Park}
         self.timers = []                # heap of (when_s, seq, fn)
@@ -7209,8 +7233,10 @@ class Broker:
         return False
 
     def take_request_turn(self):
-        """queued.max.requests: may one more request be taken in this pass?"""
-        if self.turns <= 0:
+        """queued.max.requests: may one more request be taken in this pass? Not
+        past that many, nor once the pass has spent PASS_REQUESTS_S on requests
+        (wide ones can take a while each): the rest wait for the next pass."""
+        if self.turns <= 0 or time.perf_counter() > self.pass_deadline:
             return False
         self.turns -= 1
         return True
@@ -7318,6 +7344,7 @@ class Broker:
                 events = self.selector.select(self._select_timeout())
                 began = time.perf_counter()
                 self.turns = self.config["queued.max.requests"]
+                self.pass_deadline = began + PASS_REQUESTS_S
                 for key, mask in events:
                     key.data.on_event(mask)
                 while self._calls:

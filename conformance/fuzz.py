@@ -2395,7 +2395,8 @@ class Bystander(threading.Thread):
         seen = {}
         offset = min(self.acked)
         last = max(self.acked)
-        for _ in range(10000):
+        deadline = time.monotonic() + 120         # a fetch reads one segment: tiny ones mean many
+        while time.monotonic() < deadline:
             got = self.fetch(offset, verify=False)
             if not got:
                 break
@@ -3017,17 +3018,33 @@ class Runner:
         try:
             c = Client(self.addr, self.doze_models, 10)
             api = self.doze_models[20]
-            names = CHURN_TOPICS + UNKNOWN_TOPICS + list(CORE_TOPICS) + [WIDE_TOPIC]
+            names = CHURN_TOPICS + UNKNOWN_TOPICS + list(CORE_TOPICS) + [WIDE_TOPIC, self.bystander_topic,
+                                                                         "__consumer_offsets", "__transaction_state"]
             body = {"topic_names": names, "topics": [{"name": t, "topic_id": bytes(16)} for t in names],
                     "timeout_ms": 10000}
             c.call(20, api.hi, body, "fuzz-cleanup")
+            self.reset_broker_configs(c)
             groups = GROUPS + [f"fz-w{i}-g{k}" for i in range(self.connections) for k in range(2)]
             c.call(42, self.doze_models[42].hi, {"groups_names": groups}, "fuzz-cleanup")
             c.close()
         except (OSError, ConnClosed, DecodeError, KeyError) as e:
             self.finding("cleanup-failed", f"deleting the fuzz's topics and groups failed: {e}", "cleanup")
 
-    def settled_rss(self, limit_s=6.0):
+    def reset_broker_configs(self, c):
+        """Undo the broker-level configs the fuzz set (AlterConfigs of broker ""
+        and of its id): DELETE each one DescribeConfigs shows as dynamic."""
+        for name in ("", "1"):
+            resp = c.call(32, 4, {"resources": [{"resource_type": 4, "resource_name": name,
+                                                 "configuration_keys": None}],
+                                  "include_synonyms": False, "include_documentation": False}, "fuzz-cleanup")
+            dynamic = [get(e, "name") for r in get(resp, "results") or [] for e in get(r, "configs") or []
+                       if get(e, "config_source") in (2, 3) and get(e, "name") != "min.insync.replicas"]
+            if dynamic:
+                c.call(44, 1, {"resources": [{"resource_type": 4, "resource_name": name, "configs": [
+                    {"name": n, "config_operation": 1, "value": None} for n in dynamic]}],
+                    "validate_only": False}, "fuzz-cleanup")
+
+    def settled_rss(self, limit_s=15.0):
         """RSS once the broker is idle: sampled until two readings half a
         second apart agree within 1% (or limit_s passes)."""
         last = rss_of(self.broker.pid)
@@ -3125,6 +3142,8 @@ class Runner:
             if self.broker.pid:
                 self.rss["before_cleanup"] = rss_of(self.broker.pid)
                 self.cleanup()
+                if self.frames is None:
+                    time.sleep(11)        # the long mode: doze gives freed memory back every 10 s
                 self.rss["end"] = self.settled_rss()
             phases["cleanup+rss"] = time.monotonic() - t
         finally:

@@ -313,13 +313,13 @@ _AFTER_MARKERS_WHY = ("doze writes the markers before it answers EndTxn, so a re
 
 
 @scenario("endtxn-while-preparing", known_differences={
-    "abort-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 48}, "why": _AFTER_MARKERS_WHY},
-    "commit-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "why": _AFTER_MARKERS_WHY},
+    "abort-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 48}, "or_as_kafka": True, "why": _AFTER_MARKERS_WHY},
+    "commit-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "or_as_kafka": True, "why": _AFTER_MARKERS_WHY},
     "add-follow": {"name": AFTER_MARKERS, "doze": {"results_by_topic": [{"results_by_partition": [
-        {"partition_error_code": 0}]}]}, "why": _AFTER_MARKERS_WHY + " (here: a new transaction starts)"},
+        {"partition_error_code": 0}]}]}, "or_as_kafka": True, "why": _AFTER_MARKERS_WHY + " (here: a new transaction starts)"},
     "add-final": {"name": AFTER_MARKERS, "doze": {"transaction_states": [
-        {"transaction_state": "Ongoing"}]}, "why": "the transaction add-follow started"},
-    "init-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "why": _AFTER_MARKERS_WHY},
+        {"transaction_state": "Ongoing"}]}, "or_as_kafka": True, "why": "the transaction add-follow started"},
+    "init-follow": {"name": AFTER_MARKERS, "doze": {"error_code": 0}, "or_as_kafka": True, "why": _AFTER_MARKERS_WHY},
 })
 def _endtxn_while_preparing(S):
     """Requests that arrive while EndTxn's markers are still being written (Kafka:
