@@ -24,12 +24,22 @@ served exactly as the producer sent them; doze never decompresses on the
 produce or fetch path.
 
 Reading guide -- the file reads top to bottom; nothing refers to a later section:
-  §1 imports   §2 config   §3 API keys and error codes   §4 wire codec
-  §5 schemas   §6 record batches and CRC-32C   §7 storage (logs, meta.db)
+  §1 imports
+  §2 config: doze's settings, then Kafka 4.3.1's own table of every topic config
+     and broker setting (generated from Kafka), and how Kafka parses and checks a value
+  §3 API keys and error codes
+  §4 wire codec: readers that refuse what Kafka's generated code refuses
+  §5 schemas, with each field's nullability per version
+  §6 record batches and CRC-32C; what Produce checks inside a batch (framing,
+     keys of compacted topics, timestamps) and a record reader that trusts nothing
+  §7 storage: descriptors opened on demand, segments with a bisectable time
+     index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
-  §9 request handlers   §10 server loop   §12 CLI
+  §9 request handlers; long ones run in steps (in_steps) so none holds the loop
+  §10 server loop: connections, their limits, back-pressure, group commit   §12 CLI
 To learn transactions: read §8 TransactionCoordinator, then the §9 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
+Hostile input and overload: §4's Reader, §6's check_records, §10's Limits comment.
 """
 
 ###############################################################################
