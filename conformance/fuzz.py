@@ -81,6 +81,7 @@ import threading
 import time
 import traceback
 import zipfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -743,8 +744,9 @@ def build_batch(records, **kw):
 
 
 def parse_batches(data):
-    """Records of the uncompressed batches in a fetched records field ->
-    [(offset, key, value)]. Stops at a partial batch (Kafka may cut one)."""
+    """Records of the uncompressed and gzip batches in a fetched records field
+    -> [(offset, key, value)]. Stops at a partial batch (Kafka may cut one).
+    Other codecs and control batches are skipped."""
     out, pos = [], 0
     while pos + 61 <= len(data):
         base_offset, length = struct.unpack_from(">qi", data, pos)
@@ -753,10 +755,13 @@ def parse_batches(data):
             break
         attributes, = struct.unpack_from(">h", data, pos + 21)
         count, = struct.unpack_from(">i", data, pos + 57)
-        if attributes & 0x20 or attributes & 0x07:        # control or compressed: not ours
+        if attributes & 0x20 or attributes & 0x07 not in (0, 1):   # control, or a codec not read here
             pos = end
             continue
-        d = Decoder(data[pos + 61:end], False)
+        body = data[pos + 61:end]
+        if attributes & 0x07 == 1:                        # gzip (compression.type=gzip recompresses)
+            body = zlib.decompress(bytes(body), 47)
+        d = Decoder(body, False)
         for _ in range(count):
             length_ = _read_zigzag(d)
             start = d.pos
@@ -3074,6 +3079,7 @@ class Runner:
         topics.append({"name": self.bystander_topic, "num_partitions": 1, "replication_factor": -1,
                        "assignments": [], "configs": [
                            {"name": "retention.ms", "value": "-1"}, {"name": "retention.bytes", "value": "-1"},
+                           {"name": "compression.type", "value": "producer"},
                            {"name": "max.message.bytes", "value": "1048588"},
                            {"name": "segment.bytes", "value": "1073741824"}]})
         try:

@@ -17,6 +17,8 @@ disagree, and records what Kafka answers to bad values.
                                        # on a free loopback port; or --bootstrap H:P)
     python3 conformance/configs/extract.py --emit-python [FILE]     # the block for doze_kafka.py
     python3 conformance/configs/extract.py --from-json T.json --emit-python   # no Java, no broker
+    python3 conformance/configs/extract.py --verify-block          # CI: doze_kafka.py's block is
+                                       # exactly what Kafka's jars give (exit 1 if not)
 
 With no output option the table is printed as JSON. Needs Java 17 (javac) and
 the jars (`python3 conformance/kafka/realkafka.py fetch`, done here if missing).
@@ -876,6 +878,27 @@ def write_md(table, notes=None):
     return "\n".join(L) + "\n"
 
 
+def verify_block(block, doze_path):
+    """0 if doze_kafka.py holds exactly this block, else 1 with a diff."""
+    import difflib
+    text = open(doze_path, encoding="utf-8").read()
+    first = block.splitlines()[0]
+    if first not in text or BLOCK_END not in text:
+        print(f"{doze_path}: no generated block ({first!r} ... {BLOCK_END!r})", file=sys.stderr)
+        return 1
+    start = text.index(first)
+    have = text[start:text.index(BLOCK_END, start) + len(BLOCK_END)] + "\n"
+    if have == block:
+        print(f"{doze_path}: the generated config block is what Kafka's jars give "
+              f"({len(block.splitlines())} lines)")
+        return 0
+    sys.stderr.writelines(difflib.unified_diff(have.splitlines(True), block.splitlines(True),
+                                               "doze_kafka.py", "extract.py --emit-python", n=1))
+    print(f"{doze_path}: the generated config block differs; regenerate it with --emit-python",
+          file=sys.stderr)
+    return 1
+
+
 # --------------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -886,6 +909,8 @@ def main(argv=None):
     ap.add_argument("--notes", metavar="FILE", help="Markdown to put into the summary after the tables")
     ap.add_argument("--emit-python", nargs="?", const="-", metavar="FILE",
                     help="write the block for doze_kafka.py (default: stdout)")
+    ap.add_argument("--verify-block", nargs="?", const=os.path.join(HERE, "..", "..", "doze_kafka.py"),
+                    metavar="DOZE", help="compare the generated block in doze_kafka.py with this table")
     ap.add_argument("--from-json", metavar="FILE", help="start from a table written before (no Java)")
     ap.add_argument("--check", action="store_true",
                     help="also ask a real Kafka 4.3.1 (started here unless --bootstrap)")
@@ -935,6 +960,8 @@ def main(argv=None):
         else:
             with open(a.emit_python, "w", encoding="utf-8") as f:
                 f.write(block)
+    if a.verify_block:
+        return verify_block(emit_python(table), a.verify_block)
     if not (a.json or a.md or a.emit_python):
         json.dump(table, sys.stdout, indent=1)
         sys.stdout.write("\n")
