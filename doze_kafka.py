@@ -2909,6 +2909,7 @@ class LogManager:
         self.creating = {}          # topic -> partitions being made for it now (in steps)
         self.removing = collections.OrderedDict()   # directories of deleted partitions, to remove
         self.dirty = {}             # logs appended to since their last flush, oldest first
+        self.urgent = {}            # ... of those, the ones a narrow request waits on (first)
         self.data_dir_unsynced = False
 
     # --- startup ---
@@ -3107,6 +3108,7 @@ class LogManager:
         for p in range(topic.partitions):
             plog = self.logs.pop((name, p))
             self.dirty.pop(plog, None)
+            self.urgent.pop(plog, None)
             plog.close(clean=False)
             self.removing[plog.dir] = None
 
@@ -3129,22 +3131,32 @@ class LogManager:
         self.dirty[plog] = None
         return base
 
+    def hurry(self, plogs):
+        """The logs a request to a few partitions waits on go first in the
+        group commit, so that it does not wait behind the fsyncs of a request
+        to thousands (shortest job first)."""
+        for plog in plogs:
+            if plog in self.dirty:
+                self.urgent[plog] = None
+
     def flush_dirty(self, budget_s=None):
-        """Group commit: one fsync per dirty file, oldest first. Returns the logs
-        whose high watermark moved. With a budget, stops once it is spent: a
-        produce to thousands of partitions is made durable over several passes
-        of the loop, the others served between them. The data directory goes
-        first, so a new partition's entry is durable before any of its records."""
+        """Group commit: one fsync per dirty file, the urgent ones first, then
+        oldest first. Returns the logs whose high watermark moved. With a
+        budget, stops once it is spent: a produce to thousands of partitions is
+        made durable over several passes of the loop, the others served between
+        them. The data directory goes first, so a new partition's entry is
+        durable before any of its records."""
         if self.data_dir_unsynced:
             self.files.fsync_dir(self.config.data_dir)
             self.data_dir_unsynced = False
         moved = []
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         while self.dirty:
-            plog = next(iter(self.dirty))
+            plog = next(iter(self.urgent or self.dirty))
             if plog.flush():
                 moved.append(plog)
             del self.dirty[plog]
+            self.urgent.pop(plog, None)
             if deadline is not None and time.perf_counter() > deadline:
                 break
         return moved
@@ -4533,6 +4545,7 @@ def handle_produce(ctx, req):
     if req.acks != 0 and sum(len(t.partition_data) for t in req.topic_data) > PARTITIONS_PER_STEP:
         return in_steps(wide_produce(ctx, work))        # thousands of partitions: in steps
     results = run_steps(work)
+    ctx.logs.hurry(plog for plog, _ in ctx.appended)
     if req.acks == 0:
         # No answer is sent, so a failure can only be signalled by closing the
         # connection (Kafka: "closing connection due to error during produce").

@@ -936,6 +936,21 @@ def test_storage_high_watermark_moves_only_on_flush(open_logs):
     assert logs.flush_dirty() == []                      # nothing dirty: nothing moved
 
 
+def test_storage_group_commit_fsyncs_a_narrow_requests_logs_first(open_logs):
+    """A produce to a few partitions does not wait behind the fsyncs of one to
+    many: the logs it waits on (hurry) are flushed first, the rest oldest first."""
+    logs = open_logs()
+    wide = [new_topic(logs, "wide", 40)] + [logs.get("wide", p) for p in range(1, 40)]
+    narrow = new_topic(logs, "narrow")
+    logs.flush_dirty()
+    for plog in wide:
+        append(logs, plog, [b"w"], flush=False)
+    append(logs, narrow, [b"n"], flush=False)
+    logs.hurry([narrow])
+    assert logs.flush_dirty(budget_s=0) == [narrow]      # a budget of 0: exactly one fsync
+    assert logs.flush_dirty(budget_s=0) == [wide[0]]     # then the oldest
+    assert logs.flush_dirty() == wide[1:]
+
 def test_storage_index_finds_the_batch_holding_any_offset(open_logs):
     logs = open_logs()
     plog = new_topic(logs)

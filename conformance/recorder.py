@@ -56,13 +56,13 @@ import base64
 import collections
 import copy
 import datetime
-import gzip
 import json
 import os
 import socket
 import struct
 import sys
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -121,6 +121,14 @@ def _records_from_json(v):
     return _bytes_from_json(v)
 
 
+def gzip_mtime0(data):
+    """gzip.compress(data, mtime=0) as Python 3.11 writes it (zlib's own header:
+    XFL 2, OS 3), on every Python: 3.9's gzip module writes OS 255 itself, which
+    would change the batches' CRCs from those recorded."""
+    deflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return deflater.compress(data) + deflater.flush()
+
+
 def make_batch(records=(("k", "v"),), producer_id=-1, producer_epoch=-1, base_sequence=-1,
                attributes=0, timestamp_ms=1700000000000, base_offset=0, corrupt_crc=False,
                magic=2, records_count=None, compression=None):
@@ -140,7 +148,7 @@ def make_batch(records=(("k", "v"),), producer_id=-1, producer_epoch=-1, base_se
         if compression != "gzip":
             raise RecordingError(f"compression {compression!r}: only gzip is built")
         head = dk.BATCH_HEADER_SIZE
-        batch = batch[:head] + gzip.compress(bytes(batch[head:]), mtime=0)
+        batch = batch[:head] + gzip_mtime0(bytes(batch[head:]))
         struct.pack_into(">i", batch, 8, len(batch) - dk.LOG_OVERHEAD)
         struct.pack_into(">h", batch, 21, (attributes & ~0x07) | 1)
         struct.pack_into(">I", batch, 17, dk.crc32c(bytes(batch[21:])))

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""franz-go's pkg/kgo integration tests against doze (or any broker).
+
+    python3 conformance/peers/franz_go.py                      # whole pkg/kgo, fresh doze
+    python3 conformance/peers/franz_go.py --run 'TestTxnEtl|TestGroupETL'
+    python3 conformance/peers/franz_go.py --bootstrap 127.0.0.1:9330   # a broker you started
+
+franz-go comes from the Go module proxy (`go mod download
+github.com/twmb/franz-go@v1.22.3`) and is copied, writable, to
+~/.cache/doze-kafka/peers/franz-go-v1.22.3; nothing of it enters the repo.
+The test binary is built first (`go test -c`), then run through
+`go tool test2json` with the settings franz-go's own CI gives a one-node
+Kafka: KGO_SEEDS=<broker>, KGO_TEST_RF=1. Results per top-level test (pass,
+fail, skip, timeout; seconds; whether it talks to the broker or only to
+in-process code) go to OUT/franz-go.{md,json}, the full output to
+OUT/franz-go.out.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Broker, cache_root, out_dir, run_bounded, write_results  # noqa: E402
+
+MODULE = "github.com/twmb/franz-go"
+DEFAULT_VERSION = "v1.22.3"
+# What in a test's body shows it talks to the broker in KGO_SEEDS.
+BROKER_MARKERS = re.compile(r"\b(adm\(\)|newTestClient|tmpTopic|getSeedBrokers|testClientOpts|"
+                            r"newTestConsumer|testConsumer\{)")
+
+
+def ensure_source(version):
+    dest = os.path.join(cache_root(), f"franz-go-{version}")
+    if os.path.isfile(os.path.join(dest, "go.mod")):
+        return dest
+    env = dict(os.environ, GOFLAGS="-mod=mod")
+    out = subprocess.run(["go", "mod", "download", "-json", f"{MODULE}@{version}"], env=env,
+                         check=True, capture_output=True, text=True, cwd=cache_root()).stdout
+    src = json.loads(out)["Dir"]
+    shutil.copytree(src, dest + ".tmp")
+    for root, dirs, files in os.walk(dest + ".tmp"):
+        for n in dirs + files:
+            os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
+    os.rename(dest + ".tmp", dest)
+    return dest
+
+
+def broker_tests(pkg_dir):
+    """Names of top-level tests that reach the broker (directly or via a helper)."""
+    bodies = {}
+    for name in os.listdir(pkg_dir):
+        if not name.endswith("_test.go"):
+            continue
+        text = open(os.path.join(pkg_dir, name)).read()
+        for chunk in re.split(r"\nfunc ", text)[1:]:
+            m = re.match(r"(?:\([^)]*\)\s*)?(\w+)", chunk)
+            if m:
+                bodies[m.group(1)] = bodies.get(m.group(1), "") + chunk
+    reach = {n for n, b in bodies.items() if BROKER_MARKERS.search(b)}
+    changed = True
+    while changed:
+        changed = False
+        for n, b in bodies.items():
+            if n not in reach and any(re.search(r"\b" + re.escape(r) + r"\(", b) for r in reach):
+                reach.add(n)
+                changed = True
+    return {n for n in reach if n.startswith("Test")}
+
+
+def parse_events(path):
+    tests = {}            # name -> {"result", "seconds", "sub": {...}}
+    order = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            name, action = ev.get("Test"), ev.get("Action")
+            if not name:
+                continue
+            top, _, sub = name.partition("/")
+            if top not in tests:
+                tests[top] = {"result": "timeout", "seconds": 0.0, "sub": {}}
+                order.append(top)
+            if action in ("pass", "fail", "skip"):
+                if sub:
+                    tests[top]["sub"][sub] = {"result": action, "seconds": ev.get("Elapsed", 0.0)}
+                else:
+                    tests[top]["result"] = action
+                    tests[top]["seconds"] = float(ev.get("Elapsed", 0.0))
+    return tests, order
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", default=DEFAULT_VERSION, help="franz-go module version")
+    ap.add_argument("--run", default="", help="go test -run regexp (default: every test)")
+    ap.add_argument("--bootstrap", help="use this broker instead of starting doze")
+    ap.add_argument("--records", type=int, help="KGO_TEST_RECORDS (franz-go's default: 500000)")
+    ap.add_argument("--timeout", type=int, default=1800, help="whole run, seconds (go test -timeout)")
+    ap.add_argument("--parallel", type=int, default=0, help="go test -parallel (default GOMAXPROCS)")
+    ap.add_argument("--doze-log-level", help="e.g. DEBUG: doze logs every request and answer")
+    ap.add_argument("--override", action="append", default=[], help="doze setting NAME=VALUE")
+    ap.add_argument("--out", help="results directory (default: a new temp dir)")
+    a = ap.parse_args(argv)
+
+    out = out_dir(a.out, "franz-go-")
+    src = ensure_source(a.version)
+    pkg = os.path.join(src, "pkg", "kgo")
+    env = dict(os.environ, GOFLAGS="-mod=mod")
+    binary = os.path.join(src, "kgo.test")
+    t0 = time.monotonic()
+    rc, _ = run_bounded(["go", "test", "-c", "-o", binary, "./pkg/kgo/"], 1200, cwd=src, env=env)
+    if rc != 0:
+        sys.exit(f"building the kgo test binary failed (rc {rc})")
+    print(f"kgo.test built in {time.monotonic() - t0:.0f} s; results in {out}", flush=True)
+    reach = broker_tests(pkg)
+
+    overrides = dict(kv.split("=", 1) for kv in a.override)
+    with Broker(a.bootstrap, overrides, a.doze_log_level, keep_dir=os.path.join(out, "doze")) as b:
+        env = dict(os.environ, KGO_SEEDS=b.bootstrap, KGO_TEST_RF="1")
+        if a.records:
+            env["KGO_TEST_RECORDS"] = str(a.records)
+        cmd = ["go", "tool", "test2json", "-t", binary, "-test.v", "-test.count=1",
+               f"-test.timeout={a.timeout}s"]
+        if a.run:
+            cmd.append(f"-test.run={a.run}")
+        if a.parallel:
+            cmd.append(f"-test.parallel={a.parallel}")
+        events = os.path.join(out, "franz-go.events.json")
+        with open(events, "w") as ef:
+            rc, secs = run_bounded(cmd, a.timeout + 120, cwd=pkg, env=env, stdout=ef,
+                                   stderr=subprocess.STDOUT)
+        alive = b.alive()
+        broker = b.bootstrap
+
+    tests, order = parse_events(events)
+    with open(os.path.join(out, "franz-go.out"), "w") as f:       # the plain text, for reading
+        for line in open(events, errors="replace"):
+            try:
+                ev = json.loads(line)
+                if ev.get("Action") == "output":
+                    f.write(ev.get("Output", ""))
+            except ValueError:
+                f.write(line)
+    rows = []
+    for name in order:
+        t = tests[name]
+        note = ""
+        failed_subs = [s for s, v in t["sub"].items() if v["result"] == "fail"]
+        if failed_subs:
+            note = "failed: " + ", ".join(failed_subs[:6]) + (" ..." if len(failed_subs) > 6 else "")
+        rows.append({"test": name, "result": t["result"], "seconds": round(t["seconds"], 2),
+                     "kind": "broker" if name in reach else "in-process", "note": note,
+                     "subtests": t["sub"]})
+    summary = write_results(out, "franz-go", rows, {
+        "suite": f"{MODULE}@{a.version} pkg/kgo", "broker": broker, "run": a.run,
+        "records": a.records, "rc": rc, "seconds": round(secs, 1), "broker_alive_at_end": alive})
+    brows = [r for r in rows if r["kind"] == "broker"]
+    bsum = {}
+    for r in brows:
+        bsum[r["result"]] = bsum.get(r["result"], 0) + 1
+    print(f"franz-go pkg/kgo against {broker}: {summary} in {secs:.0f} s (rc {rc}); "
+          f"broker tests: {bsum}; doze alive at end: {alive}")
+    print(open(os.path.join(out, "franz-go.md")).read())
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
