@@ -7,12 +7,11 @@
     python3 conformance/peers/librdkafka.py --tree DIR --bootstrap 127.0.0.1:9330   # e.g. real Kafka
     python3 conformance/peers/librdkafka.py --tree DIR --check       # rf-3 calls left, sample, exclusions
 
-DIR is a librdkafka 2.15.x source tree, outside the repo (by default
-~/.cache/doze-kafka/peers/librdkafka-2.15.0), that is already built:
-DIR/tests/test-runner must exist. This script neither fetches nor builds
-librdkafka (see README.md). The tests that create topics with replication
-factor 3 must have that argument changed to 1 in that copy before it is
-built; `--check` lists any such call still there.
+DIR is a librdkafka 2.15.x source tree (tag v2.15.0), outside the repo (by
+default ~/.cache/doze-kafka/peers/librdkafka-2.15.0). This script does not
+fetch it. Prepare it once with --patch-rf (the tests' replication factor 3
+becomes 1, in that copy) and --build (configure, make libs, make -C tests
+build); `--check` lists any rf-3 call still there.
 
 Each test number runs on its own (`TESTS=NNNN`, `-V 4.3.1`), bounded by
 --test-timeout, the whole run by --timeout. Tests of librdkafka's
@@ -86,24 +85,67 @@ def table(tree):
     return out
 
 
-def rf3_calls(tree):
-    """Topic creations with replication factor 3 still in the tests' sources."""
+def rf3_calls(tree, fix=False):
+    """Topic creations with replication factor 3 still in the tests' sources
+    (["file:line"]); with fix, that argument is changed to 1 in place (in
+    the copy outside the repo; build the tests again afterwards)."""
     found = []
     tdir = os.path.join(tree, "tests")
     for name in sorted(os.listdir(tdir)):
         if not re.match(r"\d{4}-.*\.(c|cpp)$", name):
             continue
-        s = open(os.path.join(tdir, name), errors="replace").read()
+        path = os.path.join(tdir, name)
+        s = open(path, errors="replace").read()
+        edits = []
         for m in re.finditer(r"\b(test_create_topic\w*|Test::create_topic\w*)\s*\(", s):
-            i, depth = m.end(), 1
-            j = i
+            depth, j, commas = 1, m.end(), []
             while depth and j < len(s):
-                depth += {"(": 1, ")": -1}.get(s[j], 0)
+                c = s[j]
+                depth += {"(": 1, ")": -1}.get(c, 0)
+                if c == "," and depth == 1:
+                    commas.append(j)
                 j += 1
-            args = [a.strip() for a in re.split(r",(?![^(]*\))", re.sub(r"/\*.*?\*/", "", s[i:j - 1], flags=re.S))]
-            if len(args) >= 4 and args[3] == "3":
+            bounds = [m.end() - 1] + commas + [j - 1]          # the call's argument separators
+            if len(bounds) < 5:
+                continue
+            lo, hi = bounds[3] + 1, bounds[4]                   # the fourth argument
+            if re.sub(r"/\*.*?\*/", "", s[lo:hi], flags=re.S).strip() == "3":
                 found.append(f"{name}:{s[:m.start()].count(chr(10)) + 1}")
+                edits.append((lo, hi))
+        if fix and edits:
+            for lo, hi in reversed(edits):
+                k = s.rindex("3", lo, hi)
+                s = s[:k] + "1" + s[k + 1:]
+            with open(path, "w") as f:
+                f.write(s)
     return found
+
+
+def build(tree):
+    """configure and make librdkafka and its test-runner in tree (SSL and
+    SASL/SCRAM built, for the security issue's parts of 0081)."""
+    steps = [["./configure", "--disable-gssapi", "--disable-curl", "--disable-zstd", "--disable-lz4-ext"],
+             ["make", f"-j{os.cpu_count() or 2}", "libs"],
+             ["make", f"-j{os.cpu_count() or 2}", "-C", "tests", "build"]]
+    for cmd in steps:
+        rc, secs = run_bounded(cmd, 3600, cwd=tree)
+        print(f"{' '.join(cmd)}: rc {rc} in {secs:.0f} s", flush=True)
+        if rc != 0:
+            sys.exit(f"building librdkafka failed at: {' '.join(cmd)}")
+
+
+def kafka_tools(out):
+    """A KAFKA_PATH for the tests that run Kafka's own kafka-topics.sh (0052,
+    0077, ...): OUT/kafka/bin/kafka-topics.sh runs Kafka 4.3.1's TopicCommand
+    from the jars conformance/kafka/realkafka.py fetches."""
+    realkafka = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kafka", "realkafka.py")
+    bindir = os.path.join(out, "kafka", "bin")
+    os.makedirs(bindir, exist_ok=True)
+    script = os.path.join(bindir, "kafka-topics.sh")
+    with open(script, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" "{os.path.abspath(realkafka)}" tool kafka-topics "$@"\n')
+    os.chmod(script, 0o755)
+    return os.path.dirname(bindir)
 
 
 def parse_report(path, stdout_text):
@@ -142,6 +184,9 @@ def main(argv=None):
     ap.add_argument("--timeout-multiplier", default="", help="test.conf test.timeout.multiplier")
     ap.add_argument("--doze-log-level", help="e.g. DEBUG: doze logs every request and answer")
     ap.add_argument("--check", action="store_true", help="list rf-3 calls, sample and exclusions; run nothing")
+    ap.add_argument("--patch-rf", action="store_true", help="change the tests' replication factor 3 to 1 "
+                    "in the tree (then --build)")
+    ap.add_argument("--build", action="store_true", help="configure and make the tree, then go on")
     ap.add_argument("--out", help="results directory (default: a new temp dir)")
     a = ap.parse_args(argv)
 
@@ -149,6 +194,10 @@ def main(argv=None):
     if not os.path.isfile(os.path.join(tree, "tests", "test.c")):
         sys.exit(f"{tree} is not a librdkafka source tree (see conformance/peers/README.md)")
     tab = table(tree)
+    if a.patch_rf:
+        print(f"replication factor 3 changed to 1 in: {', '.join(rf3_calls(tree, fix=True)) or 'none'}")
+    if a.build:
+        build(tree)
     left = rf3_calls(tree)
     if a.check:
         print(f"replication factor 3 still in: {', '.join(left) or 'none'}")
@@ -171,6 +220,7 @@ def main(argv=None):
                 scen_of[num].append(s)
     split = set(a.split.split(",")) - {""}
     out = out_dir(a.out, "librdkafka-")
+    kafka_path = kafka_tools(out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     deadline = time.monotonic() + a.timeout
     rows = []
@@ -206,7 +256,7 @@ def main(argv=None):
                 report = os.path.join(out, "logs", tag + ".report.json")
                 logp = os.path.join(out, "logs", tag + ".log")
                 env = dict(os.environ, TESTS=n, RDKAFKA_TEST_CONF=conf, TEST_REPORT=report,
-                           TEST_KAFKA_VERSION=KAFKA_VERSION)
+                           TEST_KAFKA_VERSION=KAFKA_VERSION, KAFKA_PATH=kafka_path, BROKERS=b.bootstrap)
                 env.pop("CI", None)
                 libs = [os.path.join(tree, "src"), os.path.join(tree, "src-cpp")]   # as run-test.sh does
                 env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
