@@ -135,16 +135,20 @@ def build(tree):
 
 
 def kafka_tools(out):
-    """A KAFKA_PATH for the tests that run Kafka's own kafka-topics.sh (0052,
-    0077, ...): OUT/kafka/bin/kafka-topics.sh runs Kafka 4.3.1's TopicCommand
-    from the jars conformance/kafka/realkafka.py fetches."""
-    realkafka = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kafka", "realkafka.py")
+    """A KAFKA_PATH for the tests that run Kafka's own tools (kafka-topics.sh in
+    0052 and 0077, kafka-acls.sh in 0109, ...): OUT/kafka/bin/<tool>.sh runs
+    Kafka 4.3.1's tool from the jars conformance/kafka/realkafka.py fetches."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "kafka"))
+    import realkafka
     bindir = os.path.join(out, "kafka", "bin")
     os.makedirs(bindir, exist_ok=True)
-    script = os.path.join(bindir, "kafka-topics.sh")
-    with open(script, "w") as f:
-        f.write(f'#!/bin/sh\nexec "{sys.executable}" "{os.path.abspath(realkafka)}" tool kafka-topics "$@"\n')
-    os.chmod(script, 0o755)
+    for tool in realkafka.TOOLS:
+        script = os.path.join(bindir, tool + ".sh")
+        with open(script, "w") as f:
+            f.write(f'#!/bin/sh\nexec "{sys.executable}" "{os.path.abspath(realkafka.__file__)}" '
+                    f'tool {tool} "$@"\n')
+        os.chmod(script, 0o755)
     return os.path.dirname(bindir)
 
 
