@@ -85,6 +85,20 @@ __version__ = "0.1.0"
 log = logging.getLogger("doze_kafka")
 
 
+class _OneLine(logging.Filter):
+    """A log line stays one line: control characters in it (a client's group
+    id, config name or client id may hold newlines) are written escaped."""
+
+    def filter(self, record):
+        text = record.getMessage()
+        if not text.isprintable():
+            record.msg, record.args = text.encode("unicode_escape").decode("ascii"), None
+        return True
+
+
+log.addFilter(_OneLine())
+
+
 ###############################################################################
 # 2. CONSTANTS AND CONFIG
 ###############################################################################
@@ -6376,8 +6390,9 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
         ctx.config.set_dynamic(node, name, checked.get(name))
         if name in checked and name not in BROKER_DEFAULTS and \
                 not any(name in s for s in KAFKA_TOPIC_CONFIGS.values() if s[3]):
-            log.info("setting %s set dynamically: Kafka's, stored and described; doze does not "
-                     "act on it", name)
+            log.info("setting %s set dynamically: %s", name, "Kafka's, stored and described; doze "
+                     "does not act on it" if name in KAFKA_BROKER_CONFIGS else "not a setting of Kafka "
+                     "4.3.1 or doze; kept, not used")
 
 
 @api("""

@@ -3759,6 +3759,16 @@ def test_server_a_handler_that_fails_is_answered_or_closes_only_its_connection(b
     assert "Traceback" not in caplog.text
 
 
+def test_server_client_text_cannot_break_a_log_line(client, caplog):
+    """A config name (or group id, client id) with a newline is logged escaped, on one line."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+        resource_type=4, resource_name="", configs=[Msg(name="log#\n2026-12-01 ERROR forged", config_operation=0,
+                                                         value="1")])])
+    lines = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
+    assert lines and all("\n" not in line and "\\n" in line for line in lines)
+
+
 def test_server_a_request_of_too_many_elements_closes_its_connection(broker, bystander):
     with RawClient(broker.port) as c:
         c.send(ApiKey.METADATA, 12, topics=[Msg(name="t") for _ in range(doze.MAX_REQUEST_ELEMENTS + 1)],
