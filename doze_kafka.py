@@ -907,6 +907,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 class ErrorCode(enum.IntEnum):
@@ -6768,6 +6769,89 @@ def handle_list_transactions(ctx, req):
     return Msg(unknown_state_filters=sorted(states - names), transaction_states=[
         Msg(transactional_id=m.transactional_id, producer_id=m.producer_id,
             transaction_state=m.state.value) for m in sorted(found, key=lambda m: m.transactional_id)])
+
+
+# --- DescribeTopicPartitions (75) -----------------------------------------------
+
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000    # Kafka's max.request.partition.size.limit
+
+
+@api("""
+DescribeTopicPartitions  key=75  versions=0-0  flexible=0+     # KIP-966: kafka-topics --describe
+  request
+    topics  []
+      name  string
+    response_partition_limit  int32 = 2000
+    cursor  {}? = null
+      topic_name  string
+      partition_index  int32
+  response
+    throttle_time_ms  int32 = 0
+    topics  []
+      error_code  int16
+      name  string?
+      topic_id  uuid
+      is_internal  bool = false
+      partitions  []
+        error_code  int16
+        partition_index  int32
+        leader_id  int32
+        leader_epoch  int32 = -1
+        replica_nodes  []int32
+        isr_nodes  []int32
+        eligible_leader_replicas  []int32? = null
+        last_known_elr  []int32? = null
+        offline_replicas  []int32
+      topic_authorized_operations  int32 = -2147483648
+    next_cursor  {}? = null
+      topic_name  string
+      partition_index  int32
+""")
+def handle_describe_topic_partitions(ctx, req):
+    """DescribeTopicPartitions: Metadata's partitions, paged. Topics sorted by
+    name from the cursor's, at most response_partition_limit partitions (and
+    2000) an answer; next_cursor says where the next page starts -- the order
+    and the edge cases of Kafka's KRaftMetadataCache.describeTopicResponse.
+    No topics named: every topic, unknown ones left out.
+
+    Errors (per topic): INVALID_REQUEST (for every named topic: a cursor topic
+    not among them, or a negative cursor partition), UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_TOPIC_EXCEPTION.
+    """
+    everything = not req.topics
+    after = req.cursor.topic_name if req.cursor else ""
+    names = sorted({n for n in (ctx.logs.topics if everything else (t.name for t in req.topics)) if n >= after})
+    if req.cursor and (not everything and req.cursor.topic_name not in names or req.cursor.partition_index < 0):
+        return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=UUID_ZERO,
+                               partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
+    node_id, topics, cursor = ctx.node(ctx.conn)[0], [], None
+    for name in names:
+        if remaining == 0:
+            cursor = Msg(topic_name=name, partition_index=0)
+            break
+        topic = ctx.logs.topics.get(name)
+        if topic is None:
+            if not everything:
+                bad = not TOPIC_NAME.fullmatch(name) or name in (".", "..")
+                topics.append(Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION if bad else
+                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=UUID_ZERO,
+                                  is_internal=name in INTERNAL_TOPICS, partitions=[],
+                                  topic_authorized_operations=TOPIC_OPERATIONS))
+            continue
+        start = req.cursor.partition_index if req.cursor and name == after else 0
+        upper = min(topic.partitions, start + remaining)
+        topics.append(Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id,
+                          is_internal=name in INTERNAL_TOPICS, topic_authorized_operations=TOPIC_OPERATIONS,
+                          partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id,
+                                          leader_epoch=0, replica_nodes=[node_id], isr_nodes=[node_id],
+                                          eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
+                                      for p in range(start, upper)]))
+        if upper < topic.partitions:
+            cursor = Msg(topic_name=name, partition_index=upper)
+            break
+        remaining -= max(0, upper - start)
+    return Msg(topics=topics, next_cursor=cursor)
 
 
 ###############################################################################

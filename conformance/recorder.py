@@ -291,8 +291,8 @@ def decode_struct(r, plan, flexible):
     out = {}
     absent = dict(plan.absent)
     known_tags = {}
-    for f, child, _ in plan.steps:
-        out[f.name] = _decode_value(r, f, child, flexible)
+    for f, child, nullable in plan.steps:
+        out[f.name] = _decode_value(r, f, child, flexible, nullable)
     for tag, (f, child, _) in plan.tagged.items():
         known_tags[tag] = (f, child)
     tag_values, unknown = {}, {}
@@ -315,7 +315,7 @@ def decode_struct(r, plan, flexible):
     return out
 
 
-def _decode_value(r, f, child, flexible):
+def _decode_value(r, f, child, flexible, nullable=False):
     t = f.type
     if t == "[]" or (t.startswith("[]") and len(t) > 2):
         n = r.length(flexible, dk.I32)
@@ -327,6 +327,8 @@ def _decode_value(r, f, child, flexible):
         elem = dk.Field(f.name, t[2:])
         return [value_to_json(elem, read(r, flexible, True, f.name)) for _ in range(n)]
     if t == "{}":
+        if nullable and r.fixed(dk.I8) < 0:       # a nullable struct: int8 -1 null, 1 present
+            return None
         return decode_struct(r, child, flexible)
     return value_to_json(f, dk.PRIMITIVES[t][0](r, flexible, True, f.name))
 

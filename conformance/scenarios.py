@@ -2572,3 +2572,35 @@ def _all_configs(S):
         describe_configs("legacy-default-restored", [(4, "", None)], synonyms=True),
     ]
     return steps
+
+
+@scenario("describe-topic-partitions", broker_settings={"offsets.topic.num.partitions": 3})
+def _describe_topic_partitions(S):
+    """DescribeTopicPartitions (KIP-966), what kafka-topics --describe asks first (own
+    broker, so "every topic" is known): every topic, named topics sorted with the unknown
+    and the badly named among them, pages cut by response_partition_limit with the
+    next_cursor Kafka computes (inside a topic, and at a topic's start when a page ends
+    exactly at the end of one), a cursor past a topic's last partition, a limit of 0
+    (taken as 1), and the cursors Kafka refuses (a topic not named, a negative partition):
+    INVALID_REQUEST for every named topic. __consumer_offsets is internal."""
+    a, b, c = f"{S}-a", f"{S}-b", f"{S}-c"
+
+    def dtp(id, topics, limit=2000, cursor=None):
+        return step(id, "DescribeTopicPartitions", 0, {
+            "topics": [{"name": t} for t in topics], "response_partition_limit": limit,
+            "cursor": None if cursor is None else {"topic_name": cursor[0], "partition_index": cursor[1]}})
+    return [
+        *create_topics("create", [(a, 5), (b, 3), (c, 1)]),
+        find_coordinator("find-group", f"{S}-g", 0),
+        dtp("all", []),
+        dtp("named", [b, a, f"{S}-unknown", "bad/name", b]),
+        dtp("page-1", [a, b, c], limit=4),
+        dtp("page-2", [a, b, c], limit=4, cursor=(a, 4)),
+        dtp("page-3", [a, b, c], limit=4, cursor=(c, 0)),
+        dtp("all-from-b", [], limit=2, cursor=(b, 1)),
+        dtp("cursor-past-the-end", [a, b], limit=3, cursor=(a, 10)),
+        dtp("limit-0", [a], limit=0),
+        dtp("cursor-not-named", [a, b], cursor=(c, 0)),
+        dtp("cursor-negative", [a], cursor=(a, -1)),
+        dtp("internal", ["__consumer_offsets"]),
+    ]
