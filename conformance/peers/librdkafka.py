@@ -143,12 +143,19 @@ def kafka_tools(out):
     import realkafka
     bindir = os.path.join(out, "kafka", "bin")
     os.makedirs(bindir, exist_ok=True)
-    for tool in realkafka.TOOLS:
+    scripts = {tool: f'exec "{sys.executable}" "{os.path.abspath(realkafka.__file__)}" tool {tool} "$@"'
+               for tool in realkafka.TOOLS}
+    # tests/java (0098's TransactionProducerCli, ...) compiles against KAFKA_PATH/libs and runs
+    # through bin/kafka-run-class.sh with its own CLASSPATH
+    scripts["kafka-run-class"] = f'exec "{realkafka.java_bin()}" -cp "$CLASSPATH:{realkafka.lib_dir()}/*" "$@"'
+    for tool, command in scripts.items():
         script = os.path.join(bindir, tool + ".sh")
         with open(script, "w") as f:
-            f.write(f'#!/bin/sh\nexec "{sys.executable}" "{os.path.abspath(realkafka.__file__)}" '
-                    f'tool {tool} "$@"\n')
+            f.write(f"#!/bin/sh\n{command}\n")
         os.chmod(script, 0o755)
+    libs = os.path.join(out, "kafka", "libs")
+    if not os.path.exists(libs):
+        os.symlink(realkafka.lib_dir(), libs)
     return os.path.dirname(bindir)
 
 
