@@ -97,6 +97,8 @@ BROKER_DEFAULTS = {
     "node.id": 1,
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
+    "listener.security.protocol.map": "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "controller.listener.names": "",           # listeners of a KRaft controller: doze has none to serve
     "log.dirs": "./doze-data",
     "num.partitions": 1,
     "default.replication.factor": 1,
@@ -779,14 +781,44 @@ class Config:
                          "not a setting of Kafka 4.3.1 or doze; kept, not used")
             self.settings[name] = convert_setting(name, value)
         self.static_settings = dict(self.settings)
-        bind_host, bind_port = parse_listener(self.settings["listeners"])
-        self.host = host or bind_host
-        self.port = bind_port if port is None else port
+        self.listeners, self.advertised = self._listeners(host, port)
+        self.host = self.listeners[0].host or "0.0.0.0"    # the first listener: --host/--port change it
+        self.port = self.listeners[0].port
         self.data_dir = os.path.abspath(data_dir or self.settings["log.dirs"].split(",")[0])
         self.clock = clock or time.time           # seconds, as time.time(); tests inject a fake
 
     def __getitem__(self, name):
         return self.settings[name]
+
+    def _listeners(self, host, port):
+        """The listeners clients reach (not controller.listener.names: doze has
+        no KRaft controller to serve there) and the advertised one per name."""
+        protocols = parse_protocol_map(self.settings["listener.security.protocol.map"])
+        controller = {n.strip().upper() for n in self.settings["controller.listener.names"].split(",")}
+        served = [l for l in parse_listeners(self.settings["listeners"], protocols)
+                  if l.name not in controller]
+        if not served:
+            raise ValueError("listeners: none for clients (every one is in controller.listener.names)")
+        if host is not None or port is not None:
+            served[0] = served[0]._replace(host=served[0].host if host is None else host,
+                                           port=served[0].port if port is None else port)
+        advertised = {l.name: l for l in parse_listeners(self.settings["advertised.listeners"], protocols,
+                                                         "advertised.listeners") if l.name not in controller}
+        if any(l.host == "0.0.0.0" for l in advertised.values()):
+            raise ValueError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
+                             "Use a routable IP address.")
+        names = set(advertised) or {l.name for l in served}
+        inter_broker = (self.settings.get("inter.broker.listener.name")
+                        or self.settings.get("security.inter.broker.protocol") or "PLAINTEXT").upper()
+        if inter_broker not in names:
+            raise ValueError(f"inter.broker.listener.name must be a listener name defined in "
+                             f"advertised.listeners. The valid options based on currently configured "
+                             f"listeners are {','.join(sorted(names))}")
+        if not names <= {l.name for l in served}:
+            raise ValueError(f"advertised.listeners listener names must be equal to or a subset of the "
+                             f"ones defined in listeners. Found {','.join(sorted(names))}. The valid options "
+                             f"based on the current configuration are {','.join(l.name for l in served)}")
+        return served, advertised
 
     def set_text(self, name):
         """A broker setting's text where one was given (AlterConfigs for this
@@ -843,6 +875,59 @@ def parse_listener(text):
         raise ValueError(f"cannot parse listener {text!r}")
     host = m.group(1) or "0.0.0.0"
     return host, int(m.group(2))
+
+
+# --- Listeners -----------------------------------------------------------------
+# listeners=NAME://host:port,... names the sockets the broker serves; a name is
+# not a protocol: listener.security.protocol.map gives each name one of the four
+# (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). advertised.listeners says, per name,
+# the address clients are told (Metadata, FindCoordinator, DescribeCluster answer
+# with the listener the request came in on). An empty host binds every address.
+
+Listener = collections.namedtuple("Listener", "name host port protocol")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT",)
+
+
+def parse_protocol_map(text):
+    """listener.security.protocol.map -> {NAME: protocol}, as Kafka checks it."""
+    out = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        name, sep, protocol = item.partition(":")
+        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL "
+                             f"with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+def parse_listeners(text, protocols, setting="listeners"):
+    """'NAME://host:port,...' -> [Listener], checked as Kafka's
+    listenerListToEndPoints checks them (its messages): every name in the
+    protocol map, names unique, and for listeners ports unique (0 aside)."""
+    out = []
+
+    def refuse(why):
+        return ValueError(f"{setting}: Error creating broker listeners from '{text}': {why}")
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://\[?([^\]]*?)\]?:(\d+)", item)
+        if not m:
+            raise refuse(f"Unable to parse {item} to a broker endpoint")
+        name = m.group(1).upper()
+        if name not in protocols:
+            raise refuse(f"No security protocol defined for listener {name}")
+        out.append(Listener(name, m.group(2), int(m.group(3)), protocols[name]))
+    names = [l.name for l in out]
+    if len(set(names)) != len(names):
+        raise refuse(f"Each listener must have a different name, listeners: {text}")
+    ports = [l.port for l in out if l.port]
+    if setting == "listeners" and len(set(ports)) != len(ports):
+        raise refuse(f"Each listener must have a different port, listeners: {text}")
+    return out
+
+
+def format_listeners(listeners):
+    return ",".join(f"{l.name}://{f'[{l.host}]' if ':' in l.host else l.host}:{l.port}" for l in listeners)
 
 
 # Glossary: the names this file uses for the things Kafka talks about.
@@ -6819,9 +6904,10 @@ class Slot:
 class Connection:
     """One client socket: bytes in, frames out, in order."""
 
-    def __init__(self, sock, addr, broker):
+    def __init__(self, sock, addr, broker, listener=None):
         self.sock = sock
         self.addr = addr
+        self.listener = listener or broker.listening[0].listener   # the Listener it came in on
         self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
         self.broker = broker
@@ -7037,10 +7123,11 @@ def open_file_count():
 
 
 class _Listener:
-    """The listening socket's selector callback: accept, within the limits."""
+    """A listening socket's selector callback: accept, within the limits."""
 
-    def __init__(self, broker, sock):
-        self.broker, self.sock = broker, sock
+    def __init__(self, broker, sock, listener):
+        self.broker, self.sock, self.listener = broker, sock, listener
+        self.port = listener.port
 
     def on_event(self, mask):
         broker = self.broker
@@ -7064,7 +7151,7 @@ class _Listener:
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, addr, broker)
+            conn = Connection(sock, addr, broker, self.listener)
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -7181,18 +7268,13 @@ class Broker:
                                            self.producer_state, self.producer_ids, self.notify)
         self.txns.load()
         self.selector = selectors.DefaultSelector()
-        self.listener = socket.create_server((config.host, config.port), backlog=512,
-                                             family=socket.AF_INET6 if ":" in config.host
-                                             else socket.AF_INET, reuse_port=False)
-        self.listener.setblocking(False)
-        self.port = self.listener.getsockname()[1]
-        if "listeners" not in config.given or config.port != parse_listener(config["listeners"])[1]:
-            config.set_static("listeners", f"PLAINTEXT://{config.host}:{self.port}")
+        self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
+        self.port = self.listening[0].port
         if "log.dirs" not in config.given:
             config.set_static("log.dirs", config.data_dir)
         if "node.id" not in config.given:             # Kafka has no default: it must be set
             config.set_static("node.id", config["node.id"])
-        self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
+        self.listen(True)
         self.waker = _Waker()
         self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
         self.connections = set()
@@ -7224,16 +7306,51 @@ class Broker:
         host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         return f"{host}:{self.port}"
 
+    def _bind(self, listeners):
+        """A listening socket per listener; the listeners setting as bound (a
+        port 0 becomes the one the system gave, as --port does)."""
+        for l in listeners:
+            if l.protocol not in SERVED_PROTOCOLS:
+                raise ValueError(f"listener {l.name} uses {l.protocol}, which doze does not serve yet")
+        bound = []
+        try:
+            for l in listeners:
+                host = l.host or "0.0.0.0"
+                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
+                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                sock.setblocking(False)
+                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1])))
+        except OSError:
+            for b in bound:
+                b.sock.close()
+            raise
+        actual = [b.listener for b in bound]
+        if actual != self.config.listeners or "listeners" not in self.config.given:
+            given = [l for l in parse_listeners(self.config["listeners"], parse_protocol_map(
+                self.config["listener.security.protocol.map"])) if l.name not in {a.name for a in actual}]
+            self.config.set_static("listeners", format_listeners(actual + given))
+        return bound
+
+    def listen(self, on):
+        """Accept on every listener, or on none (at max.connections)."""
+        for b in self.listening:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                if on:
+                    self.selector.register(b.sock, selectors.EVENT_READ, b)
+                else:
+                    self.selector.unregister(b.sock)
+
     def node(self, conn):
-        """(node_id, host, port) as clients should reach this broker."""
-        advertised = self.config["advertised.listeners"]
+        """(node_id, host, port) as clients of the listener conn came in on
+        should reach this broker: its advertised.listeners entry, else its own."""
+        listener = conn.listener if conn is not None else self.listening[0].listener
+        advertised = self.config.advertised.get(listener.name)
         if advertised:
-            host, port = parse_listener(advertised)
-        else:
-            host, port = self.config.host, self.port
-            if host in ("", "0.0.0.0", "::") and conn is not None:
-                host = conn.sock.getsockname()[0]
-        return self.config["node.id"], host, port
+            return self.config["node.id"], advertised.host, advertised.port
+        host = listener.host
+        if host in ("", "0.0.0.0", "::") and conn is not None:
+            host = conn.sock.getsockname()[0]
+        return self.config["node.id"], host or "127.0.0.1", listener.port
 
     # --- connection limits ---
     @property
@@ -7250,7 +7367,7 @@ class Broker:
             return True
         if self.accepting:
             self.accepting = False
-            self.selector.unregister(self.listener)
+            self.listen(False)
             log.info("%d connections: not accepting more until one closes (max.connections, "
                      "or the descriptors doze has)", len(self.connections))
         return False
@@ -7443,9 +7560,9 @@ class Broker:
     def _shutdown(self):
         for conn in list(self.connections):
             conn.close("broker stopping")
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            self.selector.unregister(self.listener)
-        self.listener.close()
+        self.listen(False)
+        for b in self.listening:
+            b.sock.close()
         if self._clean_stop:
             with contextlib.suppress(OSError):
                 self.logs.flush_dirty()
@@ -7464,7 +7581,7 @@ class Broker:
             del self.ip_counts[conn.ip]
         if not self.accepting and len(self.connections) < self.max_connections and not self._stopping:
             self.accepting = True
-            self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
+            self.listen(True)
 
     def handle_frame(self, conn, frame):
         """Decode one request, run its handler, queue its response."""

@@ -3643,6 +3643,78 @@ def raw_connection(broker):
     return RawClient(broker.port)
 
 
+# --- Listeners ---------------------------------------------------------------------
+
+TWO_LISTENERS = {"listeners": "CLIENT://127.0.0.1:0,BACKEND://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                 "listener.security.protocol.map": "CLIENT:PLAINTEXT,BACKEND:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                 "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "BACKEND",
+                 "advertised.listeners": "CLIENT://clients.example:19092,BACKEND://127.0.0.1:0"}
+
+
+def addresses_seen_on(port):
+    """What a client of this port is told: Metadata's, FindCoordinator's and DescribeCluster's broker."""
+    with RawClient(port) as c:
+        [m] = c.metadata(None).brokers
+        c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)       # makes __consumer_offsets
+        f = c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+        [d] = c.call(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False).brokers
+        return {(m.host, m.port), (f.host, f.port), (d.host, d.port)}
+
+
+def test_listener_each_answers_with_its_own_advertised_address(start_broker):
+    """Named listeners at once; a request is answered with the address of the
+    listener it came in on (advertised.listeners, else the listener's own).
+    A controller listener is not served: doze has no KRaft controller."""
+    broker = start_broker(TWO_LISTENERS)
+    client_l, backend = broker.listening
+    assert [(b.listener.name, b.listener.protocol) for b in broker.listening] == \
+        [("CLIENT", "PLAINTEXT"), ("BACKEND", "PLAINTEXT")]
+    assert addresses_seen_on(client_l.port) == {("clients.example", 19092)}
+    assert addresses_seen_on(backend.port) == {("127.0.0.1", 0)}    # as advertised
+    listeners = broker.config["listeners"]
+    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.port},BACKEND://127.0.0.1:{backend.port},")
+    assert "CONTROLLER://127.0.0.1:0" in listeners                  # as given: doze does not bind it
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"listeners": "A://127.0.0.1:0,A://127.0.0.1:1", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "Each listener must have a different name"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:9"}, "No security protocol defined for listener OTHER"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,A://127.0.0.1:7,B://127.0.0.1:7",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,A:PLAINTEXT,B:PLAINTEXT"},
+     "Each listener must have a different port"),
+    ({"listener.security.protocol.map": "PLAINTEXT:TELNET"}, "is not NAME:PROTOCOL"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "nonroutable meta-address 0.0.0.0"),
+    ({"advertised.listeners": "PLAINTEXT://a:1,SSL://example:9093"},
+     "advertised.listeners listener names must be equal to or a subset"),
+    ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0"}, "listener SSL uses SSL, which doze does not serve yet"),
+    ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
+])
+def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
+    with pytest.raises(ValueError, match=message):
+        start_broker(settings)
+
+
+def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
+    def sockets():
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = doze.Config({"listeners": f"PLAINTEXT://127.0.0.1:0,B://127.0.0.1:{port}",
+                              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,B:PLAINTEXT"},
+                             data_dir=tmp_path / "data")
+        before = sockets()
+        with pytest.raises(OSError):
+            doze.Broker(config)
+        assert sockets() <= before                # A's socket was closed, not leaked
+
+
 def test_server_serves_hundreds_of_connections_at_once(broker):
     """Verifies that 300 connections, each with a request in flight, are all
     answered (one selectors loop, non-blocking sockets)."""
