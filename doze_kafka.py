@@ -69,6 +69,10 @@ import shutil
 import signal
 import socket
 import sqlite3
+try:
+    import ssl                  # TLS listeners; a Python built without OpenSSL serves PLAINTEXT only
+except ImportError:             # pragma: no cover
+    ssl = None
 import struct
 import sys
 import tempfile
@@ -886,7 +890,7 @@ def parse_listener(text):
 
 Listener = collections.namedtuple("Listener", "name host port protocol")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT",)
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 def parse_protocol_map(text):
@@ -6893,6 +6897,213 @@ SWEEP_S = 1.0                   # how often idle connections and late frames are
 TRIM_S = 10.0                   # how often freed memory is given back to the system
 
 
+# --- TLS --------------------------------------------------------------------------
+# An SSL listener's connections are wrapped in the standard library's ssl,
+# non-blocking: the handshake advances as its bytes come, on the loop, and must
+# be done within doze.frame.timeout.ms (a stalled handshake holds a connection
+# no longer than a dripped frame). Settings are Kafka's (KIP-651 PEM stores),
+# each also per listener as listener.name.<name>.ssl.*. The standard library
+# reads PEM only: another ssl.keystore.type stops the start with a message.
+# Fetch cannot sendfile() through TLS: file slices are read and encrypted.
+
+PRINCIPAL_ANONYMOUS = "User:ANONYMOUS"
+TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
+TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
+RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
+                    "stateOrProvinceName": "ST", "organizationName": "O",
+                    "organizationalUnitName": "OU", "streetAddress": "STREET",
+                    "domainComponent": "DC", "userId": "UID"}
+OTHER_DN_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
+                 "title": ("2.5.4.12", 0x0C), "surname": ("2.5.4.4", 0x0C), "givenName": ("2.5.4.42", 0x0C)}
+
+
+def listener_setting(config, listener, name):
+    """A security setting for one listener: listener.name.<name>.<setting>,
+    else <setting>, else Kafka's default (None when Kafka has none)."""
+    for key in (f"listener.name.{listener.name.lower()}.{name}", name):
+        if key in config.settings:
+            return config.settings[key]
+    spec = KAFKA_BROKER_CONFIGS.get(name)
+    return spec[1] if spec and spec[1] is not ... else None
+
+
+def tls_context(config, listener):
+    """The server SSLContext of an SSL listener, from Kafka's settings, with
+    the checks and messages of Kafka's DefaultSslEngineFactory."""
+    if ssl is None:
+        raise ValueError(f"listener {listener.name}: this Python has no ssl module")
+    get = functools.partial(listener_setting, config, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _load_keystore(ctx, listener.name, get)
+    _load_truststore(ctx, listener.name, get)
+    auth = (get("ssl.client.auth") or "none").lower()
+    if auth not in ("none", "requested", "required"):
+        raise ValueError(f"listener {listener.name}: ssl.client.auth {auth!r} is not none, requested or required")
+    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                       "required": ssl.CERT_REQUIRED}[auth]
+    versions = [v.strip() for v in (get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
+    unknown = [v for v in versions if v not in TLS_VERSIONS]
+    if unknown or not versions:
+        raise ValueError(f"listener {listener.name}: ssl.enabled.protocols {','.join(unknown) or '(none)'}: "
+                         f"doze serves {', '.join(TLS_VERSIONS)}")
+    ordered = sorted(versions)
+    ctx.minimum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[0]])
+    ctx.maximum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[-1]])
+    ciphers = get("ssl.cipher.suites")
+    if ciphers:
+        ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",")))   # TLS 1.2 suites only
+    return ctx
+
+
+def _load_keystore(ctx, name, get):
+    kind, path = (get("ssl.keystore.type") or "JKS").upper(), get("ssl.keystore.location")
+    key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
+    if key is not None and kind != "PEM":
+        raise ValueError(f"SSL private key can be specified only for PEM, but key store type is {kind}.")
+    if key is not None and chain is None:
+        raise ValueError("SSL private key is specified, but certificate chain is not specified.")
+    if chain is not None and key is None:
+        raise ValueError("SSL certificate chain is specified, but private key is not specified")
+    if key is not None and path is not None:
+        raise ValueError("Both SSL key store location and separate private key are specified.")
+    if (key is not None or path is not None) and kind == "PEM" and get("ssl.keystore.password") is not None:
+        raise ValueError("SSL key store password cannot be specified with PEM format, only key password "
+                         "may be specified.")
+    if key is None and path is None:
+        raise ValueError(f"listener {name}: an SSL listener needs a key and certificate: "
+                         f"ssl.keystore.location (PEM), or ssl.keystore.key and ssl.keystore.certificate.chain")
+    if kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.keystore.type {kind}: doze reads PEM keystores only "
+                         f"(KIP-651, ssl.keystore.type=PEM); convert it with keytool -importkeystore "
+                         f"to PKCS12 and openssl pkcs12 -nodes to PEM")
+    password = get("ssl.key.password")
+    try:
+        if path is not None:
+            ctx.load_cert_chain(path, password=password)
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:    # ssl loads keys from files only
+            os.chmod(f.name, 0o600)
+            f.write(key.strip() + "\n" + chain.strip() + "\n")
+            f.flush()
+            ctx.load_cert_chain(f.name, password=password)
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Failed to load PEM SSL keystore {path or '(ssl.keystore.key)'}: {e}") from None
+
+
+def _load_truststore(ctx, name, get):
+    kind, path, certs = (get("ssl.truststore.type") or "JKS").upper(), get("ssl.truststore.location"), \
+        get("ssl.truststore.certificates")
+    if certs is not None and kind != "PEM":
+        raise ValueError(f"SSL trust store certs can be specified only for PEM, but trust store type is {kind}.")
+    if certs is not None and path is not None:
+        raise ValueError("Both SSL trust store location and separate trust certificates are specified.")
+    if kind == "PEM" and (certs or path) and get("ssl.truststore.password") is not None:
+        raise ValueError("SSL trust store password cannot be specified for PEM format.")
+    if path is not None and kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.truststore.type {kind}: doze reads PEM truststores only "
+                         f"(ssl.truststore.type=PEM)")
+    try:
+        if certs is not None:
+            ctx.load_verify_locations(cadata=certs)
+        elif path is not None:
+            ctx.load_verify_locations(cafile=path)
+        else:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)     # as Java's default truststore
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Invalid PEM truststore configs ({path or 'ssl.truststore.certificates'}): {e}") \
+            from None
+
+
+def parse_principal_rules(text):
+    """ssl.principal.mapping.rules -> [None (DEFAULT) or (regex, replacement,
+    case)], split and parsed as Kafka's SslPrincipalMapper does."""
+    rule = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    rules = []
+    for m in re.finditer(r"\s*(" + rule + r")\s*(?:,\s*|$)", ("DEFAULT" if text is None else text).strip()):
+        one = m.group(1)
+        p = re.match(rule, one)
+        if p.end() != len(one):
+            raise ValueError(f"ssl.principal.mapping.rules: Invalid rule: `{one}`, unmatched substring: "
+                             f"`{one[p.end():]}`")
+        if p.group(1):
+            rules.append(None)
+        elif p.group(2) is not None:
+            rules.append((re.compile(p.group(2)), p.group(3), p.group(4)))
+    return rules
+
+
+def map_principal(rules, dn):
+    """A certificate's RFC 2253 name -> the principal's name by the first rule
+    that matches it whole (Java's replaceAll: $n are groups). None: no rule."""
+    for r in rules:
+        if r is None:
+            return dn
+        pattern, replacement, case = r
+        if pattern.fullmatch(dn):
+            out = pattern.sub(lambda m: re.sub(r"\$(\d)", lambda g: m.group(int(g.group(1)))
+                                              if int(g.group(1)) <= pattern.groups else g.group(0),
+                                              replacement), dn)
+            return out.lower() if case == "L" else out.upper() if case == "U" else out
+    return None
+
+
+def rfc2253(subject):
+    """getpeercert()'s subject -> the name as Java's X500Principal.getName()
+    prints it (RFC 2253): most specific part first, specials escaped."""
+    def value(v):
+        v = re.sub(r'([,+"\\<>;])', r"\\\1", v)
+        if v[:1] in ("#", " "):
+            v = "\\" + v
+        return v[:-1] + "\\ " if v.endswith(" ") and len(v) > 1 else v
+
+    def part(k, v):
+        if k in RFC2253_KEYWORDS:
+            return f"{RFC2253_KEYWORDS[k]}={value(v)}"
+        oid, tag = OTHER_DN_OIDS.get(k, (k, 0x0C))
+        raw = v.encode()
+        length = bytes([len(raw)]) if len(raw) < 128 else bytes([0x81, len(raw)]) if len(raw) < 256 \
+            else bytes([0x82]) + len(raw).to_bytes(2, "big")
+        return f"{oid}=#{(bytes([tag]) + length + raw).hex()}"
+    return ",".join("+".join(part(k, v) for k, v in rdn) for rdn in reversed(subject))
+
+
+WOULD_BLOCK = (BlockingIOError, InterruptedError) + ((ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ())
+
+
+class TlsServer:
+    """TLS for one SSL listener: its context, and each connection's handshake
+    and principal. Connection calls handshake() until it returns True."""
+
+    def __init__(self, config, listener):
+        self.context = tls_context(config, listener)
+        self.rules = parse_principal_rules(listener_setting(config, listener, "ssl.principal.mapping.rules"))
+
+    def wrap(self, sock):
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+    def handshake(self, conn):
+        """One step of the handshake -> True once done (conn.principal set),
+        False while it waits for the client (conn.tls_wants: the event)."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.tls_wants = selectors.EVENT_READ
+            return False
+        except ssl.SSLWantWriteError:
+            conn.tls_wants = selectors.EVENT_WRITE
+            return False
+        cert = conn.sock.getpeercert()
+        if cert and cert.get("subject"):
+            dn = rfc2253(cert["subject"])
+            name = map_principal(self.rules, dn)
+            if name is None:
+                raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
+            conn.principal = f"User:{name}"
+        conn.tls_wants = 0
+        log.debug("TLS %s from %s: principal %s", conn.sock.version(), conn.name, conn.principal)
+        return True
+
+
 class Slot:
     """One request's place in its connection's response order."""
     __slots__ = ("chunks",)
@@ -6904,7 +7115,7 @@ class Slot:
 class Connection:
     """One client socket: bytes in, frames out, in order."""
 
-    def __init__(self, sock, addr, broker, listener=None):
+    def __init__(self, sock, addr, broker, listener=None, tls=None):
         self.sock = sock
         self.addr = addr
         self.listener = listener or broker.listening[0].listener   # the Listener it came in on
@@ -6922,22 +7133,35 @@ class Connection:
         self.events = 0                  # what the selector watches for (0: unregistered)
         self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
         self.frame_started = None        # when the first byte of an incomplete frame came
+        self.principal = PRINCIPAL_ANONYMOUS
+        self.tls = tls                   # TlsServer of an SSL listener, else None
+        self.handshaking = tls is not None
+        self.tls_wants = 0               # the event the TLS handshake waits for
+        if self.handshaking:
+            self.frame_started = self.last_active   # the handshake is due within the frame timeout
 
     # --- reading ---
     def on_readable(self):
-        try:
-            data = self.sock.recv(READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            self.close(f"read failed: {e}")
-            return
-        if not data:
-            self.close("client closed the connection")
-            return
-        self.last_active = self.broker.clock()
-        self.inbuf += data
-        self.process_frames()
+        got = False
+        while True:
+            try:
+                data = self.sock.recv(READ_CHUNK)
+            except WOULD_BLOCK:
+                break
+            except OSError as e:
+                self.close("client closed the connection" if ssl and isinstance(e, ssl.SSLZeroReturnError)
+                           else f"read failed: {e}")
+                return
+            if not data:
+                self.close("client closed the connection")
+                return
+            got = True
+            self.inbuf += data
+            if not (self.tls and self.sock.pending()):     # TLS may hold decrypted bytes already read
+                break
+        if got:
+            self.last_active = self.broker.clock()
+            self.process_frames()
 
     def process_frames(self):
         """Handle every complete frame in the buffer, unless muted."""
@@ -7013,7 +7237,7 @@ class Connection:
                     self.out_pos = 0
                 self.out.popleft()
                 self.out_bytes -= len(chunk)
-        except (BlockingIOError, InterruptedError):
+        except WOULD_BLOCK:
             pass
         except OSError as e:
             self.close(f"write failed: {e}")
@@ -7030,7 +7254,9 @@ class Connection:
         start = chunk.offset + self.out_pos
         left = chunk.count - self.out_pos
         if left > 0:
-            if hasattr(os, "sendfile"):
+            if self.tls:                            # TLS: read, encrypt, send
+                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, TLS_SEND_CHUNK), start))
+            elif hasattr(os, "sendfile"):
                 sent = os.sendfile(self.sock.fileno(), chunk.file.fileno(), start, left)
             else:                                   # no sendfile: copy through Python
                 sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, READ_CHUNK), start))
@@ -7049,7 +7275,9 @@ class Connection:
         if self.closed:
             return
         events = selectors.EVENT_WRITE if self.out else 0
-        if self.may_read() and not self._whole_frame_waiting():   # no more while one waits
+        if self.handshaking:
+            events = self.tls_wants or selectors.EVENT_READ
+        elif self.may_read() and not self._whole_frame_waiting():   # no more while one waits
             events |= selectors.EVENT_READ
         if events == self.events:
             return
@@ -7063,10 +7291,26 @@ class Connection:
         self.events = events
 
     def on_event(self, mask):
+        if self.handshaking:
+            self.step_handshake()
+            return
         if mask & selectors.EVENT_READ and not self.closed:
             self.on_readable()
         if mask & selectors.EVENT_WRITE and not self.closed:
             self.on_writable()
+
+    def step_handshake(self):
+        try:
+            done = self.tls.handshake(self)
+        except (OSError, ValueError) as e:
+            self.close(f"TLS handshake failed: {e}")
+            return
+        if done:
+            self.handshaking = False
+            self.frame_started = None
+            self.last_active = self.broker.clock()
+            self.on_readable()              # the first request may have come with the handshake
+        self.update_interest()
 
     def close(self, reason):
         if self.closed:
@@ -7125,8 +7369,8 @@ def open_file_count():
 class _Listener:
     """A listening socket's selector callback: accept, within the limits."""
 
-    def __init__(self, broker, sock, listener):
-        self.broker, self.sock, self.listener = broker, sock, listener
+    def __init__(self, broker, sock, listener, tls=None):
+        self.broker, self.sock, self.listener, self.tls = broker, sock, listener, tls
         self.port = listener.port
 
     def on_event(self, mask):
@@ -7151,7 +7395,14 @@ class _Listener:
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, addr, broker, self.listener)
+            if self.tls:
+                try:
+                    sock = self.tls.wrap(sock)
+                except OSError as e:
+                    log.warning("TLS on a connection from %s failed: %s", ip, e)
+                    sock.close()
+                    continue
+            conn = Connection(sock, addr, broker, self.listener, self.tls)
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -7312,14 +7563,15 @@ class Broker:
         for l in listeners:
             if l.protocol not in SERVED_PROTOCOLS:
                 raise ValueError(f"listener {l.name} uses {l.protocol}, which doze does not serve yet")
+        tls = [TlsServer(self.config, l) if l.protocol == "SSL" else None for l in listeners]
         bound = []
         try:
-            for l in listeners:
+            for l, t in zip(listeners, tls):
                 host = l.host or "0.0.0.0"
                 sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
                                             family=socket.AF_INET6 if ":" in host else socket.AF_INET)
                 sock.setblocking(False)
-                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1])))
+                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1]), t))
         except OSError:
             for b in bound:
                 b.sock.close()
@@ -7390,8 +7642,8 @@ class Broker:
             if idle_s >= 0 and now - conn.last_active > idle_s:
                 conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
             elif conn.frame_started is not None and now - conn.frame_started > frame_s:
-                conn.close(f"a frame did not arrive whole within doze.frame.timeout.ms "
-                           f"({frame_s * 1000:.0f} ms)")
+                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
+                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
         self.call_later(SWEEP_S, self._sweep_connections)
 
     def _trim_memory(self):

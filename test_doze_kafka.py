@@ -27,6 +27,7 @@ import os
 import random
 import select
 import socket
+import ssl
 import sqlite3
 import struct
 import sys
@@ -3690,7 +3691,8 @@ def test_listener_each_answers_with_its_own_advertised_address(start_broker):
      "advertised.listeners listener names must be equal to or a subset"),
     ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
      "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0"}, "listener SSL uses SSL, which doze does not serve yet"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"},
+     "listener SASL_SSL uses SASL_SSL, which doze does not serve yet"),
     ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
 ])
 def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
@@ -3713,6 +3715,245 @@ def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
         with pytest.raises(OSError):
             doze.Broker(config)
         assert sockets() <= before                # A's socket was closed, not leaked
+
+
+# --- TLS ---------------------------------------------------------------------------
+
+# Test certificates (EC P-256, valid until 2126), made once with openssl for these tests only:
+#   a CA "doze-test-ca"; a server certificate for localhost / 127.0.0.1; a client
+#   certificate "C=US, O=Acme, Inc, OU=eng, CN=alice"; the server key also as
+#   encrypted PKCS#8 (password "keypass").
+TEST_CA_PEM = """\
+-----BEGIN CERTIFICATE-----
+MIIBhTCCASugAwIBAgIUJ5BdPEBqq+ovvrtX3KzStBOBimswCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAXMRUwEwYDVQQDDAxkb3plLXRlc3QtY2EwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAAQaOj+w8d+vbN4cQLlcr9UKnvGGsORUWunOR4R40OVbN8Fl
+ZivmbfX58aVpHfp3kspi/Y669wT40iBlN1zLL0eio1MwUTAdBgNVHQ4EFgQUeItm
+/RKZqnJX7Qkbn0YQbCvT1YEwHwYDVR0jBBgwFoAUeItm/RKZqnJX7Qkbn0YQbCvT
+1YEwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA40clyDI+JIAa
+CNmjRP4L5Bvv6eiFV9Pg3ZUCjk6nIMQCIDe5krVs48lQhDoZKGqzK8LvZld0OLLz
+cVfTXgzyn+mc
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgYtQ2F/SH5wnwVJLR
+0agatIoc2uYGZQi0x87HkCsaDK+hRANCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9
+g1naBUvKFddxjsNwBVHkjYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6
+-----END PRIVATE KEY-----
+"""
+TEST_SERVER_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBjjCCATOgAwIBAgIUP1m9XTfI6xJCp3i41or7YPO+zq0wCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggq
+hkjOPQMBBwNCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9g1naBUvKFddxjsNwBVHk
+jYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6o14wXDAaBgNVHREEEzARgglsb2Nh
+bGhvc3SHBH8AAAEwHQYDVR0OBBYEFKd4TQroR43dpVrUto0HwQSybM+bMB8GA1Ud
+IwQYMBaAFHiLZv0SmapyV+0JG59GEGwr09WBMAoGCCqGSM49BAMCA0kAMEYCIQCn
+kPIBAgswsK3BImx7amaDeWZ1OxRn3n4+lVKbd8c9xQIhAM5Lx2dc9uMdeDCZORxp
+RY0RiGaMTNvkwYcfJ+iv0jR8
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY_ENCRYPTED = """\
+-----BEGIN ENCRYPTED PRIVATE KEY-----
+MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAjA/ExQpyRk/wICCAAw
+DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEBTzekkwjPKZ9B62UnCigW8EgZCd
+hXeTkZE7qh8GHsJtbY7ElrScGt8sUVdwnkSUf6qJnUoeGEL6olLwIWP5TAuROaLr
++lsPwp8Q2/Fo2g62hXLWPzw0fCZnRYZco94sQkGzoWFkeiz3V66+peD0sXckYajo
+XO8aWYyvRm234w3SBYBimueM5965eNTE17b1g8mZg9NSHK+oNX/Q7bSR+edV3q4=
+-----END ENCRYPTED PRIVATE KEY-----
+"""
+TEST_ALICE_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg77rUhtiUODCdH/HR
+kEXxDUM0RiWDrNkelCpsAx0d0+mhRANCAAR5udfsU7ZtJQQFfKH4a9I+vrK5XqdU
+Vur55dpjbUcT5XEu/WoMUE3XvvXn/+LhZ5WvS+Axzez0LRBI/EgpGE0A
+-----END PRIVATE KEY-----
+"""
+TEST_ALICE_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBUjCB+QIUP1m9XTfI6xJCp3i41or7YPO+zq4wCgYIKoZIzj0EAwIwFzEVMBMG
+A1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYxMTA3MTM1
+OTA3WjA/MQswCQYDVQQGEwJVUzESMBAGA1UECgwJQWNtZSwgSW5jMQwwCgYDVQQL
+DANlbmcxDjAMBgNVBAMMBWFsaWNlMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+ebnX7FO2bSUEBXyh+GvSPr6yuV6nVFbq+eXaY21HE+VxLv1qDFBN17715//i4WeV
+r0vgMc3s9C0QSPxIKRhNADAKBggqhkjOPQQDAgNIADBFAiEAzib7TGAAPzfvgzLa
+Vtq2vRnMXkmnbSmX9hCuE/qJXsoCIGrfUtLf/yQ/5qT3w9Poj12ZxR1xBPp0xOYl
+FWryjvS2
+-----END CERTIFICATE-----
+"""
+
+
+@pytest.fixture
+def pem(tmp_path):
+    """The test certificates as files: keystore (key + chain), ca, alice's."""
+    files = {"keystore": TEST_SERVER_KEY + TEST_SERVER_CERT, "ca": TEST_CA_PEM,
+             "alice_key": TEST_ALICE_KEY, "alice_cert": TEST_ALICE_CERT}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = str(tmp_path / f"{name}.pem")
+        with open(paths[name], "w") as f:
+            f.write(text)
+    return paths
+
+
+def tls_settings(pem, **more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": pem["keystore"],
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": pem["ca"]}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+class TlsClient(RawClient):
+    """RawClient over TLS, verifying the broker against the test CA."""
+
+    def __init__(self, port, cert=None, key=None, timeout=SOCKET_TIMEOUT_S):
+        ctx = ssl.create_default_context(cadata=TEST_CA_PEM)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.client_id = "doze-test"
+        self.next_correlation_id = 0
+
+
+def ssl_port(broker):
+    [port] = [b.port for b in broker.listening if b.listener.protocol == "SSL"]
+    return port
+
+
+def principals(broker):
+    return broker.run_in_loop(lambda: sorted(c.principal for c in broker.connections))
+
+
+def test_tls_listener_serves_requests_and_fetch_without_sendfile(start_broker, pem):
+    broker = start_broker(tls_settings(pem))
+    port = ssl_port(broker)
+    with TlsClient(port) as c:
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+        [b] = c.metadata(None).brokers
+        assert (b.host, b.port) == ("127.0.0.1", port)          # the SSL listener's own address
+        c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name="t", num_partitions=1, replication_factor=1,
+                                                    assignments=[], configs=[])], timeout_ms=5000)
+        values = [bytes([i]) * 3000 for i in range(200)]          # bigger than one TLS record
+        assert c.produce("t", 0, make_batch(values)).error_code == 0
+        assert [v for _, v in c.values("t", 0)] == values
+    with RawClient(broker.port) as plain:                         # the PLAINTEXT listener beside it
+        assert plain.metadata(None).brokers[0].port == broker.port
+
+
+def test_tls_client_certificate_gives_the_mapped_principal(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required",
+                                       ssl_principal_mapping_rules="RULE:^CN=(.*?),OU=eng,.*$/$1/U,DEFAULT"))
+    with TlsClient(ssl_port(broker), pem["alice_cert"], pem["alice_key"]) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ALICE"]
+    with RawClient(broker.port) as plain:
+        assert plain.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ANONYMOUS"]
+
+
+def test_tls_required_client_auth_refuses_a_client_without_a_certificate(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required"))
+    with RawClient(broker.port) as bystander:
+        with pytest.raises((ssl.SSLError, OSError, EOFError)):
+            with TlsClient(ssl_port(broker)) as c:
+                c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+
+
+def test_tls_rfc2253_names_as_java_prints_them():
+    subject = ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
+               (("organizationalUnitName", "eng"),), (("commonName", "alice"),), (("emailAddress", "a@b.c"),))
+    assert doze.rfc2253(subject) == "1.2.840.113549.1.9.1=#16056140622e63,CN=alice,OU=eng,O=Acme\\, Inc,C=US"
+    assert doze.rfc2253(((("commonName", "#x "),),)) == "CN=\\#x\\ "
+
+
+@pytest.mark.parametrize("rules, dn, name", [
+    ("DEFAULT", "CN=alice,O=Acme", "CN=alice,O=Acme"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=kafka1,OU=ServiceUsers,O=Org", "kafka1"),
+    ("RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L", "CN=Duke,OU=JavaSoft,O=Sun", "duke@javasoft"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/", "CN=x,O=y", None),
+    ("", "CN=x", None),
+])
+def test_tls_principal_mapping_rules_as_kafka_applies_them(rules, dn, name):
+    assert doze.map_principal(doze.parse_principal_rules(rules), dn) == name
+
+
+def test_tls_principal_mapping_rule_that_does_not_parse_stops_the_start(start_broker, pem):
+    with pytest.raises(ValueError, match="Invalid rule: `FOO`"):
+        start_broker(tls_settings(pem, ssl_principal_mapping_rules="FOO"))
+
+
+def test_tls_inline_pem_keystore_with_an_encrypted_key(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_keystore_location=None) | {
+        "ssl.keystore.key": TEST_SERVER_KEY_ENCRYPTED, "ssl.keystore.certificate.chain": TEST_SERVER_CERT,
+        "ssl.key.password": "keypass", "ssl.truststore.certificates": TEST_CA_PEM,
+        "ssl.truststore.location": None})
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+@pytest.mark.parametrize("more, message", [
+    ({"ssl.keystore.type": "JKS"}, "doze reads PEM keystores only"),
+    ({"ssl.keystore.password": "x"}, "SSL key store password cannot be specified with PEM format"),
+    ({"ssl.keystore.location": None}, "an SSL listener needs a key and certificate"),
+    ({"ssl.keystore.location": None, "ssl.keystore.key": TEST_SERVER_KEY}, "certificate chain is not specified"),
+    ({"ssl.keystore.key": TEST_SERVER_KEY, "ssl.keystore.certificate.chain": TEST_SERVER_CERT},
+     "Both SSL key store location and separate private key are specified"),
+    ({"ssl.truststore.password": "x"}, "SSL trust store password cannot be specified for PEM format"),
+    ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols TLSv1.1"),
+    ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
+    ({"ssl.keystore.location": "/nonexistent.pem"}, "Failed to load PEM SSL keystore"),
+])
+def test_tls_settings_kafka_refuses_stop_the_start(start_broker, pem, more, message):
+    settings = tls_settings(pem)
+    settings.update(more)
+    with pytest.raises(ValueError, match=message):
+        start_broker({k: v for k, v in settings.items() if v is not None})
+
+
+def test_tls_per_listener_settings_win(start_broker, pem):
+    """listener.name.<name>.ssl.* for one listener, over the plain ssl.* ones."""
+    settings = tls_settings(pem, ssl_keystore_type="JKS")       # would stop the start ...
+    settings["listener.name.ssl.ssl.keystore.type"] = "PEM"     # ... but not for listener SSL
+    broker = start_broker(settings)
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_garbage_closes_only_that_connection(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem))
+    with RawClient(broker.port) as bystander, socket.create_connection(("127.0.0.1", ssl_port(broker))) as s:
+        s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE))   # Kafka bytes, not TLS
+        s.settimeout(5)
+        try:
+            assert s.recv(100) == b""                             # closed ...
+        except ConnectionResetError:
+            pass                                                  # ... with its bytes unread: a reset
+        assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, pem):
+    clock = FakeClock()
+    broker = start_broker(tls_settings(pem, doze_frame_timeout_ms=30_000), clock=clock)
+    with socket.create_connection(("127.0.0.1", ssl_port(broker))) as s, RawClient(broker.port) as ok:
+        s.sendall(b"\x16\x03\x01")                              # the start of a ClientHello, no more
+        assert wait_until(lambda: broker.run_in_loop(lambda: any(c.handshaking for c in broker.connections)))
+        clock.advance(25_000)
+        time.sleep(1.5)
+        assert answers(ok)
+        s.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            s.recv(1)                                            # 25 s in: still open
+        clock.advance(10_000)
+        s.settimeout(5)
+        assert s.recv(1) == b""                                  # past 30 s: closed
 
 
 def test_server_serves_hundreds_of_connections_at_once(broker):
