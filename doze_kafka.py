@@ -36,7 +36,9 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
   §9 request handlers; long ones run in steps (in_steps) so none holds the loop
-  §10 server loop: connections, their limits, back-pressure, group commit   §12 CLI
+  §10 server loop: listeners, TLS on the loop (PEM stores, client certificates'
+     principals), connections, their limits, back-pressure, group commit
+  §12 CLI
 To learn transactions: read §8 TransactionCoordinator, then the §9 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
 Hostile input and overload: §4's Reader, §6's check_records, §10's Limits comment.
@@ -142,6 +144,8 @@ BROKER_DEFAULTS = {
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
 }
+
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener by §10's TLS
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -779,7 +783,7 @@ class Config:
         self.dynamic_cluster = {}                 # set by AlterConfigs for broker "": name -> text
         self.dynamic_node = {}                    # ... for this broker's id
         for name, value in (settings or {}).items():
-            if name not in BROKER_DEFAULTS:
+            if name not in BROKER_DEFAULTS and not name.startswith(TLS_SETTING_PREFIXES):
                 log.info("setting %s: %s", name, "Kafka's, accepted and described; doze does not "
                          "act on it" if name in KAFKA_BROKER_CONFIGS else
                          "not a setting of Kafka 4.3.1 or doze; kept, not used")
