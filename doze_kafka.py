@@ -59,13 +59,16 @@ import decimal
 import enum
 import errno
 import functools
+import hashlib
 import heapq
+import hmac
 import itertools
 import json
 import logging
 import operator
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -105,6 +108,8 @@ BROKER_DEFAULTS = {
     "advertised.listeners": "",
     "listener.security.protocol.map": "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
     "controller.listener.names": "",           # listeners of a KRaft controller: doze has none to serve
+    "connection.failed.authentication.delay.ms": 100,   # a failed authentication is answered this late
+    "sasl.server.max.receive.size": 524288,    # the largest frame before a SASL connection authenticates
     "log.dirs": "./doze-data",
     "num.partitions": 1,
     "default.replication.factor": 1,
@@ -894,7 +899,7 @@ def parse_listener(text):
 
 Listener = collections.namedtuple("Listener", "name host port protocol")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def parse_protocol_map(text):
@@ -978,6 +983,7 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -2759,6 +2765,9 @@ CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
     txn_start_ms         INTEGER NOT NULL,
     last_update_ms       INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS scram_credentials (   -- KRaft's UserScramCredentialRecord: no password
+    user TEXT NOT NULL, mechanism TEXT NOT NULL, salt BLOB NOT NULL, stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL, iterations INTEGER NOT NULL, PRIMARY KEY (user, mechanism));
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
     topic            TEXT NOT NULL,
     partition        INTEGER NOT NULL,
@@ -2797,6 +2806,18 @@ class MetadataStore:
 
     def close(self):
         self.db.close()
+
+    # --- SCRAM credentials ---
+    def scram_credential(self, user, mechanism):
+        """-> (salt, stored key, server key, iterations) or None."""
+        return self.db.execute("SELECT salt, stored_key, server_key, iterations FROM scram_credentials "
+                               "WHERE user = ? AND mechanism = ?", (user, mechanism)).fetchone()
+
+    def save_scram_credential(self, user, mechanism, credential):
+        salt, stored, server, iterations = credential
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
+                       (user, mechanism, bytes(salt), stored, server, iterations))
 
     # --- settings ---
     def get_setting(self, name, default=None):
@@ -4457,7 +4478,257 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 9. REQUEST HANDLERS -- one block per API, in API-key order
+# 9. SECURITY -- SASL authentication and SCRAM credentials
+###############################################################################
+# A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
+# SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
+# authenticated, as Kafka's SaslServerAuthenticator has it:
+#
+#   start --ApiVersions--> (one only) --SaslHandshake(mechanism)--> authenticate
+#   authenticate --SaslAuthenticate(tokens)...--> complete (a principal User:<name>)
+#
+# Any other request before completion closes the connection; a failed
+# authentication is answered (SASL_AUTHENTICATION_FAILED and a message) after
+# connection.failed.authentication.delay.ms, then the connection is closed.
+# SaslHandshake v0 means the tokens then come as bare size-prefixed frames,
+# without Kafka headers (old clients). Mechanisms: PLAIN, with its users in
+# the listener's JAAS config (listener.name.<l>.plain.sasl.jaas.config,
+# user_<name>="<password>"), and SCRAM-SHA-256/512 (RFC 5802, as Kafka's
+# ScramSaslServer speaks it), whose credentials live in meta.db as Kafka keeps
+# them: salt, iterations, stored key and server key -- never a password.
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_TYPES = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}   # wire type, hash
+SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS = 4096, 16384
+SCRAM_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+SCRAM_CLIENT_FIRST = re.compile(
+    r"n,(?:a=(?P<authzid>" + SCRAM_SASLNAME + r"))?,(?:m=[\x01-\x2b\x2d-\x7f]+,)?n=(?P<saslname>"
+    + SCRAM_SASLNAME + r"),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)(?P<extensions>(?:,[a-zA-Z]+=[\x01-\x2b\x2d-\x7f]+)*)")
+SCRAM_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+SCRAM_CLIENT_FINAL = re.compile(
+    r"c=(?P<channel>" + SCRAM_BASE64 + r"),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?:,[a-zA-Z]+=[\x01-\x2b\x2d-\x7f]+)*,p=(?P<proof>" + SCRAM_BASE64 + r")")
+
+
+class AuthenticationFailed(Exception):
+    """A mechanism's refusal. Its text goes to the client only when Kafka's
+    would (PLAIN's messages); otherwise the client gets Kafka's generic one."""
+
+    def __init__(self, message, tell_client=False):
+        super().__init__(message)
+        self.tell_client = tell_client
+
+
+def parse_jaas(text):
+    """One JAAS login module: 'Class required key="value" ...;' -> (class, {key: value})."""
+    m = re.fullmatch(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?);?\s*", text or "", re.S)
+    if not m:
+        raise ValueError("sasl.jaas.config: expected '<LoginModule> required key=\"value\" ... ;'")
+    options = {}
+    for key, quoted, bare in re.findall(r'([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))', m.group(3)):
+        options[key] = re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare
+    return m.group(1), options
+
+
+def scram_keys(mechanism, salted_password):
+    """SaltedPassword -> (stored key, server key), as Kafka's ScramFormatter."""
+    digest = SCRAM_TYPES[mechanism][1]
+    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+    return (hashlib.new(digest, client_key).digest(),
+            hmac.new(salted_password, b"Server Key", digest).digest())
+
+
+def scram_salted_password(mechanism, password, salt, iterations):
+    return hashlib.pbkdf2_hmac(SCRAM_TYPES[mechanism][1], password.encode(), salt, iterations)
+
+
+def new_scram_credential(mechanism, password, iterations=SCRAM_MIN_ITERATIONS):
+    """A credential for a password: (salt, stored key, server key, iterations);
+    the salt is random, as Kafka's tools make it."""
+    salt = base36(secrets.randbits(130)).encode()
+    stored, server = scram_keys(mechanism, scram_salted_password(mechanism, password, salt, iterations))
+    return salt, stored, server, iterations
+
+
+def base36(n):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+        if not n:
+            return out
+
+
+class PlainServer:
+    """SASL/PLAIN (RFC 4616) as Kafka's PlainSaslServer: one token,
+    authzid NUL user NUL password, checked against the listener's users."""
+
+    def __init__(self, users):
+        self.users = users
+
+    def step(self, token):
+        """-> (reply token, user name once authenticated, else None)."""
+        parts = token.decode("utf-8", "replace").split("\0", 3)
+        if len(parts) != 3:
+            raise AuthenticationFailed(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+        authzid, user, password = parts
+        if not user:
+            raise AuthenticationFailed("Authentication failed: username not specified", True)
+        if not password:
+            raise AuthenticationFailed("Authentication failed: password not specified", True)
+        expected = self.users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise AuthenticationFailed("Authentication failed: Invalid username or password", True)
+        if authzid and authzid != user:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
+                                       "that is different from username", True)
+        return b"", user
+
+
+class ScramServer:
+    """SCRAM-SHA-256/512 (RFC 5802, RFC 7677) as Kafka's ScramSaslServer: the
+    client-first message names the user, the server answers its nonce, salt
+    and iterations, the client-final proves the password, the server signs."""
+
+    def __init__(self, mechanism, lookup, server_nonce=None):
+        self.mechanism, self.lookup = mechanism, lookup        # lookup(user, mechanism) -> credential
+        self.server_nonce = server_nonce                      # tests only: RFC 7677's example nonce
+        self.expect = "client-first"
+
+    def step(self, token):
+        text = token.decode("utf-8", "replace")
+        if self.expect == "client-first":
+            return self._first(text), None
+        if self.expect == "client-final":
+            return self._final(text)
+        raise AuthenticationFailed(f"Unexpected SASL request in state {self.expect}")
+
+    def _first(self, text):
+        m = SCRAM_CLIENT_FIRST.fullmatch(text)
+        if not m:
+            raise AuthenticationFailed("Invalid SCRAM client first message")
+        if re.search(r"=(?!2C|3D)", m.group("saslname")):
+            raise AuthenticationFailed("Invalid username")
+        self.user = m.group("saslname").replace("=2C", ",").replace("=3D", "=")
+        authzid = (m.group("authzid") or "").replace("=2C", ",").replace("=3D", "=")
+        credential = self.lookup(self.user, self.mechanism)
+        if credential is None:
+            raise AuthenticationFailed("Authentication failed: Invalid user credentials")
+        if authzid and authzid != self.user:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
+                                       "that is different from username", True)
+        self.salt, self.stored_key, self.server_key, iterations = credential
+        if iterations < SCRAM_MIN_ITERATIONS:
+            raise AuthenticationFailed(f"Iterations {iterations} is less than the minimum "
+                                       f"{SCRAM_MIN_ITERATIONS} for {self.mechanism}")
+        self.nonce = m.group("nonce") + (self.server_nonce or base36(secrets.randbits(130)))
+        self.client_first_bare = f"n={m.group('saslname')},r={m.group('nonce')}{m.group('extensions')}"
+        self.server_first = f"r={self.nonce},s={base64.b64encode(self.salt).decode()},i={iterations}"
+        self.expect = "client-final"
+        return self.server_first.encode()
+
+    def _final(self, text):
+        self.expect = "done"
+        m = SCRAM_CLIENT_FINAL.fullmatch(text)
+        if not m:
+            raise AuthenticationFailed("Invalid SCRAM client final message")
+        if not m.group("nonce").endswith(self.nonce):
+            raise AuthenticationFailed("Invalid client nonce in the final client message.")
+        digest = SCRAM_TYPES[self.mechanism][1]
+        channel = base64.b64encode(base64.b64decode(m.group("channel"))).decode()
+        auth_message = f"{self.client_first_bare},{self.server_first},c={channel},r={m.group('nonce')}".encode()
+        signature = hmac.new(self.stored_key, auth_message, digest).digest()
+        proof = base64.b64decode(m.group("proof"))
+        if len(proof) != len(signature):
+            raise AuthenticationFailed("Invalid client credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(hashlib.new(digest, client_key).digest(), self.stored_key):
+            raise AuthenticationFailed("Invalid client credentials")
+        server_signature = hmac.new(self.server_key, auth_message, digest).digest()
+        return b"v=" + base64.b64encode(server_signature), self.user
+
+
+class SaslSession:
+    """One connection's SASL state (Kafka's SaslServerAuthenticator states)."""
+
+    def __init__(self, mechanisms, plain_users, lookup_scram, listener):
+        self.mechanisms, self.plain_users, self.lookup_scram = mechanisms, plain_users, lookup_scram
+        self.listener = listener
+        self.state = "start"              # start, versions, authenticate, complete
+        self.raw = False                  # SaslHandshake v0: tokens come as bare frames
+        self.server = None                # the mechanism's server side
+        self.mechanism = None
+
+    @property
+    def complete(self):
+        return self.state == "complete"
+
+    def admits(self, api_key):
+        """None if the request may go on now, else why the connection closes."""
+        if self.state in ("start", "versions"):
+            if api_key == ApiKey.API_VERSIONS and self.state == "start":
+                self.state = "versions"
+                return None
+            if api_key == ApiKey.SASL_HANDSHAKE:
+                return None
+            return (f"{ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key} "
+                    f"before SASL authentication on listener {self.listener}")
+        if self.state == "authenticate" and api_key != ApiKey.SASL_AUTHENTICATE:
+            return f"API key {api_key} while authenticating with {self.mechanism}: only SaslAuthenticate"
+        return None
+
+    def handshake(self, mechanism, version):
+        """-> True if the mechanism is enabled here (then tokens are expected)."""
+        if mechanism not in self.mechanisms:
+            return False
+        self.mechanism, self.state, self.raw = mechanism, "authenticate", version == 0
+        self.server = PlainServer(self.plain_users) if mechanism == "PLAIN" \
+            else ScramServer(mechanism, self.lookup_scram)
+        return True
+
+    def token(self, data):
+        """A client token -> (reply token, principal once complete, else None);
+        raises AuthenticationFailed."""
+        reply, user = self.server.step(bytes(data))
+        if user is None:
+            return reply, None
+        self.state = "complete"
+        return reply, f"User:{user}"
+
+    def failure_message(self, e):
+        """What the client is told: the mechanism's words for PLAIN's refusals,
+        else Kafka's generic message (it must not say whether the user exists)."""
+        return str(e) if e.tell_client else ("Authentication failed during authentication due to "
+                                             f"invalid credentials with SASL mechanism {self.mechanism}")
+
+
+def sasl_setup(config, listener):
+    """The SASL mechanisms of a SASL listener and its PLAIN users, checked as
+    Kafka checks them at start (what doze cannot do, it says)."""
+    get = functools.partial(listener_setting, config, listener)
+    mechanisms = [m.strip() for m in (get("sasl.enabled.mechanisms") or "GSSAPI").split(",") if m.strip()]
+    unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unsupported or not mechanisms:
+        raise ValueError(f"listener {listener.name}: sasl.enabled.mechanisms {','.join(mechanisms)}: doze "
+                         f"serves {', '.join(SASL_MECHANISMS)} (set sasl.enabled.mechanisms, or "
+                         f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms)")
+    users = {}
+    if "PLAIN" in mechanisms:
+        key = f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config"
+        jaas = config.settings.get(key)
+        if jaas is None:
+            raise ValueError(f"listener {listener.name}: PLAIN needs its users in {key} "
+                             f"(PlainLoginModule required user_<name>=\"<password>\" ...;)")
+        module, options = parse_jaas(jaas)
+        if not module.endswith("PlainLoginModule"):
+            raise ValueError(f"{key}: {module} is not org.apache.kafka.common.security.plain.PlainLoginModule")
+        users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
+    return mechanisms, users
+
+
+###############################################################################
+# 10. REQUEST HANDLERS -- one block per API, in API-key order
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -4475,6 +4746,14 @@ class CloseConnection:
 
     def __init__(self, reason):
         self.reason = reason
+
+
+class AuthenticationFailure:
+    """A handler's verdict on a failed authentication: this response, sent
+    after connection.failed.authentication.delay.ms, then the close (KIP-306)."""
+
+    def __init__(self, response, reason):
+        self.response, self.reason = response, reason
 
 FLUSHED = "flushed"  # the park key notified after every group commit
 
@@ -5585,6 +5864,33 @@ def handle_list_groups(ctx, req):
         if (not states or g.state.value.lower() in states) and (not types or "classic" in types)])
 
 
+# --- SaslHandshake (17) ---------------------------------------------------------
+
+@api("""
+SaslHandshake  key=17  versions=0-1  flexible=none
+  request
+    mechanism  string
+  response
+    error_code  int16
+    mechanisms  []string
+""")
+def handle_sasl_handshake(ctx, req):
+    """SaslHandshake: the mechanism a SASL connection will authenticate with.
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §9).
+
+    Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
+    with the enabled ones after the failure delay, then the connection closes),
+    ILLEGAL_SASL_STATE (not a SASL listener, or already authenticated).
+    """
+    sasl = ctx.conn.sasl
+    if sasl is None or sasl.complete:
+        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    if sasl.handshake(req.mechanism, ctx.version):
+        return Msg(error_code=ErrorCode.NONE, mechanisms=sasl.mechanisms)
+    return AuthenticationFailure(Msg(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=sasl.mechanisms),
+                                 f"SASL mechanism {req.mechanism!r} is not enabled on listener {sasl.listener}")
+
+
 # --- ApiVersions (18) -----------------------------------------------------------
 
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -6498,6 +6804,43 @@ def handle_alter_configs(ctx, req):
     return alter_configs(ctx, req.resources, req.validate_only, incremental=False)
 
 
+# --- SaslAuthenticate (36) ------------------------------------------------------
+
+@api("""
+SaslAuthenticate  key=36  versions=0-2  flexible=2+
+  request
+    auth_bytes  bytes
+  response
+    error_code  int16
+    error_message  string?                       # "" on success: Kafka's generated default
+    auth_bytes  bytes
+    session_lifetime_ms  int64 = 0  v1+
+""")
+def handle_sasl_authenticate(ctx, req):
+    """SaslAuthenticate: one token of the mechanism chosen by SaslHandshake v1,
+    answered with the server's (empty bytes when it has none); the last one
+    makes the connection's principal User:<name>.
+
+    Errors: SASL_AUTHENTICATION_FAILED (sent after the failure delay, then the
+    connection closes), ILLEGAL_SASL_STATE (no handshake on a SASL listener,
+    or already authenticated: the connection stays).
+    """
+    sasl = ctx.conn.sasl
+    if sasl is None or sasl.complete or sasl.raw:
+        message = "SaslAuthenticate request received after successful authentication" \
+            if sasl is not None and sasl.complete else "Unexpected SaslAuthenticate request"
+        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=message, auth_bytes=b"")
+    try:
+        reply, principal = sasl.token(req.auth_bytes)
+    except AuthenticationFailed as e:
+        return AuthenticationFailure(Msg(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                         error_message=sasl.failure_message(e), auth_bytes=b""),
+                                     f"SASL {sasl.mechanism} authentication failed: {e}")
+    if principal is not None:
+        ctx.conn.authenticated(principal)
+    return Msg(error_code=ErrorCode.NONE, auth_bytes=reply)
+
+
 # --- CreatePartitions (37) ------------------------------------------------------
 
 @api("""
@@ -6849,7 +7192,7 @@ def handle_list_transactions(ctx, req):
 
 
 ###############################################################################
-# 10. SERVER -- one selectors loop, every connection, every timer
+# 11. SERVER -- one selectors loop, every connection, every timer
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -7138,6 +7481,8 @@ class Connection:
         self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
         self.frame_started = None        # when the first byte of an incomplete frame came
         self.principal = PRINCIPAL_ANONYMOUS
+        self.sasl = None                 # SaslSession on a SASL listener
+        self.failing = False             # authentication failed: answered after the delay, then closed
         self.tls = tls                   # TlsServer of an SSL listener, else None
         self.handshaking = tls is not None
         self.tls_wants = 0               # the event the TLS handshake waits for
@@ -7172,6 +7517,8 @@ class Connection:
         buf = self.inbuf
         pos = taken = 0
         limit = self.broker.config["socket.request.max.bytes"]
+        if self.sasl is not None and not self.sasl.complete:
+            limit = min(limit, self.broker.config["sasl.server.max.receive.size"])
         while not self.closed and self.may_read():
             if len(buf) - pos < 4:
                 break
@@ -7203,7 +7550,27 @@ class Connection:
 
     def may_read(self):
         """Take in more requests? Not while muted, nor with answers piling up."""
-        return not self.parked and len(self.slots) < MAX_QUEUED and self.out_bytes < MAX_QUEUED_BYTES
+        return not self.parked and not self.failing and len(self.slots) < MAX_QUEUED \
+            and self.out_bytes < MAX_QUEUED_BYTES
+
+    def authenticated(self, principal):
+        self.principal = principal
+        log.info("%s authenticated as %s with %s on listener %s", self.name, principal,
+                 self.sasl.mechanism, self.listener.name)
+
+    def fail_authentication(self, reason, chunks=None):
+        """KIP-306: the answer (if any) after connection.failed.authentication.delay.ms, then the close."""
+        self.failing = True
+        log.warning("closing connection %s after the authentication failure delay: %s", self.name, reason)
+
+        def finish():
+            if chunks and not self.closed:
+                self.out.extend(chunks)
+                self.out_bytes += sum(len(c) for c in chunks)
+                self.on_writable()
+            self.close("authentication failed", quiet=True)
+        self.broker.call_later(self.broker.config["connection.failed.authentication.delay.ms"] / 1000, finish)
+        self.update_interest()
 
     def _whole_frame_waiting(self):
         buf = self.inbuf
@@ -7316,11 +7683,11 @@ class Connection:
             self.on_readable()              # the first request may have come with the handshake
         self.update_interest()
 
-    def close(self, reason):
+    def close(self, reason, quiet=False):
         if self.closed:
             return
         self.closed = True
-        quiet = reason in ("client closed the connection", "broker stopping") \
+        quiet = quiet or reason in ("client closed the connection", "broker stopping") \
             or "Connection reset" in reason or "Broken pipe" in reason
         log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
                 self.name, reason)
@@ -7373,8 +7740,9 @@ def open_file_count():
 class _Listener:
     """A listening socket's selector callback: accept, within the limits."""
 
-    def __init__(self, broker, sock, listener, tls=None):
+    def __init__(self, broker, sock, listener, tls=None, sasl=None):
         self.broker, self.sock, self.listener, self.tls = broker, sock, listener, tls
+        self.sasl = sasl                     # (mechanisms, PLAIN users) of a SASL listener
         self.port = listener.port
 
     def on_event(self, mask):
@@ -7407,6 +7775,9 @@ class _Listener:
                     sock.close()
                     continue
             conn = Connection(sock, addr, broker, self.listener, self.tls)
+            if self.sasl:
+                conn.sasl = SaslSession(self.sasl[0], self.sasl[1], broker.store.scram_credential,
+                                        self.listener.name)
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -7567,15 +7938,16 @@ class Broker:
         for l in listeners:
             if l.protocol not in SERVED_PROTOCOLS:
                 raise ValueError(f"listener {l.name} uses {l.protocol}, which doze does not serve yet")
-        tls = [TlsServer(self.config, l) if l.protocol == "SSL" else None for l in listeners]
+        tls = [TlsServer(self.config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
+        sasl = [sasl_setup(self.config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
         bound = []
         try:
-            for l, t in zip(listeners, tls):
+            for l, t, a in zip(listeners, tls, sasl):
                 host = l.host or "0.0.0.0"
                 sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
                                             family=socket.AF_INET6 if ":" in host else socket.AF_INET)
                 sock.setblocking(False)
-                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1]), t))
+                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1]), t, a))
         except OSError:
             for b in bound:
                 b.sock.close()
@@ -7841,11 +8213,19 @@ class Broker:
 
     def handle_frame(self, conn, frame):
         """Decode one request, run its handler, queue its response."""
+        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
+            self._raw_sasl_token(conn, frame)
+            return
         try:
             api_key, version, correlation_id, client_id, r = parse_request_header(frame)
         except ProtocolError as e:
             conn.close(f"request header does not decode: {e}")
             return
+        if conn.sasl is not None and not conn.sasl.complete:
+            refused = conn.sasl.admits(api_key)
+            if refused:
+                conn.fail_authentication(refused)
+                return
         entry = HANDLERS.get(api_key)
         if entry is None:
             conn.close(f"unknown API key {api_key} (correlation id {correlation_id})")
@@ -7867,7 +8247,8 @@ class Broker:
                        f"does not decode: {e}")
             return
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s <- %s v%d #%d %s", conn.name, spec.name, version, correlation_id, req)
+            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
+                      correlation_id, req)
         slot = Slot()
         conn.slots.append(slot)
         ctx = RequestContext(self, conn, api_key, version, client_id)
@@ -7883,6 +8264,10 @@ class Broker:
             conn.slots.remove(slot)
         elif isinstance(result, CloseConnection):
             conn.close(result.reason)
+        elif isinstance(result, AuthenticationFailure):
+            conn.slots.remove(slot)
+            conn.fail_authentication(result.reason, self._response_chunks(spec, version, correlation_id,
+                                                                          result.response))
         elif isinstance(result, Park):
             self._park(conn, slot, spec, version, correlation_id, result)
         else:
@@ -7929,6 +8314,17 @@ class Broker:
         self._respond(conn, slot, spec, 0, correlation_id, msg)
 
     def _respond(self, conn, slot, spec, version, correlation_id, msg):
+        chunks = self._response_chunks(spec, version, correlation_id, msg)
+        if chunks is None:
+            conn.close(f"{spec.name} response could not be encoded")
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
+        if not conn.closed:
+            conn.push(slot, chunks)
+
+    def _response_chunks(self, spec, version, correlation_id, msg):
+        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
         w = Writer()
         w.out += bytes(4)                                  # the frame size, patched below
         w.fixed(I32, correlation_id)
@@ -7940,15 +8336,26 @@ class Broker:
             log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
                       spec.name, version, correlation_id, where(e))
             log.debug("the traceback", exc_info=e)
-            conn.close(f"{spec.name} response could not be encoded")
-            return
+            return None
         chunks = w.finish()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
         size = sum(len(c) for c in chunks) - 4
         chunks[0] = I32.pack(size) + chunks[0][4:]
-        if not conn.closed:
-            conn.push(slot, chunks)
+        return chunks
+
+    def _raw_sasl_token(self, conn, frame):
+        """After SaslHandshake v0: a bare SASL token in, the server's bare token
+        out; a failure gets no answer, only the delayed close (as in Kafka)."""
+        sasl = conn.sasl
+        try:
+            reply, principal = sasl.token(frame)
+        except AuthenticationFailed as e:
+            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
+            return
+        slot = Slot()
+        conn.slots.append(slot)
+        conn.push(slot, [I32.pack(len(reply)) + reply])
+        if principal is not None:
+            conn.authenticated(principal)
 
     def _park(self, conn, slot, spec, version, correlation_id, park):
         park.slot = (conn, slot, spec, version, correlation_id)
@@ -8049,11 +8456,31 @@ def render_apis():
     return "\n".join(lines)
 
 
+def parse_add_scram(text):
+    """'SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]' ->
+    (user, mechanism, credential); the password goes no further than the hash."""
+    m = re.fullmatch(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)=\[(.*)\]\s*", text)
+    if not m:
+        raise ValueError("--add-scram: expected 'SCRAM-SHA-256=[name=...,password=...]' "
+                         "(or SCRAM-SHA-512)")
+    fields = dict(kv.split("=", 1) for kv in re.findall(r'(\w+=(?:"[^"]*"|[^,]*))', m.group(2)))
+    fields = {k: v[1:-1] if v.startswith('"') and v.endswith('"') else v for k, v in fields.items()}
+    if not fields.get("name") or "password" not in fields:
+        raise ValueError("--add-scram: name and password are required")
+    iterations = int(fields.get("iterations", SCRAM_MIN_ITERATIONS))
+    if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+        raise ValueError(f"--add-scram: iterations must be {SCRAM_MIN_ITERATIONS} to {SCRAM_MAX_ITERATIONS}")
+    return fields["name"], m.group(1), new_scram_credential(m.group(1), fields["password"], iterations)
+
+
 def main(argv=None):
     """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]"""
     parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
     parser.add_argument("properties", nargs="?", help="a Kafka server.properties file")
     parser.add_argument("--port", type=int, help="listen on this port (overrides listeners)")
+    parser.add_argument("--add-scram", action="append", default=[], metavar="CREDENTIAL",
+                        help="add a SCRAM user before serving, as kafka-storage format --add-scram: "
+                        "'SCRAM-SHA-256=[name=alice,password=alice-secret(,iterations=8192)]'")
     parser.add_argument("--host", help="listen on this address (overrides listeners)")
     parser.add_argument("--data-dir", help="data directory (overrides log.dirs)")
     parser.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
@@ -8079,6 +8506,10 @@ def main(argv=None):
         else:
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
         broker = Broker(config)
+        for text in args.add_scram:
+            user, mechanism, credential = parse_add_scram(text)
+            broker.store.save_scram_credential(user, mechanism, credential)
+            log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
     except (OSError, ValueError, sqlite3.Error) as e:
         print(f"doze_kafka: cannot start: {e}", file=sys.stderr)
         return 1

@@ -26,6 +26,9 @@ import logging
 import os
 import random
 import select
+import base64
+import hashlib
+import hmac
 import socket
 import ssl
 import sqlite3
@@ -3691,8 +3694,8 @@ def test_listener_each_answers_with_its_own_advertised_address(start_broker):
      "advertised.listeners listener names must be equal to or a subset"),
     ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
      "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"},
-     "listener SASL_SSL uses SASL_SSL, which doze does not serve yet"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"},
+     "sasl.enabled.mechanisms GSSAPI: doze serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
     ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
 ])
 def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
@@ -3954,6 +3957,300 @@ def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, p
         clock.advance(10_000)
         s.settimeout(5)
         assert s.recv(1) == b""                                  # past 30 s: closed
+
+
+# --- SASL ---------------------------------------------------------------------------
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def sasl_settings(**more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                "connection.failed.authentication.delay.ms": 300}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+def sasl_port(broker):
+    [port] = [b.port for b in broker.listening if b.listener.protocol.startswith("SASL_")]
+    return port
+
+
+def add_scram_user(broker, user, password, mechanism="SCRAM-SHA-256", iterations=4096):
+    broker.run_in_loop(lambda: broker.store.save_scram_credential(
+        user, mechanism, doze.new_scram_credential(mechanism, password, iterations)))
+
+
+def plain_token(user, password, authzid=""):
+    return f"{authzid}\0{user}\0{password}".encode()
+
+
+def sasl_authenticate(c, mechanism, tokens, handshake_version=1):
+    """SaslHandshake, then each token in a SaslAuthenticate -> the answers."""
+    h = c.call(ApiKey.SASL_HANDSHAKE, handshake_version, mechanism=mechanism)
+    assert h.error_code == 0, h
+    return [c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=t) for t in tokens]
+
+
+class ScramClient:
+    """The client side of SCRAM (RFC 5802), for the tests: first(), final(server_first)."""
+
+    def __init__(self, mechanism, user, password, nonce="fyko+d2lbbFgONRv9qkxdawL"):
+        self.digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+        self.user, self.password, self.nonce = user, password, nonce
+
+    def first(self):
+        self.bare = f"n={self.user},r={self.nonce}"
+        return f"n,,{self.bare}".encode()
+
+    def final(self, server_first, nonce=None):
+        fields = dict(kv.split("=", 1) for kv in server_first.decode().split(","))
+        salted = hashlib.pbkdf2_hmac(self.digest, self.password.encode(), base64.b64decode(fields["s"]),
+                                     int(fields["i"]))
+        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
+        stored = hashlib.new(self.digest, client_key).digest()
+        without_proof = f"c=biws,r={nonce or fields['r']}"
+        auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
+        signature = hmac.new(stored, auth, self.digest).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
+        self.expected_server_final = b"v=" + base64.b64encode(hmac.new(server_key, auth, self.digest).digest())
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_sasl_scram_rfc7677_test_vector():
+    """RFC 7677's example exchange, byte for byte (Kafka's ScramFormatterTest uses it too)."""
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    keys = doze.scram_keys("SCRAM-SHA-256", doze.scram_salted_password("SCRAM-SHA-256", "pencil", salt, 4096))
+    server = doze.ScramServer("SCRAM-SHA-256", lambda u, m: (salt, *keys, 4096) if u == "user" else None,
+                              server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    first, user = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert (first, user) == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,"
+                             b"i=4096", None)
+    final, user = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                              b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    assert (final, user) == (b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", "user")
+
+
+def test_sasl_plain_authenticates_then_serves_everything(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("alice", "alice-secret"))
+        assert (a.error_code, a.error_message, bytes(a.auth_bytes)) == (0, "", b"")   # Kafka's "" default
+        assert principals(broker) == ["User:alice"]
+        [b] = c.metadata(None).brokers
+        assert b.port == sasl_port(broker)
+        again = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"x")
+        assert (again.error_code, again.error_message) == (ErrorCode.ILLEGAL_SASL_STATE,
+                                                           "SaslAuthenticate request received after successful authentication")
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0     # still open
+
+
+@pytest.mark.parametrize("token, message", [
+    (plain_token("alice", "wrong"), "Authentication failed: Invalid username or password"),
+    (plain_token("mallory", "x"), "Authentication failed: Invalid username or password"),
+    (plain_token("", "x"), "Authentication failed: username not specified"),
+    (plain_token("alice", ""), "Authentication failed: password not specified"),
+    (plain_token("alice", "alice-secret", authzid="admin"),
+     "Authentication failed: Client requested an authorization id that is different from username"),
+    (b"no-nuls-at-all", "Authentication failed during authentication due to invalid credentials with SASL "
+                        "mechanism PLAIN"),
+])
+def test_sasl_plain_failure_is_answered_after_the_delay_then_closed(start_broker, token, message):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        started = time.monotonic()
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
+        assert time.monotonic() - started >= 0.25                 # connection.failed.authentication.delay.ms
+        assert (a.error_code, a.error_message) == (ErrorCode.SASL_AUTHENTICATION_FAILED, message)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_unknown_mechanism_gets_the_enabled_ones_then_the_close(start_broker):
+    broker = start_broker(sasl_settings(sasl_enabled_mechanisms="SCRAM-SHA-512"))
+    with RawClient(sasl_port(broker)) as c:
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="plain")            # matched exactly
+        assert (h.error_code, h.mechanisms) == (ErrorCode.UNSUPPORTED_SASL_MECHANISM, ["SCRAM-SHA-512"])
+        assert c.is_closed_by_broker(3)
+
+
+@pytest.mark.parametrize("api_key, fields", [
+    (ApiKey.METADATA, {"topics": None}),
+    (ApiKey.SASL_AUTHENTICATE, {"auth_bytes": b"x"}),
+    (ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 1000, "topic_data": []}),
+])
+def test_sasl_a_request_before_authentication_closes_without_an_answer(start_broker, api_key, fields):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        c.send(api_key, None, **fields)
+        assert c.is_closed_by_broker(3)                           # nothing read: closed
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_other_requests_between_handshake_and_authenticate_close(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.METADATA, None, topics=None)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_a_second_api_versions_before_the_handshake_closes(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        c.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert c.is_closed_by_broker(3)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_scram_authenticates_and_signs(start_broker, mechanism):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", mechanism, iterations=8192)
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient(mechanism, "bob", "bob-secret")
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        assert h.error_code == 0
+        first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+        assert first.error_code == 0 and bytes(first.auth_bytes).startswith(b"r=" + client.nonce.encode())
+        assert b",i=8192" in bytes(first.auth_bytes)
+        final = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes)))
+        assert (final.error_code, bytes(final.auth_bytes)) == (0, client.expected_server_final)
+        assert principals(broker) == ["User:bob"]
+        assert c.metadata(None).brokers
+
+
+@pytest.mark.parametrize("case", ["wrong password", "unknown user", "wrong nonce", "garbage first",
+                                  "other mechanism's credential"])
+def test_sasl_scram_failures_get_kafkas_generic_answer(start_broker, case):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", "SCRAM-SHA-256")
+    mechanism = "SCRAM-SHA-512" if case == "other mechanism's credential" else "SCRAM-SHA-256"
+    user = "nobody" if case == "unknown user" else "bob"
+    password = "wrong" if case == "wrong password" else "bob-secret"
+    client = ScramClient(mechanism, user, password)
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism).error_code == 0
+        if case == "garbage first":
+            answer = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\xff\x00garbage")
+        else:
+            first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+            if first.error_code:
+                answer = first                                    # no credential: refused at once
+            else:
+                nonce = "forged" if case == "wrong nonce" else None
+                answer = c.call(ApiKey.SASL_AUTHENTICATE, 2,
+                                auth_bytes=client.final(bytes(first.auth_bytes), nonce))
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            f"{mechanism}")
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_scram_client_final_replayed_on_another_connection_fails(start_broker):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret")
+    client = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
+    with RawClient(sasl_port(broker)) as c:
+        first = sasl_authenticate(c, "SCRAM-SHA-256", [client.first()])[0]
+        final = client.final(bytes(first.auth_bytes))
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
+    with RawClient(sasl_port(broker)) as eve:
+        sasl_authenticate(eve, "SCRAM-SHA-256", [client.first()])      # a new server nonce here
+        assert eve.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == \
+            ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "carol", "carol-very-secret-password", "SCRAM-SHA-512")
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "carol", "carol-very-secret-password")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))) \
+            .error_code == 0
+    broker.stop()
+    for name in os.listdir(tmp_path / "data"):
+        if name.startswith("meta.db"):
+            data = open(tmp_path / "data" / name, "rb").read()
+            assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
+
+
+def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
+    """SaslHandshake v0: the tokens come and go as bare size-prefixed frames."""
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
+        token = plain_token("alice", "alice-secret")
+        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        assert c.read_frame() == b""                              # PLAIN's empty reply, as a frame
+        assert c.metadata(None).brokers                           # now Kafka requests again
+
+
+def test_sasl_v0_bad_token_is_closed_without_an_answer(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
+        token = plain_token("alice", "nope")
+        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_an_oversized_frame_before_authentication_closes(start_broker):
+    broker = start_broker(sasl_settings(sasl_server_max_receive_size=1000))
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
+    assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms GSSAPI"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
+     "PLAIN needs its users in listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"}, "sasl.jaas.config: expected"),
+])
+def test_sasl_settings_that_cannot_work_stop_the_start(start_broker, settings, message):
+    merged = {k: v for k, v in {**sasl_settings(), **settings}.items() if v is not None}
+    with pytest.raises(ValueError, match=message):
+        start_broker(merged)
+
+
+def test_sasl_add_scram_on_the_command_line(tmp_path, capsys):
+    user, mechanism, credential = doze.parse_add_scram("SCRAM-SHA-512=[name=dave,password=\"p,w=d\",iterations=8192]")
+    assert (user, mechanism, credential[3]) == ("dave", "SCRAM-SHA-512", 8192)
+    salt, stored, server, iterations = credential
+    assert (stored, server) == doze.scram_keys(mechanism, doze.scram_salted_password(mechanism, "p,w=d", salt, 8192))
+    with pytest.raises(ValueError, match="iterations must be"):
+        doze.parse_add_scram("SCRAM-SHA-256=[name=x,password=y,iterations=100]")
+
+
+def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
+    settings = {**tls_settings(pem), **sasl_settings()}
+    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
+    broker = start_broker(settings)
+    with TlsClient(sasl_port(broker)) as c:
+        a = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])[0]
+        assert a.error_code == 0
+        assert principals(broker) == ["User:admin"]
+        assert c.metadata(None).brokers[0].port == sasl_port(broker)
 
 
 def test_server_serves_hundreds_of_connections_at_once(broker):
