@@ -14,7 +14,7 @@ DeleteRecords, configs, the classic consumer-group protocol with committed
 offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
-versions: the HANDLERS table in section 9, or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table in section 10, or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
@@ -35,13 +35,14 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §7 storage: descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
-  §9 request handlers; long ones run in steps (in_steps) so none holds the loop
-  §10 server loop: listeners, TLS on the loop (PEM stores, client certificates'
+  §9 security: SASL sessions (PLAIN, SCRAM) and SCRAM credentials
+  §10 request handlers; long ones run in steps (in_steps) so none holds the loop
+  §11 server loop: listeners, TLS on the loop (PEM stores, client certificates'
      principals), connections, their limits, back-pressure, group commit
   §12 CLI
-To learn transactions: read §8 TransactionCoordinator, then the §9 handlers for
+To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
-Hostile input and overload: §4's Reader, §6's check_records, §10's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §11's Limits comment.
 """
 
 ###############################################################################
@@ -150,7 +151,7 @@ BROKER_DEFAULTS = {
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener by §10's TLS
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §11)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -939,6 +940,16 @@ def parse_listeners(text, protocols, setting="listeners"):
     return out
 
 
+def listener_setting(config, listener, name):
+    """A security setting for one listener: listener.name.<name>.<setting>,
+    else <setting>, else Kafka's default (None when Kafka has none)."""
+    for key in (f"listener.name.{listener.name.lower()}.{name}", name):
+        if key in config.settings:
+            return config.settings[key]
+    spec = KAFKA_BROKER_CONFIGS.get(name)
+    return spec[1] if spec and spec[1] is not ... else None
+
+
 def format_listeners(listeners):
     return ",".join(f"{l.name}://{f'[{l.host}]' if ':' in l.host else l.host}:{l.port}" for l in listeners)
 
@@ -1086,7 +1097,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below §9; a handler (or the
+    """A protocol-level failure. Raised anywhere below §10; a handler (or the
     dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2998,7 +3009,7 @@ def check_topic_configs(configs, null_code=ErrorCode.INVALID_CONFIG, null_text="
 def run_steps(steps):
     """Run a step generator to its end in one go -> its result. (Long work in
     doze is written as generators that yield where the loop may serve others;
-    see in_steps in section 9. At start-up, and in tests, it just runs.)"""
+    see in_steps in section 10. At start-up, and in tests, it just runs.)"""
     try:
         while True:
             next(steps)
@@ -4899,7 +4910,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §10).
+    connection of a client that sends one (see §11).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -7262,16 +7273,6 @@ RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
                     "domainComponent": "DC", "userId": "UID"}
 OTHER_DN_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
                  "title": ("2.5.4.12", 0x0C), "surname": ("2.5.4.4", 0x0C), "givenName": ("2.5.4.42", 0x0C)}
-
-
-def listener_setting(config, listener, name):
-    """A security setting for one listener: listener.name.<name>.<setting>,
-    else <setting>, else Kafka's default (None when Kafka has none)."""
-    for key in (f"listener.name.{listener.name.lower()}.{name}", name):
-        if key in config.settings:
-            return config.settings[key]
-    spec = KAFKA_BROKER_CONFIGS.get(name)
-    return spec[1] if spec and spec[1] is not ... else None
 
 
 def tls_context(config, listener):
