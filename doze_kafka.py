@@ -999,6 +999,8 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -1078,6 +1080,9 @@ class ErrorCode(enum.IntEnum):
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     TOPIC_DELETION_DISABLED = 73
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTIONAL_ID_NOT_FOUND = 105
@@ -2825,10 +2830,24 @@ class MetadataStore:
                                "WHERE user = ? AND mechanism = ?", (user, mechanism)).fetchone()
 
     def save_scram_credential(self, user, mechanism, credential):
-        salt, stored, server, iterations = credential
+        self.alter_scram_credentials([], [(user, mechanism, credential)])
+
+    def alter_scram_credentials(self, deletions, upsertions):
+        """[(user, mechanism)] removed and [(user, mechanism, credential)] stored, in one commit."""
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
-                       (user, mechanism, bytes(salt), stored, server, iterations))
+            for user, mechanism in deletions:
+                db.execute("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?", (user, mechanism))
+            for user, mechanism, (salt, stored, server, iterations) in upsertions:
+                db.execute("INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
+                           (user, mechanism, bytes(salt), stored, server, iterations))
+
+    def scram_users(self):
+        """{user: [(mechanism, iterations)]}, mechanisms in Kafka's type order."""
+        out = {}
+        for user, mechanism, iterations in self.db.execute(
+                "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism"):
+            out.setdefault(user, []).append((mechanism, iterations))
+        return out
 
     # --- settings ---
     def get_setting(self, name, default=None):
@@ -7018,6 +7037,118 @@ def handle_offset_delete(ctx, req):
                 deletable.append((t.name, p.partition_index))
     ctx.groups.delete_offsets(req.group_id, deletable)
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
+
+@api("""
+DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
+  request
+    users  []?
+      name  string
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    results  []
+      user  string
+      error_code  int16
+      error_message  string?
+      credential_infos  []
+        mechanism  int8
+        iterations  int32
+""")
+def handle_describe_user_scram_credentials(ctx, req):
+    """DescribeUserScramCredentials: each user's SCRAM mechanisms and
+    iterations (never a salt or a key); none named: every user.
+
+    Errors (per user): RESOURCE_NOT_FOUND (no credential), DUPLICATE_RESOURCE
+    (named twice).
+    """
+    known = ctx.store.scram_users()
+    names = [u.name for u in req.users] if req.users else list(known)
+    results = []
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1:
+            results.append(Msg(user=name, error_code=ErrorCode.DUPLICATE_RESOURCE, credential_infos=[],
+                               error_message="Cannot describe SCRAM credentials for the same user twice "
+                                             f"in a single request: {name}"))
+        elif name not in known:
+            results.append(Msg(user=name, error_code=ErrorCode.RESOURCE_NOT_FOUND, credential_infos=[],
+                               error_message=f"Attempt to describe a user credential that does not exist: {name}"))
+        else:
+            results.append(Msg(user=name, error_code=ErrorCode.NONE, credential_infos=[
+                Msg(mechanism=SCRAM_TYPES[m][0], iterations=i) for m, i in known[name]]))
+    return Msg(error_code=ErrorCode.NONE, results=results)
+
+
+@api("""
+AlterUserScramCredentials  key=51  versions=0-0  flexible=0+        # KIP-554
+  request
+    deletions  []
+      name  string
+      mechanism  int8
+    upsertions  []
+      name  string
+      mechanism  int8
+      iterations  int32
+      salt  bytes
+      salted_password  bytes
+  response
+    throttle_time_ms  int32 = 0
+    results  []
+      user  string
+      error_code  int16
+      error_message  string?
+""")
+def handle_alter_user_scram_credentials(ctx, req):
+    """AlterUserScramCredentials: the client sends salt and SaltedPassword
+    (never the password); doze keeps the stored and server keys derived from
+    them. One result per user; the valid changes are made in one commit.
+
+    Errors (per user, Kafka's ScramControlManager): DUPLICATE_RESOURCE (a user
+    twice in one request), UNACCEPTABLE_CREDENTIAL (empty name, too few or
+    too many iterations), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND
+    (deleting a credential that does not exist).
+    """
+    errors, deletions, upsertions = {}, {}, {}
+    for op, kind in [(d, "delete") for d in req.deletions] + [(u, "upsert") for u in req.upsertions]:
+        if op.name in errors:
+            continue
+        if deletions.pop(op.name, None) or upsertions.pop(op.name, None):
+            errors[op.name] = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in "
+                                                            "the same request")
+            continue
+        error = scram_alteration_error(ctx, op, kind)
+        if error:
+            errors[op.name] = error
+        else:
+            (deletions if kind == "delete" else upsertions)[op.name] = op
+    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}
+    ctx.store.alter_scram_credentials(
+        [(d.name, mechanism[d.mechanism]) for d in deletions.values()],
+        [(u.name, mechanism[u.mechanism], (u.salt, *scram_keys(mechanism[u.mechanism], bytes(u.salted_password)),
+                                           u.iterations)) for u in upsertions.values()])
+    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)
+                        for n in list(deletions) + list(upsertions)] +
+               [Msg(user=n, error_code=code, error_message=text) for n, (code, text) in errors.items()])
+
+
+def scram_alteration_error(ctx, op, kind):
+    """Kafka's validateDeletion / validateUpsertion -> (code, message) or None."""
+    if not op.name:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}.get(op.mechanism)
+    if mechanism is None:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if kind == "delete":
+        if ctx.store.scram_credential(op.name, mechanism) is None:
+            return ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+    elif op.iterations < SCRAM_MIN_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+    elif op.iterations > SCRAM_MAX_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+    return None
 
 
 # --- DescribeCluster (60) -------------------------------------------------------

@@ -4253,6 +4253,61 @@ def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
         assert c.metadata(None).brokers[0].port == sasl_port(broker)
 
 
+def scram_upsertion(name, mechanism, password, iterations=4096, salt=b"salt-from-the-client"):
+    digest = {1: "sha256", 2: "sha512"}[mechanism] if mechanism in (1, 2) else "sha256"
+    return Msg(name=name, mechanism=mechanism, iterations=iterations, salt=salt,
+               salted_password=hashlib.pbkdf2_hmac(digest, password.encode(), salt, max(1, min(iterations, 4096))))
+
+
+def test_scram_admin_alter_then_authenticate_then_describe(start_broker):
+    """KIP-554: the client sends salt and SaltedPassword; the user can then log in."""
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            scram_upsertion("erin", 2, "erin-secret", 4096)])
+        assert [(x.user, x.error_code, x.error_message) for x in r.results] == [("erin", 0, None)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
+        assert [(x.user, x.error_code, [(i.mechanism, i.iterations) for i in x.credential_infos])
+                for x in d.results] == [("erin", 0, [(2, 4096)])]
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "erin", "erin-secret")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert bytes(first.auth_bytes).endswith(b",s=" + base64.b64encode(b"salt-from-the-client") + b",i=4096")
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))).error_code == 0
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[Msg(name="erin", mechanism=2)],
+                       upsertions=[])
+        assert [(x.user, x.error_code) for x in r.results] == [("erin", 0)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="erin")])
+        assert [(x.user, x.error_code, x.error_message) for x in d.results] == [
+            ("erin", ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist: erin")]
+
+
+def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
+    client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[scram_upsertion("old", 1, "x")])
+    r = client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[
+        Msg(name="ghost", mechanism=1), Msg(name="old", mechanism=1)], upsertions=[
+        scram_upsertion("", 1, "x"), scram_upsertion("few", 1, "x", iterations=100),
+        scram_upsertion("many", 1, "x", iterations=16385), scram_upsertion("odd", 3, "x"),
+        scram_upsertion("old", 2, "x"), scram_upsertion("both", 1, "x"), scram_upsertion("both", 2, "x"),
+        scram_upsertion("fine", 1, "x")])
+    got = {x.user: (x.error_code, x.error_message) for x in r.results}
+    assert got == {
+        "ghost": (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"),
+        "": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
+        "few": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"),
+        "many": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"),
+        "odd": (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"),
+        "old": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "both": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "fine": (0, None)}
+    d = client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="fine"), Msg(name="old"),
+                                                                     Msg(name="old")])
+    assert {(x.user, x.error_code) for x in d.results} == {("fine", 0), ("old", ErrorCode.DUPLICATE_RESOURCE)}
+    assert sorted(x.user for x in client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[]).results) == \
+        ["fine", "old"]
+
+
 def test_server_serves_hundreds_of_connections_at_once(broker):
     """Verifies that 300 connections, each with a request in flight, are all
     answered (one selectors loop, non-blocking sockets)."""
