@@ -14,7 +14,7 @@ DeleteRecords, configs, the classic consumer-group protocol with committed
 offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
-versions: the HANDLERS table in section 9, or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table in section 10, or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
@@ -35,11 +35,14 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §7 storage: descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
-  §9 request handlers; long ones run in steps (in_steps) so none holds the loop
-  §10 server loop: connections, their limits, back-pressure, group commit   §12 CLI
-To learn transactions: read §8 TransactionCoordinator, then the §9 handlers for
+  §9 security: SASL sessions (PLAIN, SCRAM) and SCRAM credentials
+  §10 request handlers; long ones run in steps (in_steps) so none holds the loop
+  §11 server loop: listeners, TLS on the loop (PEM stores, client certificates'
+     principals), connections, their limits, back-pressure, group commit
+  §12 CLI
+To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
-Hostile input and overload: §4's Reader, §6's check_records, §10's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §11's Limits comment.
 """
 
 ###############################################################################
@@ -57,18 +60,25 @@ import decimal
 import enum
 import errno
 import functools
+import hashlib
 import heapq
+import hmac
 import itertools
 import json
 import logging
 import operator
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
 import socket
 import sqlite3
+try:
+    import ssl                  # TLS listeners; a Python built without OpenSSL serves PLAINTEXT only
+except ImportError:             # pragma: no cover
+    ssl = None
 import struct
 import sys
 import tempfile
@@ -111,6 +121,10 @@ BROKER_DEFAULTS = {
     "node.id": 1,
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": "",
+    "listener.security.protocol.map": "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "controller.listener.names": "",           # listeners of a KRaft controller: doze has none to serve
+    "connection.failed.authentication.delay.ms": 100,   # a failed authentication is answered this late
+    "sasl.server.max.receive.size": 524288,    # the largest frame before a SASL connection authenticates
     "log.dirs": "./doze-data",
     "num.partitions": 1,
     "default.replication.factor": 1,
@@ -150,6 +164,8 @@ BROKER_DEFAULTS = {
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
 }
+
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §11)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -787,20 +803,50 @@ class Config:
         self.dynamic_cluster = {}                 # set by AlterConfigs for broker "": name -> text
         self.dynamic_node = {}                    # ... for this broker's id
         for name, value in (settings or {}).items():
-            if name not in BROKER_DEFAULTS:
+            if name not in BROKER_DEFAULTS and not name.startswith(TLS_SETTING_PREFIXES):
                 log.info("setting %s: %s", name, "Kafka's, accepted and described; doze does not "
                          "act on it" if name in KAFKA_BROKER_CONFIGS else
                          "not a setting of Kafka 4.3.1 or doze; kept, not used")
             self.settings[name] = convert_setting(name, value)
         self.static_settings = dict(self.settings)
-        bind_host, bind_port = parse_listener(self.settings["listeners"])
-        self.host = host or bind_host
-        self.port = bind_port if port is None else port
+        self.listeners, self.advertised = self._listeners(host, port)
+        self.host = self.listeners[0].host or "0.0.0.0"    # the first listener: --host/--port change it
+        self.port = self.listeners[0].port
         self.data_dir = os.path.abspath(data_dir or self.settings["log.dirs"].split(",")[0])
         self.clock = clock or time.time           # seconds, as time.time(); tests inject a fake
 
     def __getitem__(self, name):
         return self.settings[name]
+
+    def _listeners(self, host, port):
+        """The listeners clients reach (not controller.listener.names: doze has
+        no KRaft controller to serve there) and the advertised one per name."""
+        protocols = parse_protocol_map(self.settings["listener.security.protocol.map"])
+        controller = {n.strip().upper() for n in self.settings["controller.listener.names"].split(",")}
+        served = [l for l in parse_listeners(self.settings["listeners"], protocols)
+                  if l.name not in controller]
+        if not served:
+            raise ValueError("listeners: none for clients (every one is in controller.listener.names)")
+        if host is not None or port is not None:
+            served[0] = served[0]._replace(host=served[0].host if host is None else host,
+                                           port=served[0].port if port is None else port)
+        advertised = {l.name: l for l in parse_listeners(self.settings["advertised.listeners"], protocols,
+                                                         "advertised.listeners") if l.name not in controller}
+        if any(l.host == "0.0.0.0" for l in advertised.values()):
+            raise ValueError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
+                             "Use a routable IP address.")
+        names = set(advertised) or {l.name for l in served}
+        inter_broker = (self.settings.get("inter.broker.listener.name")
+                        or self.settings.get("security.inter.broker.protocol") or "PLAINTEXT").upper()
+        if inter_broker not in names:
+            raise ValueError(f"inter.broker.listener.name must be a listener name defined in "
+                             f"advertised.listeners. The valid options based on currently configured "
+                             f"listeners are {','.join(sorted(names))}")
+        if not names <= {l.name for l in served}:
+            raise ValueError(f"advertised.listeners listener names must be equal to or a subset of the "
+                             f"ones defined in listeners. Found {','.join(sorted(names))}. The valid options "
+                             f"based on the current configuration are {','.join(l.name for l in served)}")
+        return served, advertised
 
     def set_text(self, name):
         """A broker setting's text where one was given (AlterConfigs for this
@@ -859,6 +905,69 @@ def parse_listener(text):
     return host, int(m.group(2))
 
 
+# --- Listeners -----------------------------------------------------------------
+# listeners=NAME://host:port,... names the sockets the broker serves; a name is
+# not a protocol: listener.security.protocol.map gives each name one of the four
+# (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). advertised.listeners says, per name,
+# the address clients are told (Metadata, FindCoordinator, DescribeCluster answer
+# with the listener the request came in on). An empty host binds every address.
+
+Listener = collections.namedtuple("Listener", "name host port protocol")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def parse_protocol_map(text):
+    """listener.security.protocol.map -> {NAME: protocol}, as Kafka checks it."""
+    out = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        name, sep, protocol = item.partition(":")
+        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL "
+                             f"with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+def parse_listeners(text, protocols, setting="listeners"):
+    """'NAME://host:port,...' -> [Listener], checked as Kafka's
+    listenerListToEndPoints checks them (its messages): every name in the
+    protocol map, names unique, and for listeners ports unique (0 aside)."""
+    out = []
+
+    def refuse(why):
+        return ValueError(f"{setting}: Error creating broker listeners from '{text}': {why}")
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://\[?([^\]]*?)\]?:(\d+)", item)
+        if not m:
+            raise refuse(f"Unable to parse {item} to a broker endpoint")
+        name = m.group(1).upper()
+        if name not in protocols:
+            raise refuse(f"No security protocol defined for listener {name}")
+        out.append(Listener(name, m.group(2), int(m.group(3)), protocols[name]))
+    names = [l.name for l in out]
+    if len(set(names)) != len(names):
+        raise refuse(f"Each listener must have a different name, listeners: {text}")
+    ports = [l.port for l in out if l.port]
+    if setting == "listeners" and len(set(ports)) != len(ports):
+        raise refuse(f"Each listener must have a different port, listeners: {text}")
+    return out
+
+
+def listener_setting(config, listener, name):
+    """A security setting for one listener: listener.name.<name>.<setting>,
+    else <setting>, else Kafka's default (None when Kafka has none)."""
+    for key in (f"listener.name.{listener.name.lower()}.{name}", name):
+        if key in config.settings:
+            return config.settings[key]
+    spec = KAFKA_BROKER_CONFIGS.get(name)
+    return spec[1] if spec and spec[1] is not ... else None
+
+
+def format_listeners(listeners):
+    return ",".join(f"{l.name}://{f'[{l.host}]' if ':' in l.host else l.host}:{l.port}" for l in listeners)
+
+
 # Glossary: the names this file uses for the things Kafka talks about.
 TopicPartition = tuple          # ("orders", 3)
 ProducerId = int                # int64 handed out by InitProducerId
@@ -899,10 +1008,13 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -983,6 +1095,9 @@ class ErrorCode(enum.IntEnum):
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     TOPIC_DELETION_DISABLED = 73
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTIONAL_ID_NOT_FOUND = 105
@@ -1002,7 +1117,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below §9; a handler (or the
+    """A protocol-level failure. Raised anywhere below §10; a handler (or the
     dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2681,6 +2796,9 @@ CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
     txn_start_ms         INTEGER NOT NULL,
     last_update_ms       INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS scram_credentials (   -- KRaft's UserScramCredentialRecord: no password
+    user TEXT NOT NULL, mechanism TEXT NOT NULL, salt BLOB NOT NULL, stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL, iterations INTEGER NOT NULL, PRIMARY KEY (user, mechanism));
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
     topic            TEXT NOT NULL,
     partition        INTEGER NOT NULL,
@@ -2719,6 +2837,32 @@ class MetadataStore:
 
     def close(self):
         self.db.close()
+
+    # --- SCRAM credentials ---
+    def scram_credential(self, user, mechanism):
+        """-> (salt, stored key, server key, iterations) or None."""
+        return self.db.execute("SELECT salt, stored_key, server_key, iterations FROM scram_credentials "
+                               "WHERE user = ? AND mechanism = ?", (user, mechanism)).fetchone()
+
+    def save_scram_credential(self, user, mechanism, credential):
+        self.alter_scram_credentials([], [(user, mechanism, credential)])
+
+    def alter_scram_credentials(self, deletions, upsertions):
+        """[(user, mechanism)] removed and [(user, mechanism, credential)] stored, in one commit."""
+        with self.transaction() as db:
+            for user, mechanism in deletions:
+                db.execute("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?", (user, mechanism))
+            for user, mechanism, (salt, stored, server, iterations) in upsertions:
+                db.execute("INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
+                           (user, mechanism, bytes(salt), stored, server, iterations))
+
+    def scram_users(self):
+        """{user: [(mechanism, iterations)]}, mechanisms in Kafka's type order."""
+        out = {}
+        for user, mechanism, iterations in self.db.execute(
+                "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism"):
+            out.setdefault(user, []).append((mechanism, iterations))
+        return out
 
     # --- settings ---
     def get_setting(self, name, default=None):
@@ -2899,7 +3043,7 @@ def check_topic_configs(configs, null_code=ErrorCode.INVALID_CONFIG, null_text="
 def run_steps(steps):
     """Run a step generator to its end in one go -> its result. (Long work in
     doze is written as generators that yield where the loop may serve others;
-    see in_steps in section 9. At start-up, and in tests, it just runs.)"""
+    see in_steps in section 10. At start-up, and in tests, it just runs.)"""
     try:
         while True:
             next(steps)
@@ -4379,7 +4523,257 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 9. REQUEST HANDLERS -- one block per API, in API-key order
+# 9. SECURITY -- SASL authentication and SCRAM credentials
+###############################################################################
+# A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
+# SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
+# authenticated, as Kafka's SaslServerAuthenticator has it:
+#
+#   start --ApiVersions--> (one only) --SaslHandshake(mechanism)--> authenticate
+#   authenticate --SaslAuthenticate(tokens)...--> complete (a principal User:<name>)
+#
+# Any other request before completion closes the connection; a failed
+# authentication is answered (SASL_AUTHENTICATION_FAILED and a message) after
+# connection.failed.authentication.delay.ms, then the connection is closed.
+# SaslHandshake v0 means the tokens then come as bare size-prefixed frames,
+# without Kafka headers (old clients). Mechanisms: PLAIN, with its users in
+# the listener's JAAS config (listener.name.<l>.plain.sasl.jaas.config,
+# user_<name>="<password>"), and SCRAM-SHA-256/512 (RFC 5802, as Kafka's
+# ScramSaslServer speaks it), whose credentials live in meta.db as Kafka keeps
+# them: salt, iterations, stored key and server key -- never a password.
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_TYPES = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}   # wire type, hash
+SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS = 4096, 16384
+SCRAM_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+SCRAM_CLIENT_FIRST = re.compile(
+    r"n,(?:a=(?P<authzid>" + SCRAM_SASLNAME + r"))?,(?:m=[\x01-\x2b\x2d-\x7f]+,)?n=(?P<saslname>"
+    + SCRAM_SASLNAME + r"),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)(?P<extensions>(?:,[a-zA-Z]+=[\x01-\x2b\x2d-\x7f]+)*)")
+SCRAM_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+SCRAM_CLIENT_FINAL = re.compile(
+    r"c=(?P<channel>" + SCRAM_BASE64 + r"),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?:,[a-zA-Z]+=[\x01-\x2b\x2d-\x7f]+)*,p=(?P<proof>" + SCRAM_BASE64 + r")")
+
+
+class AuthenticationFailed(Exception):
+    """A mechanism's refusal. Its text goes to the client only when Kafka's
+    would (PLAIN's messages); otherwise the client gets Kafka's generic one."""
+
+    def __init__(self, message, tell_client=False):
+        super().__init__(message)
+        self.tell_client = tell_client
+
+
+def parse_jaas(text):
+    """One JAAS login module: 'Class required key="value" ...;' -> (class, {key: value})."""
+    m = re.fullmatch(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?);?\s*", text or "", re.S)
+    if not m:
+        raise ValueError("sasl.jaas.config: expected '<LoginModule> required key=\"value\" ... ;'")
+    options = {}
+    for key, quoted, bare in re.findall(r'([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))', m.group(3)):
+        options[key] = re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare
+    return m.group(1), options
+
+
+def scram_keys(mechanism, salted_password):
+    """SaltedPassword -> (stored key, server key), as Kafka's ScramFormatter."""
+    digest = SCRAM_TYPES[mechanism][1]
+    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+    return (hashlib.new(digest, client_key).digest(),
+            hmac.new(salted_password, b"Server Key", digest).digest())
+
+
+def scram_salted_password(mechanism, password, salt, iterations):
+    return hashlib.pbkdf2_hmac(SCRAM_TYPES[mechanism][1], password.encode(), salt, iterations)
+
+
+def new_scram_credential(mechanism, password, iterations=SCRAM_MIN_ITERATIONS):
+    """A credential for a password: (salt, stored key, server key, iterations);
+    the salt is random, as Kafka's tools make it."""
+    salt = base36(secrets.randbits(130)).encode()
+    stored, server = scram_keys(mechanism, scram_salted_password(mechanism, password, salt, iterations))
+    return salt, stored, server, iterations
+
+
+def base36(n):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+        if not n:
+            return out
+
+
+class PlainServer:
+    """SASL/PLAIN (RFC 4616) as Kafka's PlainSaslServer: one token,
+    authzid NUL user NUL password, checked against the listener's users."""
+
+    def __init__(self, users):
+        self.users = users
+
+    def step(self, token):
+        """-> (reply token, user name once authenticated, else None)."""
+        parts = token.decode("utf-8", "replace").split("\0", 3)
+        if len(parts) != 3:
+            raise AuthenticationFailed(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+        authzid, user, password = parts
+        if not user:
+            raise AuthenticationFailed("Authentication failed: username not specified", True)
+        if not password:
+            raise AuthenticationFailed("Authentication failed: password not specified", True)
+        expected = self.users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise AuthenticationFailed("Authentication failed: Invalid username or password", True)
+        if authzid and authzid != user:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
+                                       "that is different from username", True)
+        return b"", user
+
+
+class ScramServer:
+    """SCRAM-SHA-256/512 (RFC 5802, RFC 7677) as Kafka's ScramSaslServer: the
+    client-first message names the user, the server answers its nonce, salt
+    and iterations, the client-final proves the password, the server signs."""
+
+    def __init__(self, mechanism, lookup, server_nonce=None):
+        self.mechanism, self.lookup = mechanism, lookup        # lookup(user, mechanism) -> credential
+        self.server_nonce = server_nonce                      # tests only: RFC 7677's example nonce
+        self.expect = "client-first"
+
+    def step(self, token):
+        text = token.decode("utf-8", "replace")
+        if self.expect == "client-first":
+            return self._first(text), None
+        if self.expect == "client-final":
+            return self._final(text)
+        raise AuthenticationFailed(f"Unexpected SASL request in state {self.expect}")
+
+    def _first(self, text):
+        m = SCRAM_CLIENT_FIRST.fullmatch(text)
+        if not m:
+            raise AuthenticationFailed("Invalid SCRAM client first message")
+        if re.search(r"=(?!2C|3D)", m.group("saslname")):
+            raise AuthenticationFailed("Invalid username")
+        self.user = m.group("saslname").replace("=2C", ",").replace("=3D", "=")
+        authzid = (m.group("authzid") or "").replace("=2C", ",").replace("=3D", "=")
+        credential = self.lookup(self.user, self.mechanism)
+        if credential is None:
+            raise AuthenticationFailed("Authentication failed: Invalid user credentials")
+        if authzid and authzid != self.user:
+            raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
+                                       "that is different from username", True)
+        self.salt, self.stored_key, self.server_key, iterations = credential
+        if iterations < SCRAM_MIN_ITERATIONS:
+            raise AuthenticationFailed(f"Iterations {iterations} is less than the minimum "
+                                       f"{SCRAM_MIN_ITERATIONS} for {self.mechanism}")
+        self.nonce = m.group("nonce") + (self.server_nonce or base36(secrets.randbits(130)))
+        self.client_first_bare = f"n={m.group('saslname')},r={m.group('nonce')}{m.group('extensions')}"
+        self.server_first = f"r={self.nonce},s={base64.b64encode(self.salt).decode()},i={iterations}"
+        self.expect = "client-final"
+        return self.server_first.encode()
+
+    def _final(self, text):
+        self.expect = "done"
+        m = SCRAM_CLIENT_FINAL.fullmatch(text)
+        if not m:
+            raise AuthenticationFailed("Invalid SCRAM client final message")
+        if not m.group("nonce").endswith(self.nonce):
+            raise AuthenticationFailed("Invalid client nonce in the final client message.")
+        digest = SCRAM_TYPES[self.mechanism][1]
+        channel = base64.b64encode(base64.b64decode(m.group("channel"))).decode()
+        auth_message = f"{self.client_first_bare},{self.server_first},c={channel},r={m.group('nonce')}".encode()
+        signature = hmac.new(self.stored_key, auth_message, digest).digest()
+        proof = base64.b64decode(m.group("proof"))
+        if len(proof) != len(signature):
+            raise AuthenticationFailed("Invalid client credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(hashlib.new(digest, client_key).digest(), self.stored_key):
+            raise AuthenticationFailed("Invalid client credentials")
+        server_signature = hmac.new(self.server_key, auth_message, digest).digest()
+        return b"v=" + base64.b64encode(server_signature), self.user
+
+
+class SaslSession:
+    """One connection's SASL state (Kafka's SaslServerAuthenticator states)."""
+
+    def __init__(self, mechanisms, plain_users, lookup_scram, listener):
+        self.mechanisms, self.plain_users, self.lookup_scram = mechanisms, plain_users, lookup_scram
+        self.listener = listener
+        self.state = "start"              # start, versions, authenticate, complete
+        self.raw = False                  # SaslHandshake v0: tokens come as bare frames
+        self.server = None                # the mechanism's server side
+        self.mechanism = None
+
+    @property
+    def complete(self):
+        return self.state == "complete"
+
+    def admits(self, api_key):
+        """None if the request may go on now, else why the connection closes."""
+        if self.state in ("start", "versions"):
+            if api_key == ApiKey.API_VERSIONS and self.state == "start":
+                self.state = "versions"
+                return None
+            if api_key == ApiKey.SASL_HANDSHAKE:
+                return None
+            return (f"{ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key} "
+                    f"before SASL authentication on listener {self.listener}")
+        if self.state == "authenticate" and api_key != ApiKey.SASL_AUTHENTICATE:
+            return f"API key {api_key} while authenticating with {self.mechanism}: only SaslAuthenticate"
+        return None
+
+    def handshake(self, mechanism, version):
+        """-> True if the mechanism is enabled here (then tokens are expected)."""
+        if mechanism not in self.mechanisms:
+            return False
+        self.mechanism, self.state, self.raw = mechanism, "authenticate", version == 0
+        self.server = PlainServer(self.plain_users) if mechanism == "PLAIN" \
+            else ScramServer(mechanism, self.lookup_scram)
+        return True
+
+    def token(self, data):
+        """A client token -> (reply token, principal once complete, else None);
+        raises AuthenticationFailed."""
+        reply, user = self.server.step(bytes(data))
+        if user is None:
+            return reply, None
+        self.state = "complete"
+        return reply, f"User:{user}"
+
+    def failure_message(self, e):
+        """What the client is told: the mechanism's words for PLAIN's refusals,
+        else Kafka's generic message (it must not say whether the user exists)."""
+        return str(e) if e.tell_client else ("Authentication failed during authentication due to "
+                                             f"invalid credentials with SASL mechanism {self.mechanism}")
+
+
+def sasl_setup(config, listener):
+    """The SASL mechanisms of a SASL listener and its PLAIN users, checked as
+    Kafka checks them at start (what doze cannot do, it says)."""
+    get = functools.partial(listener_setting, config, listener)
+    mechanisms = [m.strip() for m in (get("sasl.enabled.mechanisms") or "GSSAPI").split(",") if m.strip()]
+    unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unsupported or not mechanisms:
+        raise ValueError(f"listener {listener.name}: sasl.enabled.mechanisms {','.join(mechanisms)}: doze "
+                         f"serves {', '.join(SASL_MECHANISMS)} (set sasl.enabled.mechanisms, or "
+                         f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms)")
+    users = {}
+    if "PLAIN" in mechanisms:
+        key = f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config"
+        jaas = config.settings.get(key)
+        if jaas is None:
+            raise ValueError(f"listener {listener.name}: PLAIN needs its users in {key} "
+                             f"(PlainLoginModule required user_<name>=\"<password>\" ...;)")
+        module, options = parse_jaas(jaas)
+        if not module.endswith("PlainLoginModule"):
+            raise ValueError(f"{key}: {module} is not org.apache.kafka.common.security.plain.PlainLoginModule")
+        users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
+    return mechanisms, users
+
+
+###############################################################################
+# 10. REQUEST HANDLERS -- one block per API, in API-key order
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -4397,6 +4791,14 @@ class CloseConnection:
 
     def __init__(self, reason):
         self.reason = reason
+
+
+class AuthenticationFailure:
+    """A handler's verdict on a failed authentication: this response, sent
+    after connection.failed.authentication.delay.ms, then the close (KIP-306)."""
+
+    def __init__(self, response, reason):
+        self.response, self.reason = response, reason
 
 FLUSHED = "flushed"  # the park key notified after every group commit
 
@@ -4542,7 +4944,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §10).
+    connection of a client that sends one (see §11).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -5507,6 +5909,33 @@ def handle_list_groups(ctx, req):
         if (not states or g.state.value.lower() in states) and (not types or "classic" in types)])
 
 
+# --- SaslHandshake (17) ---------------------------------------------------------
+
+@api("""
+SaslHandshake  key=17  versions=0-1  flexible=none
+  request
+    mechanism  string
+  response
+    error_code  int16
+    mechanisms  []string
+""")
+def handle_sasl_handshake(ctx, req):
+    """SaslHandshake: the mechanism a SASL connection will authenticate with.
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §9).
+
+    Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
+    with the enabled ones after the failure delay, then the connection closes),
+    ILLEGAL_SASL_STATE (not a SASL listener, or already authenticated).
+    """
+    sasl = ctx.conn.sasl
+    if sasl is None or sasl.complete:
+        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    if sasl.handshake(req.mechanism, ctx.version):
+        return Msg(error_code=ErrorCode.NONE, mechanisms=sasl.mechanisms)
+    return AuthenticationFailure(Msg(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=sasl.mechanisms),
+                                 f"SASL mechanism {req.mechanism!r} is not enabled on listener {sasl.listener}")
+
+
 # --- ApiVersions (18) -----------------------------------------------------------
 
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -6421,6 +6850,43 @@ def handle_alter_configs(ctx, req):
     return alter_configs(ctx, req.resources, req.validate_only, incremental=False)
 
 
+# --- SaslAuthenticate (36) ------------------------------------------------------
+
+@api("""
+SaslAuthenticate  key=36  versions=0-2  flexible=2+
+  request
+    auth_bytes  bytes
+  response
+    error_code  int16
+    error_message  string?                       # "" on success: Kafka's generated default
+    auth_bytes  bytes
+    session_lifetime_ms  int64 = 0  v1+
+""")
+def handle_sasl_authenticate(ctx, req):
+    """SaslAuthenticate: one token of the mechanism chosen by SaslHandshake v1,
+    answered with the server's (empty bytes when it has none); the last one
+    makes the connection's principal User:<name>.
+
+    Errors: SASL_AUTHENTICATION_FAILED (sent after the failure delay, then the
+    connection closes), ILLEGAL_SASL_STATE (no handshake on a SASL listener,
+    or already authenticated: the connection stays).
+    """
+    sasl = ctx.conn.sasl
+    if sasl is None or sasl.complete or sasl.raw:
+        message = "SaslAuthenticate request received after successful authentication" \
+            if sasl is not None and sasl.complete else "Unexpected SaslAuthenticate request"
+        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=message, auth_bytes=b"")
+    try:
+        reply, principal = sasl.token(req.auth_bytes)
+    except AuthenticationFailed as e:
+        return AuthenticationFailure(Msg(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                         error_message=sasl.failure_message(e), auth_bytes=b""),
+                                     f"SASL {sasl.mechanism} authentication failed: {e}")
+    if principal is not None:
+        ctx.conn.authenticated(principal)
+    return Msg(error_code=ErrorCode.NONE, auth_bytes=reply)
+
+
 # --- CreatePartitions (37) ------------------------------------------------------
 
 @api("""
@@ -6587,6 +7053,118 @@ def handle_offset_delete(ctx, req):
                 deletable.append((t.name, p.partition_index))
     ctx.groups.delete_offsets(req.group_id, deletable)
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
+
+@api("""
+DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
+  request
+    users  []?
+      name  string
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    results  []
+      user  string
+      error_code  int16
+      error_message  string?
+      credential_infos  []
+        mechanism  int8
+        iterations  int32
+""")
+def handle_describe_user_scram_credentials(ctx, req):
+    """DescribeUserScramCredentials: each user's SCRAM mechanisms and
+    iterations (never a salt or a key); none named: every user.
+
+    Errors (per user): RESOURCE_NOT_FOUND (no credential), DUPLICATE_RESOURCE
+    (named twice).
+    """
+    known = ctx.store.scram_users()
+    names = [u.name for u in req.users] if req.users else list(known)
+    results = []
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1:
+            results.append(Msg(user=name, error_code=ErrorCode.DUPLICATE_RESOURCE, credential_infos=[],
+                               error_message="Cannot describe SCRAM credentials for the same user twice "
+                                             f"in a single request: {name}"))
+        elif name not in known:
+            results.append(Msg(user=name, error_code=ErrorCode.RESOURCE_NOT_FOUND, credential_infos=[],
+                               error_message=f"Attempt to describe a user credential that does not exist: {name}"))
+        else:
+            results.append(Msg(user=name, error_code=ErrorCode.NONE, credential_infos=[
+                Msg(mechanism=SCRAM_TYPES[m][0], iterations=i) for m, i in known[name]]))
+    return Msg(error_code=ErrorCode.NONE, results=results)
+
+
+@api("""
+AlterUserScramCredentials  key=51  versions=0-0  flexible=0+        # KIP-554
+  request
+    deletions  []
+      name  string
+      mechanism  int8
+    upsertions  []
+      name  string
+      mechanism  int8
+      iterations  int32
+      salt  bytes
+      salted_password  bytes
+  response
+    throttle_time_ms  int32 = 0
+    results  []
+      user  string
+      error_code  int16
+      error_message  string?
+""")
+def handle_alter_user_scram_credentials(ctx, req):
+    """AlterUserScramCredentials: the client sends salt and SaltedPassword
+    (never the password); doze keeps the stored and server keys derived from
+    them. One result per user; the valid changes are made in one commit.
+
+    Errors (per user, Kafka's ScramControlManager): DUPLICATE_RESOURCE (a user
+    twice in one request), UNACCEPTABLE_CREDENTIAL (empty name, too few or
+    too many iterations), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND
+    (deleting a credential that does not exist).
+    """
+    errors, deletions, upsertions = {}, {}, {}
+    for op, kind in [(d, "delete") for d in req.deletions] + [(u, "upsert") for u in req.upsertions]:
+        if op.name in errors:
+            continue
+        if deletions.pop(op.name, None) or upsertions.pop(op.name, None):
+            errors[op.name] = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in "
+                                                            "the same request")
+            continue
+        error = scram_alteration_error(ctx, op, kind)
+        if error:
+            errors[op.name] = error
+        else:
+            (deletions if kind == "delete" else upsertions)[op.name] = op
+    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}
+    ctx.store.alter_scram_credentials(
+        [(d.name, mechanism[d.mechanism]) for d in deletions.values()],
+        [(u.name, mechanism[u.mechanism], (u.salt, *scram_keys(mechanism[u.mechanism], bytes(u.salted_password)),
+                                           u.iterations)) for u in upsertions.values()])
+    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)
+                        for n in list(deletions) + list(upsertions)] +
+               [Msg(user=n, error_code=code, error_message=text) for n, (code, text) in errors.items()])
+
+
+def scram_alteration_error(ctx, op, kind):
+    """Kafka's validateDeletion / validateUpsertion -> (code, message) or None."""
+    if not op.name:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}.get(op.mechanism)
+    if mechanism is None:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if kind == "delete":
+        if ctx.store.scram_credential(op.name, mechanism) is None:
+            return ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+    elif op.iterations < SCRAM_MIN_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+    elif op.iterations > SCRAM_MAX_ITERATIONS:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+    return None
 
 
 # --- DescribeCluster (60) -------------------------------------------------------
@@ -6855,7 +7433,7 @@ def handle_describe_topic_partitions(ctx, req):
 
 
 ###############################################################################
-# 10. SERVER -- one selectors loop, every connection, every timer
+# 11. SERVER -- one selectors loop, every connection, every timer
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -6907,6 +7485,203 @@ SWEEP_S = 1.0                   # how often idle connections and late frames are
 TRIM_S = 10.0                   # how often freed memory is given back to the system
 
 
+# --- TLS --------------------------------------------------------------------------
+# An SSL listener's connections are wrapped in the standard library's ssl,
+# non-blocking: the handshake advances as its bytes come, on the loop, and must
+# be done within doze.frame.timeout.ms (a stalled handshake holds a connection
+# no longer than a dripped frame). Settings are Kafka's (KIP-651 PEM stores),
+# each also per listener as listener.name.<name>.ssl.*. The standard library
+# reads PEM only: another ssl.keystore.type stops the start with a message.
+# Fetch cannot sendfile() through TLS: file slices are read and encrypted.
+
+PRINCIPAL_ANONYMOUS = "User:ANONYMOUS"
+TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
+TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
+RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
+                    "stateOrProvinceName": "ST", "organizationName": "O",
+                    "organizationalUnitName": "OU", "streetAddress": "STREET",
+                    "domainComponent": "DC", "userId": "UID"}
+OTHER_DN_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
+                 "title": ("2.5.4.12", 0x0C), "surname": ("2.5.4.4", 0x0C), "givenName": ("2.5.4.42", 0x0C)}
+
+
+def tls_context(config, listener):
+    """The server SSLContext of an SSL listener, from Kafka's settings, with
+    the checks and messages of Kafka's DefaultSslEngineFactory."""
+    if ssl is None:
+        raise ValueError(f"listener {listener.name}: this Python has no ssl module")
+    get = functools.partial(listener_setting, config, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _load_keystore(ctx, listener.name, get)
+    _load_truststore(ctx, listener.name, get)
+    auth = (get("ssl.client.auth") or "none").lower()
+    if auth not in ("none", "requested", "required"):
+        raise ValueError(f"listener {listener.name}: ssl.client.auth {auth!r} is not none, requested or required")
+    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                       "required": ssl.CERT_REQUIRED}[auth]
+    versions = [v.strip() for v in (get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
+    unknown = [v for v in versions if v not in TLS_VERSIONS]
+    if unknown or not versions:
+        raise ValueError(f"listener {listener.name}: ssl.enabled.protocols {','.join(unknown) or '(none)'}: "
+                         f"doze serves {', '.join(TLS_VERSIONS)}")
+    ordered = sorted(versions)
+    ctx.minimum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[0]])
+    ctx.maximum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[-1]])
+    ciphers = get("ssl.cipher.suites")
+    if ciphers:
+        ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",")))   # TLS 1.2 suites only
+    return ctx
+
+
+def _load_keystore(ctx, name, get):
+    kind, path = (get("ssl.keystore.type") or "JKS").upper(), get("ssl.keystore.location")
+    key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
+    if key is not None and kind != "PEM":
+        raise ValueError(f"SSL private key can be specified only for PEM, but key store type is {kind}.")
+    if key is not None and chain is None:
+        raise ValueError("SSL private key is specified, but certificate chain is not specified.")
+    if chain is not None and key is None:
+        raise ValueError("SSL certificate chain is specified, but private key is not specified")
+    if key is not None and path is not None:
+        raise ValueError("Both SSL key store location and separate private key are specified.")
+    if (key is not None or path is not None) and kind == "PEM" and get("ssl.keystore.password") is not None:
+        raise ValueError("SSL key store password cannot be specified with PEM format, only key password "
+                         "may be specified.")
+    if key is None and path is None:
+        raise ValueError(f"listener {name}: an SSL listener needs a key and certificate: "
+                         f"ssl.keystore.location (PEM), or ssl.keystore.key and ssl.keystore.certificate.chain")
+    if kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.keystore.type {kind}: doze reads PEM keystores only "
+                         f"(KIP-651, ssl.keystore.type=PEM); convert it with keytool -importkeystore "
+                         f"to PKCS12 and openssl pkcs12 -nodes to PEM")
+    password = get("ssl.key.password")
+    try:
+        if path is not None:
+            ctx.load_cert_chain(path, password=password)
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:    # ssl loads keys from files only
+            os.chmod(f.name, 0o600)
+            f.write(key.strip() + "\n" + chain.strip() + "\n")
+            f.flush()
+            ctx.load_cert_chain(f.name, password=password)
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Failed to load PEM SSL keystore {path or '(ssl.keystore.key)'}: {e}") from None
+
+
+def _load_truststore(ctx, name, get):
+    kind, path, certs = (get("ssl.truststore.type") or "JKS").upper(), get("ssl.truststore.location"), \
+        get("ssl.truststore.certificates")
+    if certs is not None and kind != "PEM":
+        raise ValueError(f"SSL trust store certs can be specified only for PEM, but trust store type is {kind}.")
+    if certs is not None and path is not None:
+        raise ValueError("Both SSL trust store location and separate trust certificates are specified.")
+    if kind == "PEM" and (certs or path) and get("ssl.truststore.password") is not None:
+        raise ValueError("SSL trust store password cannot be specified for PEM format.")
+    if path is not None and kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.truststore.type {kind}: doze reads PEM truststores only "
+                         f"(ssl.truststore.type=PEM)")
+    try:
+        if certs is not None:
+            ctx.load_verify_locations(cadata=certs)
+        elif path is not None:
+            ctx.load_verify_locations(cafile=path)
+        else:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)     # as Java's default truststore
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Invalid PEM truststore configs ({path or 'ssl.truststore.certificates'}): {e}") \
+            from None
+
+
+def parse_principal_rules(text):
+    """ssl.principal.mapping.rules -> [None (DEFAULT) or (regex, replacement,
+    case)], split and parsed as Kafka's SslPrincipalMapper does."""
+    rule = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    rules = []
+    for m in re.finditer(r"\s*(" + rule + r")\s*(?:,\s*|$)", ("DEFAULT" if text is None else text).strip()):
+        one = m.group(1)
+        p = re.match(rule, one)
+        if p.end() != len(one):
+            raise ValueError(f"ssl.principal.mapping.rules: Invalid rule: `{one}`, unmatched substring: "
+                             f"`{one[p.end():]}`")
+        if p.group(1):
+            rules.append(None)
+        elif p.group(2) is not None:
+            rules.append((re.compile(p.group(2)), p.group(3), p.group(4)))
+    return rules
+
+
+def map_principal(rules, dn):
+    """A certificate's RFC 2253 name -> the principal's name by the first rule
+    that matches it whole (Java's replaceAll: $n are groups). None: no rule."""
+    for r in rules:
+        if r is None:
+            return dn
+        pattern, replacement, case = r
+        if pattern.fullmatch(dn):
+            out = pattern.sub(lambda m: re.sub(r"\$(\d)", lambda g: m.group(int(g.group(1)))
+                                              if int(g.group(1)) <= pattern.groups else g.group(0),
+                                              replacement), dn)
+            return out.lower() if case == "L" else out.upper() if case == "U" else out
+    return None
+
+
+def rfc2253(subject):
+    """getpeercert()'s subject -> the name as Java's X500Principal.getName()
+    prints it (RFC 2253): most specific part first, specials escaped."""
+    def value(v):
+        v = re.sub(r'([,+"\\<>;])', r"\\\1", v)
+        if v[:1] in ("#", " "):
+            v = "\\" + v
+        return v[:-1] + "\\ " if v.endswith(" ") and len(v) > 1 else v
+
+    def part(k, v):
+        if k in RFC2253_KEYWORDS:
+            return f"{RFC2253_KEYWORDS[k]}={value(v)}"
+        oid, tag = OTHER_DN_OIDS.get(k, (k, 0x0C))
+        raw = v.encode()
+        length = bytes([len(raw)]) if len(raw) < 128 else bytes([0x81, len(raw)]) if len(raw) < 256 \
+            else bytes([0x82]) + len(raw).to_bytes(2, "big")
+        return f"{oid}=#{(bytes([tag]) + length + raw).hex()}"
+    return ",".join("+".join(part(k, v) for k, v in rdn) for rdn in reversed(subject))
+
+
+WOULD_BLOCK = (BlockingIOError, InterruptedError) + ((ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ())
+
+
+class TlsServer:
+    """TLS for one SSL listener: its context, and each connection's handshake
+    and principal. Connection calls handshake() until it returns True."""
+
+    def __init__(self, config, listener):
+        self.context = tls_context(config, listener)
+        self.rules = parse_principal_rules(listener_setting(config, listener, "ssl.principal.mapping.rules"))
+
+    def wrap(self, sock):
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+    def handshake(self, conn):
+        """One step of the handshake -> True once done (conn.principal set),
+        False while it waits for the client (conn.tls_wants: the event)."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.tls_wants = selectors.EVENT_READ
+            return False
+        except ssl.SSLWantWriteError:
+            conn.tls_wants = selectors.EVENT_WRITE
+            return False
+        cert = conn.sock.getpeercert()
+        if cert and cert.get("subject"):
+            dn = rfc2253(cert["subject"])
+            name = map_principal(self.rules, dn)
+            if name is None:
+                raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
+            conn.principal = f"User:{name}"
+        conn.tls_wants = 0
+        log.debug("TLS %s from %s: principal %s", conn.sock.version(), conn.name, conn.principal)
+        return True
+
+
 class Slot:
     """One request's place in its connection's response order."""
     __slots__ = ("chunks",)
@@ -6918,9 +7693,10 @@ class Slot:
 class Connection:
     """One client socket: bytes in, frames out, in order."""
 
-    def __init__(self, sock, addr, broker):
+    def __init__(self, sock, addr, broker, listener=None, tls=None):
         self.sock = sock
         self.addr = addr
+        self.listener = listener or broker.listening[0].listener   # the Listener it came in on
         self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
         self.broker = broker
@@ -6935,28 +7711,45 @@ class Connection:
         self.events = 0                  # what the selector watches for (0: unregistered)
         self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
         self.frame_started = None        # when the first byte of an incomplete frame came
+        self.principal = PRINCIPAL_ANONYMOUS
+        self.sasl = None                 # SaslSession on a SASL listener
+        self.failing = False             # authentication failed: answered after the delay, then closed
+        self.tls = tls                   # TlsServer of an SSL listener, else None
+        self.handshaking = tls is not None
+        self.tls_wants = 0               # the event the TLS handshake waits for
+        if self.handshaking:
+            self.frame_started = self.last_active   # the handshake is due within the frame timeout
 
     # --- reading ---
     def on_readable(self):
-        try:
-            data = self.sock.recv(READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            self.close(f"read failed: {e}")
-            return
-        if not data:
-            self.close("client closed the connection")
-            return
-        self.last_active = self.broker.clock()
-        self.inbuf += data
-        self.process_frames()
+        got = False
+        while True:
+            try:
+                data = self.sock.recv(READ_CHUNK)
+            except WOULD_BLOCK:
+                break
+            except OSError as e:
+                self.close("client closed the connection" if ssl and isinstance(e, ssl.SSLZeroReturnError)
+                           else f"read failed: {e}")
+                return
+            if not data:
+                self.close("client closed the connection")
+                return
+            got = True
+            self.inbuf += data
+            if not (self.tls and self.sock.pending()):     # TLS may hold decrypted bytes already read
+                break
+        if got:
+            self.last_active = self.broker.clock()
+            self.process_frames()
 
     def process_frames(self):
         """Handle every complete frame in the buffer, unless muted."""
         buf = self.inbuf
         pos = taken = 0
         limit = self.broker.config["socket.request.max.bytes"]
+        if self.sasl is not None and not self.sasl.complete:
+            limit = min(limit, self.broker.config["sasl.server.max.receive.size"])
         while not self.closed and self.may_read():
             if len(buf) - pos < 4:
                 break
@@ -6988,7 +7781,27 @@ class Connection:
 
     def may_read(self):
         """Take in more requests? Not while muted, nor with answers piling up."""
-        return not self.parked and len(self.slots) < MAX_QUEUED and self.out_bytes < MAX_QUEUED_BYTES
+        return not self.parked and not self.failing and len(self.slots) < MAX_QUEUED \
+            and self.out_bytes < MAX_QUEUED_BYTES
+
+    def authenticated(self, principal):
+        self.principal = principal
+        log.info("%s authenticated as %s with %s on listener %s", self.name, principal,
+                 self.sasl.mechanism, self.listener.name)
+
+    def fail_authentication(self, reason, chunks=None):
+        """KIP-306: the answer (if any) after connection.failed.authentication.delay.ms, then the close."""
+        self.failing = True
+        log.warning("closing connection %s after the authentication failure delay: %s", self.name, reason)
+
+        def finish():
+            if chunks and not self.closed:
+                self.out.extend(chunks)
+                self.out_bytes += sum(len(c) for c in chunks)
+                self.on_writable()
+            self.close("authentication failed", quiet=True)
+        self.broker.call_later(self.broker.config["connection.failed.authentication.delay.ms"] / 1000, finish)
+        self.update_interest()
 
     def _whole_frame_waiting(self):
         buf = self.inbuf
@@ -7026,7 +7839,7 @@ class Connection:
                     self.out_pos = 0
                 self.out.popleft()
                 self.out_bytes -= len(chunk)
-        except (BlockingIOError, InterruptedError):
+        except WOULD_BLOCK:
             pass
         except OSError as e:
             self.close(f"write failed: {e}")
@@ -7043,7 +7856,9 @@ class Connection:
         start = chunk.offset + self.out_pos
         left = chunk.count - self.out_pos
         if left > 0:
-            if hasattr(os, "sendfile"):
+            if self.tls:                            # TLS: read, encrypt, send
+                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, TLS_SEND_CHUNK), start))
+            elif hasattr(os, "sendfile"):
                 sent = os.sendfile(self.sock.fileno(), chunk.file.fileno(), start, left)
             else:                                   # no sendfile: copy through Python
                 sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, READ_CHUNK), start))
@@ -7062,7 +7877,9 @@ class Connection:
         if self.closed:
             return
         events = selectors.EVENT_WRITE if self.out else 0
-        if self.may_read() and not self._whole_frame_waiting():   # no more while one waits
+        if self.handshaking:
+            events = self.tls_wants or selectors.EVENT_READ
+        elif self.may_read() and not self._whole_frame_waiting():   # no more while one waits
             events |= selectors.EVENT_READ
         if events == self.events:
             return
@@ -7076,16 +7893,32 @@ class Connection:
         self.events = events
 
     def on_event(self, mask):
+        if self.handshaking:
+            self.step_handshake()
+            return
         if mask & selectors.EVENT_READ and not self.closed:
             self.on_readable()
         if mask & selectors.EVENT_WRITE and not self.closed:
             self.on_writable()
 
-    def close(self, reason):
+    def step_handshake(self):
+        try:
+            done = self.tls.handshake(self)
+        except (OSError, ValueError) as e:
+            self.close(f"TLS handshake failed: {e}")
+            return
+        if done:
+            self.handshaking = False
+            self.frame_started = None
+            self.last_active = self.broker.clock()
+            self.on_readable()              # the first request may have come with the handshake
+        self.update_interest()
+
+    def close(self, reason, quiet=False):
         if self.closed:
             return
         self.closed = True
-        quiet = reason in ("client closed the connection", "broker stopping") \
+        quiet = quiet or reason in ("client closed the connection", "broker stopping") \
             or "Connection reset" in reason or "Broken pipe" in reason
         log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
                 self.name, reason)
@@ -7136,10 +7969,12 @@ def open_file_count():
 
 
 class _Listener:
-    """The listening socket's selector callback: accept, within the limits."""
+    """A listening socket's selector callback: accept, within the limits."""
 
-    def __init__(self, broker, sock):
-        self.broker, self.sock = broker, sock
+    def __init__(self, broker, sock, listener, tls=None, sasl=None):
+        self.broker, self.sock, self.listener, self.tls = broker, sock, listener, tls
+        self.sasl = sasl                     # (mechanisms, PLAIN users) of a SASL listener
+        self.port = listener.port
 
     def on_event(self, mask):
         broker = self.broker
@@ -7163,7 +7998,17 @@ class _Listener:
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, addr, broker)
+            if self.tls:
+                try:
+                    sock = self.tls.wrap(sock)
+                except OSError as e:
+                    log.warning("TLS on a connection from %s failed: %s", ip, e)
+                    sock.close()
+                    continue
+            conn = Connection(sock, addr, broker, self.listener, self.tls)
+            if self.sasl:
+                conn.sasl = SaslSession(self.sasl[0], self.sasl[1], broker.store.scram_credential,
+                                        self.listener.name)
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -7280,18 +8125,13 @@ class Broker:
                                            self.producer_state, self.producer_ids, self.notify)
         self.txns.load()
         self.selector = selectors.DefaultSelector()
-        self.listener = socket.create_server((config.host, config.port), backlog=512,
-                                             family=socket.AF_INET6 if ":" in config.host
-                                             else socket.AF_INET, reuse_port=False)
-        self.listener.setblocking(False)
-        self.port = self.listener.getsockname()[1]
-        if "listeners" not in config.given or config.port != parse_listener(config["listeners"])[1]:
-            config.set_static("listeners", f"PLAINTEXT://{config.host}:{self.port}")
+        self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
+        self.port = self.listening[0].port
         if "log.dirs" not in config.given:
             config.set_static("log.dirs", config.data_dir)
         if "node.id" not in config.given:             # Kafka has no default: it must be set
             config.set_static("node.id", config["node.id"])
-        self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
+        self.listen(True)
         self.waker = _Waker()
         self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
         self.connections = set()
@@ -7323,16 +8163,53 @@ class Broker:
         host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         return f"{host}:{self.port}"
 
+    def _bind(self, listeners):
+        """A listening socket per listener; the listeners setting as bound (a
+        port 0 becomes the one the system gave, as --port does)."""
+        for l in listeners:
+            if l.protocol not in SERVED_PROTOCOLS:
+                raise ValueError(f"listener {l.name} uses {l.protocol}, which doze does not serve yet")
+        tls = [TlsServer(self.config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
+        sasl = [sasl_setup(self.config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
+        bound = []
+        try:
+            for l, t, a in zip(listeners, tls, sasl):
+                host = l.host or "0.0.0.0"
+                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
+                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                sock.setblocking(False)
+                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1]), t, a))
+        except OSError:
+            for b in bound:
+                b.sock.close()
+            raise
+        actual = [b.listener for b in bound]
+        if actual != self.config.listeners or "listeners" not in self.config.given:
+            given = [l for l in parse_listeners(self.config["listeners"], parse_protocol_map(
+                self.config["listener.security.protocol.map"])) if l.name not in {a.name for a in actual}]
+            self.config.set_static("listeners", format_listeners(actual + given))
+        return bound
+
+    def listen(self, on):
+        """Accept on every listener, or on none (at max.connections)."""
+        for b in self.listening:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                if on:
+                    self.selector.register(b.sock, selectors.EVENT_READ, b)
+                else:
+                    self.selector.unregister(b.sock)
+
     def node(self, conn):
-        """(node_id, host, port) as clients should reach this broker."""
-        advertised = self.config["advertised.listeners"]
+        """(node_id, host, port) as clients of the listener conn came in on
+        should reach this broker: its advertised.listeners entry, else its own."""
+        listener = conn.listener if conn is not None else self.listening[0].listener
+        advertised = self.config.advertised.get(listener.name)
         if advertised:
-            host, port = parse_listener(advertised)
-        else:
-            host, port = self.config.host, self.port
-            if host in ("", "0.0.0.0", "::") and conn is not None:
-                host = conn.sock.getsockname()[0]
-        return self.config["node.id"], host, port
+            return self.config["node.id"], advertised.host, advertised.port
+        host = listener.host
+        if host in ("", "0.0.0.0", "::") and conn is not None:
+            host = conn.sock.getsockname()[0]
+        return self.config["node.id"], host or "127.0.0.1", listener.port
 
     # --- connection limits ---
     @property
@@ -7349,7 +8226,7 @@ class Broker:
             return True
         if self.accepting:
             self.accepting = False
-            self.selector.unregister(self.listener)
+            self.listen(False)
             log.info("%d connections: not accepting more until one closes (max.connections, "
                      "or the descriptors doze has)", len(self.connections))
         return False
@@ -7372,8 +8249,8 @@ class Broker:
             if idle_s >= 0 and now - conn.last_active > idle_s:
                 conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
             elif conn.frame_started is not None and now - conn.frame_started > frame_s:
-                conn.close(f"a frame did not arrive whole within doze.frame.timeout.ms "
-                           f"({frame_s * 1000:.0f} ms)")
+                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
+                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
         self.call_later(SWEEP_S, self._sweep_connections)
 
     def _trim_memory(self):
@@ -7542,9 +8419,9 @@ class Broker:
     def _shutdown(self):
         for conn in list(self.connections):
             conn.close("broker stopping")
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            self.selector.unregister(self.listener)
-        self.listener.close()
+        self.listen(False)
+        for b in self.listening:
+            b.sock.close()
         if self._clean_stop:
             with contextlib.suppress(OSError):
                 self.logs.flush_dirty()
@@ -7563,15 +8440,23 @@ class Broker:
             del self.ip_counts[conn.ip]
         if not self.accepting and len(self.connections) < self.max_connections and not self._stopping:
             self.accepting = True
-            self.selector.register(self.listener, selectors.EVENT_READ, _Listener(self, self.listener))
+            self.listen(True)
 
     def handle_frame(self, conn, frame):
         """Decode one request, run its handler, queue its response."""
+        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
+            self._raw_sasl_token(conn, frame)
+            return
         try:
             api_key, version, correlation_id, client_id, r = parse_request_header(frame)
         except ProtocolError as e:
             conn.close(f"request header does not decode: {e}")
             return
+        if conn.sasl is not None and not conn.sasl.complete:
+            refused = conn.sasl.admits(api_key)
+            if refused:
+                conn.fail_authentication(refused)
+                return
         entry = HANDLERS.get(api_key)
         if entry is None:
             conn.close(f"unknown API key {api_key} (correlation id {correlation_id})")
@@ -7593,7 +8478,8 @@ class Broker:
                        f"does not decode: {e}")
             return
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s <- %s v%d #%d %s", conn.name, spec.name, version, correlation_id, req)
+            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
+                      correlation_id, req)
         slot = Slot()
         conn.slots.append(slot)
         ctx = RequestContext(self, conn, api_key, version, client_id)
@@ -7609,6 +8495,10 @@ class Broker:
             conn.slots.remove(slot)
         elif isinstance(result, CloseConnection):
             conn.close(result.reason)
+        elif isinstance(result, AuthenticationFailure):
+            conn.slots.remove(slot)
+            conn.fail_authentication(result.reason, self._response_chunks(spec, version, correlation_id,
+                                                                          result.response))
         elif isinstance(result, Park):
             self._park(conn, slot, spec, version, correlation_id, result)
         else:
@@ -7655,6 +8545,17 @@ class Broker:
         self._respond(conn, slot, spec, 0, correlation_id, msg)
 
     def _respond(self, conn, slot, spec, version, correlation_id, msg):
+        chunks = self._response_chunks(spec, version, correlation_id, msg)
+        if chunks is None:
+            conn.close(f"{spec.name} response could not be encoded")
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
+        if not conn.closed:
+            conn.push(slot, chunks)
+
+    def _response_chunks(self, spec, version, correlation_id, msg):
+        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
         w = Writer()
         w.out += bytes(4)                                  # the frame size, patched below
         w.fixed(I32, correlation_id)
@@ -7666,15 +8567,26 @@ class Broker:
             log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
                       spec.name, version, correlation_id, where(e))
             log.debug("the traceback", exc_info=e)
-            conn.close(f"{spec.name} response could not be encoded")
-            return
+            return None
         chunks = w.finish()
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
         size = sum(len(c) for c in chunks) - 4
         chunks[0] = I32.pack(size) + chunks[0][4:]
-        if not conn.closed:
-            conn.push(slot, chunks)
+        return chunks
+
+    def _raw_sasl_token(self, conn, frame):
+        """After SaslHandshake v0: a bare SASL token in, the server's bare token
+        out; a failure gets no answer, only the delayed close (as in Kafka)."""
+        sasl = conn.sasl
+        try:
+            reply, principal = sasl.token(frame)
+        except AuthenticationFailed as e:
+            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
+            return
+        slot = Slot()
+        conn.slots.append(slot)
+        conn.push(slot, [I32.pack(len(reply)) + reply])
+        if principal is not None:
+            conn.authenticated(principal)
 
     def _park(self, conn, slot, spec, version, correlation_id, park):
         park.slot = (conn, slot, spec, version, correlation_id)
@@ -7775,11 +8687,31 @@ def render_apis():
     return "\n".join(lines)
 
 
+def parse_add_scram(text):
+    """'SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]' ->
+    (user, mechanism, credential); the password goes no further than the hash."""
+    m = re.fullmatch(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)=\[(.*)\]\s*", text)
+    if not m:
+        raise ValueError("--add-scram: expected 'SCRAM-SHA-256=[name=...,password=...]' "
+                         "(or SCRAM-SHA-512)")
+    fields = dict(kv.split("=", 1) for kv in re.findall(r'(\w+=(?:"[^"]*"|[^,]*))', m.group(2)))
+    fields = {k: v[1:-1] if v.startswith('"') and v.endswith('"') else v for k, v in fields.items()}
+    if not fields.get("name") or "password" not in fields:
+        raise ValueError("--add-scram: name and password are required")
+    iterations = int(fields.get("iterations", SCRAM_MIN_ITERATIONS))
+    if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+        raise ValueError(f"--add-scram: iterations must be {SCRAM_MIN_ITERATIONS} to {SCRAM_MAX_ITERATIONS}")
+    return fields["name"], m.group(1), new_scram_credential(m.group(1), fields["password"], iterations)
+
+
 def main(argv=None):
     """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]"""
     parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
     parser.add_argument("properties", nargs="?", help="a Kafka server.properties file")
     parser.add_argument("--port", type=int, help="listen on this port (overrides listeners)")
+    parser.add_argument("--add-scram", action="append", default=[], metavar="CREDENTIAL",
+                        help="add a SCRAM user before serving, as kafka-storage format --add-scram: "
+                        "'SCRAM-SHA-256=[name=alice,password=alice-secret(,iterations=8192)]'")
     parser.add_argument("--host", help="listen on this address (overrides listeners)")
     parser.add_argument("--data-dir", help="data directory (overrides log.dirs)")
     parser.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
@@ -7805,6 +8737,10 @@ def main(argv=None):
         else:
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
         broker = Broker(config)
+        for text in args.add_scram:
+            user, mechanism, credential = parse_add_scram(text)
+            broker.store.save_scram_credential(user, mechanism, credential)
+            log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
     except (OSError, ValueError, sqlite3.Error) as e:
         print(f"doze_kafka: cannot start: {e}", file=sys.stderr)
         return 1

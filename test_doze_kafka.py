@@ -26,7 +26,11 @@ import logging
 import os
 import random
 import select
+import base64
+import hashlib
+import hmac
 import socket
+import ssl
 import sqlite3
 import struct
 import sys
@@ -3641,6 +3645,667 @@ def bystander(broker):
 
 def raw_connection(broker):
     return RawClient(broker.port)
+
+
+# --- Listeners ---------------------------------------------------------------------
+
+TWO_LISTENERS = {"listeners": "CLIENT://127.0.0.1:0,BACKEND://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                 "listener.security.protocol.map": "CLIENT:PLAINTEXT,BACKEND:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                 "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "BACKEND",
+                 "advertised.listeners": "CLIENT://clients.example:19092,BACKEND://127.0.0.1:0"}
+
+
+def addresses_seen_on(port):
+    """What a client of this port is told: Metadata's, FindCoordinator's and DescribeCluster's broker."""
+    with RawClient(port) as c:
+        [m] = c.metadata(None).brokers
+        c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)       # makes __consumer_offsets
+        f = c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+        [d] = c.call(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False).brokers
+        return {(m.host, m.port), (f.host, f.port), (d.host, d.port)}
+
+
+def test_listener_each_answers_with_its_own_advertised_address(start_broker):
+    """Named listeners at once; a request is answered with the address of the
+    listener it came in on (advertised.listeners, else the listener's own).
+    A controller listener is not served: doze has no KRaft controller."""
+    broker = start_broker(TWO_LISTENERS)
+    client_l, backend = broker.listening
+    assert [(b.listener.name, b.listener.protocol) for b in broker.listening] == \
+        [("CLIENT", "PLAINTEXT"), ("BACKEND", "PLAINTEXT")]
+    assert addresses_seen_on(client_l.port) == {("clients.example", 19092)}
+    assert addresses_seen_on(backend.port) == {("127.0.0.1", 0)}    # as advertised
+    listeners = broker.config["listeners"]
+    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.port},BACKEND://127.0.0.1:{backend.port},")
+    assert "CONTROLLER://127.0.0.1:0" in listeners                  # as given: doze does not bind it
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"listeners": "A://127.0.0.1:0,A://127.0.0.1:1", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "Each listener must have a different name"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:9"}, "No security protocol defined for listener OTHER"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,A://127.0.0.1:7,B://127.0.0.1:7",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,A:PLAINTEXT,B:PLAINTEXT"},
+     "Each listener must have a different port"),
+    ({"listener.security.protocol.map": "PLAINTEXT:TELNET"}, "is not NAME:PROTOCOL"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "nonroutable meta-address 0.0.0.0"),
+    ({"advertised.listeners": "PLAINTEXT://a:1,SSL://example:9093"},
+     "advertised.listeners listener names must be equal to or a subset"),
+    ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"},
+     "sasl.enabled.mechanisms GSSAPI: doze serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
+])
+def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
+    with pytest.raises(ValueError, match=message):
+        start_broker(settings)
+
+
+def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
+    def sockets():
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = doze.Config({"listeners": f"PLAINTEXT://127.0.0.1:0,B://127.0.0.1:{port}",
+                              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,B:PLAINTEXT"},
+                             data_dir=tmp_path / "data")
+        before = sockets()
+        with pytest.raises(OSError):
+            doze.Broker(config)
+        assert sockets() <= before                # A's socket was closed, not leaked
+
+
+# --- TLS ---------------------------------------------------------------------------
+
+# Test certificates (EC P-256, valid until 2126), made once with openssl for these tests only:
+#   a CA "doze-test-ca"; a server certificate for localhost / 127.0.0.1; a client
+#   certificate "C=US, O=Acme, Inc, OU=eng, CN=alice"; the server key also as
+#   encrypted PKCS#8 (password "keypass").
+TEST_CA_PEM = """\
+-----BEGIN CERTIFICATE-----
+MIIBhTCCASugAwIBAgIUJ5BdPEBqq+ovvrtX3KzStBOBimswCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAXMRUwEwYDVQQDDAxkb3plLXRlc3QtY2EwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAAQaOj+w8d+vbN4cQLlcr9UKnvGGsORUWunOR4R40OVbN8Fl
+ZivmbfX58aVpHfp3kspi/Y669wT40iBlN1zLL0eio1MwUTAdBgNVHQ4EFgQUeItm
+/RKZqnJX7Qkbn0YQbCvT1YEwHwYDVR0jBBgwFoAUeItm/RKZqnJX7Qkbn0YQbCvT
+1YEwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA40clyDI+JIAa
+CNmjRP4L5Bvv6eiFV9Pg3ZUCjk6nIMQCIDe5krVs48lQhDoZKGqzK8LvZld0OLLz
+cVfTXgzyn+mc
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgYtQ2F/SH5wnwVJLR
+0agatIoc2uYGZQi0x87HkCsaDK+hRANCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9
+g1naBUvKFddxjsNwBVHkjYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6
+-----END PRIVATE KEY-----
+"""
+TEST_SERVER_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBjjCCATOgAwIBAgIUP1m9XTfI6xJCp3i41or7YPO+zq0wCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggq
+hkjOPQMBBwNCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9g1naBUvKFddxjsNwBVHk
+jYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6o14wXDAaBgNVHREEEzARgglsb2Nh
+bGhvc3SHBH8AAAEwHQYDVR0OBBYEFKd4TQroR43dpVrUto0HwQSybM+bMB8GA1Ud
+IwQYMBaAFHiLZv0SmapyV+0JG59GEGwr09WBMAoGCCqGSM49BAMCA0kAMEYCIQCn
+kPIBAgswsK3BImx7amaDeWZ1OxRn3n4+lVKbd8c9xQIhAM5Lx2dc9uMdeDCZORxp
+RY0RiGaMTNvkwYcfJ+iv0jR8
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY_ENCRYPTED = """\
+-----BEGIN ENCRYPTED PRIVATE KEY-----
+MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAjA/ExQpyRk/wICCAAw
+DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEBTzekkwjPKZ9B62UnCigW8EgZCd
+hXeTkZE7qh8GHsJtbY7ElrScGt8sUVdwnkSUf6qJnUoeGEL6olLwIWP5TAuROaLr
++lsPwp8Q2/Fo2g62hXLWPzw0fCZnRYZco94sQkGzoWFkeiz3V66+peD0sXckYajo
+XO8aWYyvRm234w3SBYBimueM5965eNTE17b1g8mZg9NSHK+oNX/Q7bSR+edV3q4=
+-----END ENCRYPTED PRIVATE KEY-----
+"""
+TEST_ALICE_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg77rUhtiUODCdH/HR
+kEXxDUM0RiWDrNkelCpsAx0d0+mhRANCAAR5udfsU7ZtJQQFfKH4a9I+vrK5XqdU
+Vur55dpjbUcT5XEu/WoMUE3XvvXn/+LhZ5WvS+Axzez0LRBI/EgpGE0A
+-----END PRIVATE KEY-----
+"""
+TEST_ALICE_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBUjCB+QIUP1m9XTfI6xJCp3i41or7YPO+zq4wCgYIKoZIzj0EAwIwFzEVMBMG
+A1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYxMTA3MTM1
+OTA3WjA/MQswCQYDVQQGEwJVUzESMBAGA1UECgwJQWNtZSwgSW5jMQwwCgYDVQQL
+DANlbmcxDjAMBgNVBAMMBWFsaWNlMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+ebnX7FO2bSUEBXyh+GvSPr6yuV6nVFbq+eXaY21HE+VxLv1qDFBN17715//i4WeV
+r0vgMc3s9C0QSPxIKRhNADAKBggqhkjOPQQDAgNIADBFAiEAzib7TGAAPzfvgzLa
+Vtq2vRnMXkmnbSmX9hCuE/qJXsoCIGrfUtLf/yQ/5qT3w9Poj12ZxR1xBPp0xOYl
+FWryjvS2
+-----END CERTIFICATE-----
+"""
+
+
+@pytest.fixture
+def pem(tmp_path):
+    """The test certificates as files: keystore (key + chain), ca, alice's."""
+    files = {"keystore": TEST_SERVER_KEY + TEST_SERVER_CERT, "ca": TEST_CA_PEM,
+             "alice_key": TEST_ALICE_KEY, "alice_cert": TEST_ALICE_CERT}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = str(tmp_path / f"{name}.pem")
+        with open(paths[name], "w") as f:
+            f.write(text)
+    return paths
+
+
+def tls_settings(pem, **more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": pem["keystore"],
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": pem["ca"]}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+class TlsClient(RawClient):
+    """RawClient over TLS, verifying the broker against the test CA."""
+
+    def __init__(self, port, cert=None, key=None, timeout=SOCKET_TIMEOUT_S):
+        ctx = ssl.create_default_context(cadata=TEST_CA_PEM)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.client_id = "doze-test"
+        self.next_correlation_id = 0
+
+
+def ssl_port(broker):
+    [port] = [b.port for b in broker.listening if b.listener.protocol == "SSL"]
+    return port
+
+
+def principals(broker):
+    return broker.run_in_loop(lambda: sorted(c.principal for c in broker.connections))
+
+
+def test_tls_listener_serves_requests_and_fetch_without_sendfile(start_broker, pem):
+    broker = start_broker(tls_settings(pem))
+    port = ssl_port(broker)
+    with TlsClient(port) as c:
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+        [b] = c.metadata(None).brokers
+        assert (b.host, b.port) == ("127.0.0.1", port)          # the SSL listener's own address
+        c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name="t", num_partitions=1, replication_factor=1,
+                                                    assignments=[], configs=[])], timeout_ms=5000)
+        values = [bytes([i]) * 3000 for i in range(200)]          # bigger than one TLS record
+        assert c.produce("t", 0, make_batch(values)).error_code == 0
+        assert [v for _, v in c.values("t", 0)] == values
+    with RawClient(broker.port) as plain:                         # the PLAINTEXT listener beside it
+        assert plain.metadata(None).brokers[0].port == broker.port
+
+
+def test_tls_client_certificate_gives_the_mapped_principal(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required",
+                                       ssl_principal_mapping_rules="RULE:^CN=(.*?),OU=eng,.*$/$1/U,DEFAULT"))
+    with TlsClient(ssl_port(broker), pem["alice_cert"], pem["alice_key"]) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ALICE"]
+    with RawClient(broker.port) as plain:
+        assert plain.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ANONYMOUS"]
+
+
+def test_tls_required_client_auth_refuses_a_client_without_a_certificate(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required"))
+    with RawClient(broker.port) as bystander:
+        with pytest.raises((ssl.SSLError, OSError, EOFError)):
+            with TlsClient(ssl_port(broker)) as c:
+                c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+
+
+def test_tls_rfc2253_names_as_java_prints_them():
+    subject = ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
+               (("organizationalUnitName", "eng"),), (("commonName", "alice"),), (("emailAddress", "a@b.c"),))
+    assert doze.rfc2253(subject) == "1.2.840.113549.1.9.1=#16056140622e63,CN=alice,OU=eng,O=Acme\\, Inc,C=US"
+    assert doze.rfc2253(((("commonName", "#x "),),)) == "CN=\\#x\\ "
+
+
+@pytest.mark.parametrize("rules, dn, name", [
+    ("DEFAULT", "CN=alice,O=Acme", "CN=alice,O=Acme"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=kafka1,OU=ServiceUsers,O=Org", "kafka1"),
+    ("RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L", "CN=Duke,OU=JavaSoft,O=Sun", "duke@javasoft"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/", "CN=x,O=y", None),
+    ("", "CN=x", None),
+])
+def test_tls_principal_mapping_rules_as_kafka_applies_them(rules, dn, name):
+    assert doze.map_principal(doze.parse_principal_rules(rules), dn) == name
+
+
+def test_tls_principal_mapping_rule_that_does_not_parse_stops_the_start(start_broker, pem):
+    with pytest.raises(ValueError, match="Invalid rule: `FOO`"):
+        start_broker(tls_settings(pem, ssl_principal_mapping_rules="FOO"))
+
+
+def test_tls_inline_pem_keystore_with_an_encrypted_key(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_keystore_location=None) | {
+        "ssl.keystore.key": TEST_SERVER_KEY_ENCRYPTED, "ssl.keystore.certificate.chain": TEST_SERVER_CERT,
+        "ssl.key.password": "keypass", "ssl.truststore.certificates": TEST_CA_PEM,
+        "ssl.truststore.location": None})
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+@pytest.mark.parametrize("more, message", [
+    ({"ssl.keystore.type": "JKS"}, "doze reads PEM keystores only"),
+    ({"ssl.keystore.password": "x"}, "SSL key store password cannot be specified with PEM format"),
+    ({"ssl.keystore.location": None}, "an SSL listener needs a key and certificate"),
+    ({"ssl.keystore.location": None, "ssl.keystore.key": TEST_SERVER_KEY}, "certificate chain is not specified"),
+    ({"ssl.keystore.key": TEST_SERVER_KEY, "ssl.keystore.certificate.chain": TEST_SERVER_CERT},
+     "Both SSL key store location and separate private key are specified"),
+    ({"ssl.truststore.password": "x"}, "SSL trust store password cannot be specified for PEM format"),
+    ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols TLSv1.1"),
+    ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
+    ({"ssl.keystore.location": "/nonexistent.pem"}, "Failed to load PEM SSL keystore"),
+])
+def test_tls_settings_kafka_refuses_stop_the_start(start_broker, pem, more, message):
+    settings = tls_settings(pem)
+    settings.update(more)
+    with pytest.raises(ValueError, match=message):
+        start_broker({k: v for k, v in settings.items() if v is not None})
+
+
+def test_tls_per_listener_settings_win(start_broker, pem):
+    """listener.name.<name>.ssl.* for one listener, over the plain ssl.* ones."""
+    settings = tls_settings(pem, ssl_keystore_type="JKS")       # would stop the start ...
+    settings["listener.name.ssl.ssl.keystore.type"] = "PEM"     # ... but not for listener SSL
+    broker = start_broker(settings)
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_garbage_closes_only_that_connection(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem))
+    with RawClient(broker.port) as bystander, socket.create_connection(("127.0.0.1", ssl_port(broker))) as s:
+        s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE))   # Kafka bytes, not TLS
+        s.settimeout(5)
+        try:
+            assert s.recv(100) == b""                             # closed ...
+        except ConnectionResetError:
+            pass                                                  # ... with its bytes unread: a reset
+        assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, pem):
+    clock = FakeClock()
+    broker = start_broker(tls_settings(pem, doze_frame_timeout_ms=30_000), clock=clock)
+    with socket.create_connection(("127.0.0.1", ssl_port(broker))) as s, RawClient(broker.port) as ok:
+        s.sendall(b"\x16\x03\x01")                              # the start of a ClientHello, no more
+        assert wait_until(lambda: broker.run_in_loop(lambda: any(c.handshaking for c in broker.connections)))
+        clock.advance(25_000)
+        time.sleep(1.5)
+        assert answers(ok)
+        s.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            s.recv(1)                                            # 25 s in: still open
+        clock.advance(10_000)
+        s.settimeout(5)
+        assert s.recv(1) == b""                                  # past 30 s: closed
+
+
+# --- SASL ---------------------------------------------------------------------------
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def sasl_settings(**more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                "connection.failed.authentication.delay.ms": 300}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+def sasl_port(broker):
+    [port] = [b.port for b in broker.listening if b.listener.protocol.startswith("SASL_")]
+    return port
+
+
+def add_scram_user(broker, user, password, mechanism="SCRAM-SHA-256", iterations=4096):
+    broker.run_in_loop(lambda: broker.store.save_scram_credential(
+        user, mechanism, doze.new_scram_credential(mechanism, password, iterations)))
+
+
+def plain_token(user, password, authzid=""):
+    return f"{authzid}\0{user}\0{password}".encode()
+
+
+def sasl_authenticate(c, mechanism, tokens, handshake_version=1):
+    """SaslHandshake, then each token in a SaslAuthenticate -> the answers."""
+    h = c.call(ApiKey.SASL_HANDSHAKE, handshake_version, mechanism=mechanism)
+    assert h.error_code == 0, h
+    return [c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=t) for t in tokens]
+
+
+class ScramClient:
+    """The client side of SCRAM (RFC 5802), for the tests: first(), final(server_first)."""
+
+    def __init__(self, mechanism, user, password, nonce="fyko+d2lbbFgONRv9qkxdawL"):
+        self.digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+        self.user, self.password, self.nonce = user, password, nonce
+
+    def first(self):
+        self.bare = f"n={self.user},r={self.nonce}"
+        return f"n,,{self.bare}".encode()
+
+    def final(self, server_first, nonce=None):
+        fields = dict(kv.split("=", 1) for kv in server_first.decode().split(","))
+        salted = hashlib.pbkdf2_hmac(self.digest, self.password.encode(), base64.b64decode(fields["s"]),
+                                     int(fields["i"]))
+        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
+        stored = hashlib.new(self.digest, client_key).digest()
+        without_proof = f"c=biws,r={nonce or fields['r']}"
+        auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
+        signature = hmac.new(stored, auth, self.digest).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
+        self.expected_server_final = b"v=" + base64.b64encode(hmac.new(server_key, auth, self.digest).digest())
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_sasl_scram_rfc7677_test_vector():
+    """RFC 7677's example exchange, byte for byte (Kafka's ScramFormatterTest uses it too)."""
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    keys = doze.scram_keys("SCRAM-SHA-256", doze.scram_salted_password("SCRAM-SHA-256", "pencil", salt, 4096))
+    server = doze.ScramServer("SCRAM-SHA-256", lambda u, m: (salt, *keys, 4096) if u == "user" else None,
+                              server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    first, user = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert (first, user) == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,"
+                             b"i=4096", None)
+    final, user = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                              b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    assert (final, user) == (b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", "user")
+
+
+def test_sasl_plain_authenticates_then_serves_everything(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("alice", "alice-secret"))
+        assert (a.error_code, a.error_message, bytes(a.auth_bytes)) == (0, "", b"")   # Kafka's "" default
+        assert principals(broker) == ["User:alice"]
+        [b] = c.metadata(None).brokers
+        assert b.port == sasl_port(broker)
+        again = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"x")
+        assert (again.error_code, again.error_message) == (ErrorCode.ILLEGAL_SASL_STATE,
+                                                           "SaslAuthenticate request received after successful authentication")
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0     # still open
+
+
+@pytest.mark.parametrize("token, message", [
+    (plain_token("alice", "wrong"), "Authentication failed: Invalid username or password"),
+    (plain_token("mallory", "x"), "Authentication failed: Invalid username or password"),
+    (plain_token("", "x"), "Authentication failed: username not specified"),
+    (plain_token("alice", ""), "Authentication failed: password not specified"),
+    (plain_token("alice", "alice-secret", authzid="admin"),
+     "Authentication failed: Client requested an authorization id that is different from username"),
+    (b"no-nuls-at-all", "Authentication failed during authentication due to invalid credentials with SASL "
+                        "mechanism PLAIN"),
+])
+def test_sasl_plain_failure_is_answered_after_the_delay_then_closed(start_broker, token, message):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        started = time.monotonic()
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
+        assert time.monotonic() - started >= 0.25                 # connection.failed.authentication.delay.ms
+        assert (a.error_code, a.error_message) == (ErrorCode.SASL_AUTHENTICATION_FAILED, message)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_unknown_mechanism_gets_the_enabled_ones_then_the_close(start_broker):
+    broker = start_broker(sasl_settings(sasl_enabled_mechanisms="SCRAM-SHA-512"))
+    with RawClient(sasl_port(broker)) as c:
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="plain")            # matched exactly
+        assert (h.error_code, h.mechanisms) == (ErrorCode.UNSUPPORTED_SASL_MECHANISM, ["SCRAM-SHA-512"])
+        assert c.is_closed_by_broker(3)
+
+
+@pytest.mark.parametrize("api_key, fields", [
+    (ApiKey.METADATA, {"topics": None}),
+    (ApiKey.SASL_AUTHENTICATE, {"auth_bytes": b"x"}),
+    (ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 1000, "topic_data": []}),
+])
+def test_sasl_a_request_before_authentication_closes_without_an_answer(start_broker, api_key, fields):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        c.send(api_key, None, **fields)
+        assert c.is_closed_by_broker(3)                           # nothing read: closed
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_other_requests_between_handshake_and_authenticate_close(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.METADATA, None, topics=None)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_a_second_api_versions_before_the_handshake_closes(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        c.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert c.is_closed_by_broker(3)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_scram_authenticates_and_signs(start_broker, mechanism):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", mechanism, iterations=8192)
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient(mechanism, "bob", "bob-secret")
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        assert h.error_code == 0
+        first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+        assert first.error_code == 0 and bytes(first.auth_bytes).startswith(b"r=" + client.nonce.encode())
+        assert b",i=8192" in bytes(first.auth_bytes)
+        final = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes)))
+        assert (final.error_code, bytes(final.auth_bytes)) == (0, client.expected_server_final)
+        assert principals(broker) == ["User:bob"]
+        assert c.metadata(None).brokers
+
+
+@pytest.mark.parametrize("case", ["wrong password", "unknown user", "wrong nonce", "garbage first",
+                                  "other mechanism's credential"])
+def test_sasl_scram_failures_get_kafkas_generic_answer(start_broker, case):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", "SCRAM-SHA-256")
+    mechanism = "SCRAM-SHA-512" if case == "other mechanism's credential" else "SCRAM-SHA-256"
+    user = "nobody" if case == "unknown user" else "bob"
+    password = "wrong" if case == "wrong password" else "bob-secret"
+    client = ScramClient(mechanism, user, password)
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism).error_code == 0
+        if case == "garbage first":
+            answer = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\xff\x00garbage")
+        else:
+            first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+            if first.error_code:
+                answer = first                                    # no credential: refused at once
+            else:
+                nonce = "forged" if case == "wrong nonce" else None
+                answer = c.call(ApiKey.SASL_AUTHENTICATE, 2,
+                                auth_bytes=client.final(bytes(first.auth_bytes), nonce))
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            f"{mechanism}")
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_scram_client_final_replayed_on_another_connection_fails(start_broker):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret")
+    client = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
+    with RawClient(sasl_port(broker)) as c:
+        first = sasl_authenticate(c, "SCRAM-SHA-256", [client.first()])[0]
+        final = client.final(bytes(first.auth_bytes))
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
+    with RawClient(sasl_port(broker)) as eve:
+        sasl_authenticate(eve, "SCRAM-SHA-256", [client.first()])      # a new server nonce here
+        assert eve.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == \
+            ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "carol", "carol-very-secret-password", "SCRAM-SHA-512")
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "carol", "carol-very-secret-password")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))) \
+            .error_code == 0
+    broker.stop()
+    for name in os.listdir(tmp_path / "data"):
+        if name.startswith("meta.db"):
+            data = open(tmp_path / "data" / name, "rb").read()
+            assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
+
+
+def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
+    """SaslHandshake v0: the tokens come and go as bare size-prefixed frames."""
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
+        token = plain_token("alice", "alice-secret")
+        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        assert c.read_frame() == b""                              # PLAIN's empty reply, as a frame
+        assert c.metadata(None).brokers                           # now Kafka requests again
+
+
+def test_sasl_v0_bad_token_is_closed_without_an_answer(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
+        token = plain_token("alice", "nope")
+        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_an_oversized_frame_before_authentication_closes(start_broker):
+    broker = start_broker(sasl_settings(sasl_server_max_receive_size=1000))
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
+    assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms GSSAPI"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
+     "PLAIN needs its users in listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"}, "sasl.jaas.config: expected"),
+])
+def test_sasl_settings_that_cannot_work_stop_the_start(start_broker, settings, message):
+    merged = {k: v for k, v in {**sasl_settings(), **settings}.items() if v is not None}
+    with pytest.raises(ValueError, match=message):
+        start_broker(merged)
+
+
+def test_sasl_add_scram_on_the_command_line(tmp_path, capsys):
+    user, mechanism, credential = doze.parse_add_scram("SCRAM-SHA-512=[name=dave,password=\"p,w=d\",iterations=8192]")
+    assert (user, mechanism, credential[3]) == ("dave", "SCRAM-SHA-512", 8192)
+    salt, stored, server, iterations = credential
+    assert (stored, server) == doze.scram_keys(mechanism, doze.scram_salted_password(mechanism, "p,w=d", salt, 8192))
+    with pytest.raises(ValueError, match="iterations must be"):
+        doze.parse_add_scram("SCRAM-SHA-256=[name=x,password=y,iterations=100]")
+
+
+def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
+    settings = {**tls_settings(pem), **sasl_settings()}
+    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
+    broker = start_broker(settings)
+    with TlsClient(sasl_port(broker)) as c:
+        a = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])[0]
+        assert a.error_code == 0
+        assert principals(broker) == ["User:admin"]
+        assert c.metadata(None).brokers[0].port == sasl_port(broker)
+
+
+def scram_upsertion(name, mechanism, password, iterations=4096, salt=b"salt-from-the-client"):
+    digest = {1: "sha256", 2: "sha512"}[mechanism] if mechanism in (1, 2) else "sha256"
+    return Msg(name=name, mechanism=mechanism, iterations=iterations, salt=salt,
+               salted_password=hashlib.pbkdf2_hmac(digest, password.encode(), salt, max(1, min(iterations, 4096))))
+
+
+def test_scram_admin_alter_then_authenticate_then_describe(start_broker):
+    """KIP-554: the client sends salt and SaltedPassword; the user can then log in."""
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            scram_upsertion("erin", 2, "erin-secret", 4096)])
+        assert [(x.user, x.error_code, x.error_message) for x in r.results] == [("erin", 0, None)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
+        assert [(x.user, x.error_code, [(i.mechanism, i.iterations) for i in x.credential_infos])
+                for x in d.results] == [("erin", 0, [(2, 4096)])]
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "erin", "erin-secret")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert bytes(first.auth_bytes).endswith(b",s=" + base64.b64encode(b"salt-from-the-client") + b",i=4096")
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))).error_code == 0
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[Msg(name="erin", mechanism=2)],
+                       upsertions=[])
+        assert [(x.user, x.error_code) for x in r.results] == [("erin", 0)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="erin")])
+        assert [(x.user, x.error_code, x.error_message) for x in d.results] == [
+            ("erin", ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist: erin")]
+
+
+def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
+    client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[scram_upsertion("old", 1, "x")])
+    r = client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[
+        Msg(name="ghost", mechanism=1), Msg(name="old", mechanism=1)], upsertions=[
+        scram_upsertion("", 1, "x"), scram_upsertion("few", 1, "x", iterations=100),
+        scram_upsertion("many", 1, "x", iterations=16385), scram_upsertion("odd", 3, "x"),
+        scram_upsertion("old", 2, "x"), scram_upsertion("both", 1, "x"), scram_upsertion("both", 2, "x"),
+        scram_upsertion("fine", 1, "x")])
+    got = {x.user: (x.error_code, x.error_message) for x in r.results}
+    assert got == {
+        "ghost": (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"),
+        "": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
+        "few": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"),
+        "many": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"),
+        "odd": (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"),
+        "old": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "both": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "fine": (0, None)}
+    d = client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="fine"), Msg(name="old"),
+                                                                     Msg(name="old")])
+    assert {(x.user, x.error_code) for x in d.results} == {("fine", 0), ("old", ErrorCode.DUPLICATE_RESOURCE)}
+    assert sorted(x.user for x in client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[]).results) == \
+        ["fine", "old"]
 
 
 def test_server_serves_hundreds_of_connections_at_once(broker):
