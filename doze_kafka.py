@@ -8683,7 +8683,7 @@ def render_apis():
         served = f"v{spec.min_served}-v{spec.max_version}"
         note = f" (v{spec.min_version}-v{spec.min_served - 1} advertised, refused)" \
             if spec.min_served > spec.min_version else ""
-        lines.append(f"{int(key):3d}  {spec.name:26s} {served}{note}")
+        lines.append(f"{int(key):3d}  {spec.name:29s} {served}{note}")
     return "\n".join(lines)
 
 
