@@ -242,7 +242,8 @@ def main(argv=None):
             if scenario not in scen_of.get(n, ["default"]):
                 continue
             if n in split:
-                src = [f for f in os.listdir(os.path.join(tree, "tests")) if f.startswith(n + "-")][0]
+                src = [f for f in os.listdir(os.path.join(tree, "tests"))
+                       if f.startswith(n + "-") and f.endswith((".c", ".cpp"))][0]   # not the .o/.d
                 text = open(os.path.join(tree, "tests", src)).read()
                 subs = re.findall(r"^\s+(do_test_\w+)\(", text, flags=re.M)
                 for s in dict.fromkeys(subs):
