@@ -1013,6 +1013,7 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -6786,6 +6787,10 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
         if c.value is None and (not incremental or c.config_operation != OP_DELETE):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
     dynamic = ctx.config.dynamic_node if node else dict(KRAFT_CLUSTER_DEFAULTS, **ctx.config.dynamic_cluster)
+    for c in res.configs:               # APPEND/SUBTRACT start from Kafka's default (ConfigurationControlManager.getParts)
+        if incremental and c.config_operation in (OP_APPEND, OP_SUBTRACT) and c.name not in dynamic:
+            default = KAFKA_BROKER_CONFIGS.get(c.name, (None, None))[1]
+            dynamic = dict(dynamic, **{c.name: default if isinstance(default, str) else ""})
     new = apply_config_ops(dynamic, res, incremental, broker_type)
     if not node and "min.insync.replicas" not in new:
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be "
@@ -7055,6 +7060,68 @@ def handle_offset_delete(ctx, req):
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
+# --- DescribeClientQuotas (48) --------------------------------------------------
+
+QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+
+
+@api("""
+DescribeClientQuotas  key=48  versions=0-1  flexible=1+
+  request
+    components  []
+      entity_type  string
+      match_type  int8                        # 0 exact, 1 default, 2 any specified
+      match  string?
+    strict  bool
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    entries  []?
+      entity  []
+        entity_type  string
+        entity_name  string?
+      values  []
+        key  string
+        value  float64
+""")
+def handle_describe_client_quotas(ctx, req):
+    """DescribeClientQuotas: doze has no quotas, so every valid filter matches
+    nothing (kafka-configs --describe --entity-type users asks this beside the
+    SCRAM credentials). The filter is checked as Kafka's ClientQuotasImage does.
+
+    Errors: INVALID_REQUEST, UNSUPPORTED_VERSION (an entity type Kafka does not
+    know), with Kafka's messages and entries null.
+    """
+    error = client_quota_filter_error(req.components)
+    if error:
+        return Msg(error_code=error[0], error_message=error[1], entries=None)
+    return Msg(error_code=ErrorCode.NONE, entries=[])
+
+
+def client_quota_filter_error(components):
+    seen = set()
+    for c in components:
+        if not c.entity_type:
+            return ErrorCode.INVALID_REQUEST, "Invalid empty entity type."
+        if c.entity_type in seen:
+            return ErrorCode.INVALID_REQUEST, f"Entity type {c.entity_type} cannot appear more than once in the filter."
+        if c.entity_type not in QUOTA_ENTITY_TYPES:
+            return ErrorCode.UNSUPPORTED_VERSION, f"Unsupported entity type {c.entity_type}"
+        name = {0: "MATCH_TYPE_EXACT", 1: "MATCH_TYPE_DEFAULT", 2: "MATCH_TYPE_SPECIFIED"}.get(c.match_type)
+        if name is None:
+            return ErrorCode.INVALID_REQUEST, f"Unknown match type {c.match_type}"
+        if c.match_type == 0 and c.match is None:
+            return ErrorCode.INVALID_REQUEST, "Request specified MATCH_TYPE_EXACT, but set match string to null."
+        if c.match_type != 0 and c.match is not None:
+            return ErrorCode.INVALID_REQUEST, f"Request specified {name}, but also specified a match string."
+        seen.add(c.entity_type)
+    if "ip" in seen and seen & {"user", "client-id"}:
+        return ErrorCode.INVALID_REQUEST, ("Invalid entity filter component combination. IP filter component "
+                                           "should not be used with user or clientId filter component.")
+    return None
+
+
 # --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
 
 @api("""
@@ -7074,6 +7141,24 @@ DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
         mechanism  int8
         iterations  int32
 """)
+def java_hash_order(names):
+    """names in the order a java.util.HashMap<String, _> iterates them (bucket
+    of String.hashCode spread as HashMap.hash does, then insertion order):
+    the order Kafka's tools print what Kafka answers from such a map."""
+    names = list(dict.fromkeys(names))
+    capacity = 16
+    while len(names) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name):
+        units = name.encode("utf-16-be")                 # Java strings are UTF-16 code units
+        h = 0
+        for unit in struct.unpack(f">{len(units) // 2}H", units):
+            h = (31 * h + unit) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+    return sorted(names, key=bucket)         # sorted is stable: insertion order within a bucket
+
+
 def handle_describe_user_scram_credentials(ctx, req):
     """DescribeUserScramCredentials: each user's SCRAM mechanisms and
     iterations (never a salt or a key); none named: every user.
@@ -7083,8 +7168,9 @@ def handle_describe_user_scram_credentials(ctx, req):
     """
     known = ctx.store.scram_users()
     names = [u.name for u in req.users] if req.users else list(known)
+    order = java_hash_order(names)            # Kafka answers from a HashMap
     results = []
-    for name in dict.fromkeys(names):
+    for name in order:
         if names.count(name) > 1:
             results.append(Msg(user=name, error_code=ErrorCode.DUPLICATE_RESOURCE, credential_infos=[],
                                error_message="Cannot describe SCRAM credentials for the same user twice "

@@ -2604,3 +2604,67 @@ def _describe_topic_partitions(S):
         dtp("cursor-negative", [a], cursor=(a, -1)),
         dtp("internal", ["__consumer_offsets"]),
     ]
+
+
+@scenario("describe-client-quotas")
+def _describe_client_quotas(S):
+    """DescribeClientQuotas on a broker with no quotas (what kafka-configs --describe
+    --entity-type users sends beside DescribeUserScramCredentials): filters that match
+    nothing, and the ones Kafka's ClientQuotasImage refuses, with its messages."""
+    def dcq(id, components, strict=False, v=1):
+        return step(id, "DescribeClientQuotas", v, {"components": [
+            {"entity_type": t, "match_type": m, "match": x} for t, m, x in components], "strict": strict})
+    return [
+        dcq("users", [("user", 2, None)]),
+        dcq("user-exact", [("user", 0, f"{S}-alice")], strict=True),
+        dcq("user-default", [("user", 1, None), ("client-id", 2, None)]),
+        dcq("none", []),
+        dcq("v0", [("client-id", 2, None)], v=0),
+        dcq("empty-type", [("", 2, None)]),
+        dcq("twice", [("user", 2, None), ("user", 1, None)]),
+        dcq("unknown-type", [("group", 2, None)]),
+        dcq("bad-match-type", [("user", 7, None)]),
+        dcq("exact-null", [("user", 0, None)]),
+        dcq("default-with-name", [("user", 1, "x")]),
+        dcq("specified-with-name", [("user", 2, "x")]),
+        dcq("ip-with-user", [("ip", 2, None), ("user", 2, None)]),
+    ]
+
+
+@scenario("config-append-subtract", broker_settings={"num.partitions": 1})
+def _config_append_subtract(S):
+    """IncrementalAlterConfigs APPEND and SUBTRACT where nothing is set yet (own broker):
+    Kafka starts from the config's ConfigDef default (ConfigurationControlManager.getParts),
+    for the broker's id, for the cluster default and for a topic, also when the cluster
+    default differs from that (librdkafka's 0081 does APPEND then SUBTRACT of compact on
+    log.cleanup.policy, then creates topics and deletes their records)."""
+    t, t2 = f"{S}-t", f"{S}-t2"
+    poll = {"timeout_ms": 30000, "interval_ms": 100}
+
+    def iac(id, rtype, rname, ops):
+        return step(id, "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": rtype, "resource_name": rname,
+             "configs": [{"name": k, "config_operation": op, "value": val} for k, op, val in ops]}],
+            "validate_only": False})
+
+    def seen(id, rtype, rname, key, value):
+        return describe_configs(id, [(rtype, rname, [key])], until={
+            "path": "results.0.configs.0.value", "equals": value, **poll})
+    return [
+        *create_topics("create", [t]),
+        iac("broker-append", 4, "1", [("log.cleanup.policy", 2, "compact")]),
+        seen("broker-appended", 4, "1", "log.cleanup.policy", "delete,compact"),
+        iac("broker-subtract", 4, "1", [("log.cleanup.policy", 3, "compact")]),
+        seen("broker-subtracted", 4, "1", "log.cleanup.policy", "delete"),
+        iac("cluster-set-compact", 4, "", [("log.cleanup.policy", 0, "compact")]),
+        seen("cluster-compact", 4, "", "log.cleanup.policy", "compact"),
+        iac("topic-append", 2, t, [("cleanup.policy", 2, "delete")]),
+        describe_configs("topic-appended", [(2, t, ["cleanup.policy"])], synonyms=True),
+        *create_topics("create-2", [t2]),
+        describe_configs("topic-2", [(2, t2, ["cleanup.policy"])], synonyms=True),
+        iac("topic-2-subtract", 2, t2, [("cleanup.policy", 3, "delete")]),
+        describe_configs("topic-2-subtracted", [(2, t2, ["cleanup.policy"])], synonyms=True),
+        iac("cluster-unset", 4, "", [("log.cleanup.policy", 1, None)]),
+        iac("broker-unset", 4, "1", [("log.cleanup.policy", 1, None)]),
+        iac("retention-append", 4, "1", [("log.retention.ms", 2, "5")]),
+    ]
