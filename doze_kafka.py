@@ -4003,6 +4003,9 @@ class GroupCoordinator:
 
     # --- deadlines, swept every GROUP_TICK_S ---
     def tick(self):
+        """Expire what is due; -> the earliest deadline still ahead (ms), so
+        that the next tick comes exactly then (Kafka's timers are exact: a
+        client waiting out a session timeout expects the member gone)."""
         now = self.now_ms()
         for g in list(self.groups.values()):
             for member_id, deadline in list(g.pending.items()):
@@ -4022,6 +4025,9 @@ class GroupCoordinator:
                 self._remove(g, m)
             if expired:
                 self._member_gone(g)
+        return min((d for g in self.groups.values() for d in itertools.chain(
+            g.pending.values(), (m.deadline_ms for m in g.members.values()),
+            (g.rebalance_deadline_ms,) if g.rebalance_deadline_ms is not None else ()) if d > now), default=None)
 
     # --- offsets ---
     def check_commit(self, group_id, generation, member_id, instance_id, transactional=False):
@@ -8409,8 +8415,9 @@ class Broker:
                         self._expire_producers)
 
     def _group_tick(self):
-        self.groups.tick()
-        self.call_later(GROUP_TICK_S, self._group_tick)
+        upcoming_ms = self.groups.tick()
+        due = self.clock() + GROUP_TICK_S
+        self.call_at(due if upcoming_ms is None else min(due, (upcoming_ms + 1) / 1000), self._group_tick)
 
     def _expire_offsets(self):
         try:

@@ -188,6 +188,8 @@ def main(argv=None):
     ap.add_argument("--tests", help="comma-separated test numbers (default: the sample)")
     ap.add_argument("--split", default="", help="test numbers to run once per subtest function "
                     "(SUBTESTS=do_test_X), e.g. 0081")
+    ap.add_argument("--only", default="", help="with --split: only these subtest functions, e.g. "
+                    "do_test_DeleteRecords,do_test_DescribeConsumerGroups")
     ap.add_argument("--bootstrap", help="use this broker (every scenario) instead of starting doze")
     ap.add_argument("--quick", action="store_true", help="test-runner -Q (fewer messages)")
     ap.add_argument("--test-timeout", type=int, default=600, help="seconds per test number")
@@ -247,7 +249,8 @@ def main(argv=None):
                 text = open(os.path.join(tree, "tests", src)).read()
                 subs = re.findall(r"^\s+(do_test_\w+)\(", text, flags=re.M)
                 for s in dict.fromkeys(subs):
-                    units.append((n, s))
+                    if not a.only or s in a.only.split(","):
+                        units.append((n, s))
             else:
                 units.append((n, None))
         with Broker(a.bootstrap, SCENARIO_BROKERS[scenario], a.doze_log_level,
