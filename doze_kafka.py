@@ -7130,23 +7130,6 @@ def client_quota_filter_error(components):
 
 # --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
 
-@api("""
-DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
-  request
-    users  []?
-      name  string
-  response
-    throttle_time_ms  int32 = 0
-    error_code  int16
-    error_message  string?
-    results  []
-      user  string
-      error_code  int16
-      error_message  string?
-      credential_infos  []
-        mechanism  int8
-        iterations  int32
-""")
 def java_hash_order(names):
     """names in the order a java.util.HashMap<String, _> iterates them (bucket
     of String.hashCode spread as HashMap.hash does, then insertion order):
@@ -7165,6 +7148,23 @@ def java_hash_order(names):
     return sorted(names, key=bucket)         # sorted is stable: insertion order within a bucket
 
 
+@api("""
+DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
+  request
+    users  []?
+      name  string
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    results  []
+      user  string
+      error_code  int16
+      error_message  string?
+      credential_infos  []
+        mechanism  int8
+        iterations  int32
+""")
 def handle_describe_user_scram_credentials(ctx, req):
     """DescribeUserScramCredentials: each user's SCRAM mechanisms and
     iterations (never a salt or a key); none named: every user.
