@@ -4186,13 +4186,18 @@ def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
             assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
 
 
+def plain_v0(c, password):
+    """SaslHandshake v0 for PLAIN, then alice's token as a bare size-prefixed frame."""
+    assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
+    token = plain_token("alice", password)
+    c.sock.sendall(struct.pack(">i", len(token)) + token)
+
+
 def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
     """SaslHandshake v0: the tokens come and go as bare size-prefixed frames."""
     broker = start_broker(sasl_settings())
     with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
-        token = plain_token("alice", "alice-secret")
-        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        plain_v0(c, "alice-secret")
         assert c.read_frame() == b""                              # PLAIN's empty reply, as a frame
         assert c.metadata(None).brokers                           # now Kafka requests again
 
@@ -4200,9 +4205,7 @@ def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
 def test_sasl_v0_bad_token_is_closed_without_an_answer(start_broker):
     broker = start_broker(sasl_settings())
     with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
-        token = plain_token("alice", "nope")
-        c.sock.sendall(struct.pack(">i", len(token)) + token)
+        plain_v0(c, "nope")
         assert c.is_closed_by_broker(3)
 
 
