@@ -7511,17 +7511,21 @@ def handle_describe_topic_partitions(ctx, req):
             continue
         start = req.cursor.partition_index if req.cursor and name == after else 0
         upper = min(topic.partitions, start + remaining)
-        topics.append(Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id,
-                          is_internal=name in INTERNAL_TOPICS, topic_authorized_operations=TOPIC_OPERATIONS,
-                          partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id,
-                                          leader_epoch=0, replica_nodes=[node_id], isr_nodes=[node_id],
-                                          eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
-                                      for p in range(start, upper)]))
+        topics.append(partitions_page(topic, range(start, upper), node_id))
         if upper < topic.partitions:
             cursor = Msg(topic_name=name, partition_index=upper)
             break
         remaining -= max(0, upper - start)
     return Msg(topics=topics, next_cursor=cursor)
+
+
+def partitions_page(topic, indexes, node_id):
+    """One topic of a DescribeTopicPartitions answer: these partitions, all led here."""
+    return Msg(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
+               is_internal=topic.name in INTERNAL_TOPICS, topic_authorized_operations=TOPIC_OPERATIONS,
+               partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id, leader_epoch=0,
+                               replica_nodes=[node_id], isr_nodes=[node_id], eligible_leader_replicas=[],
+                               last_known_elr=[], offline_replicas=[]) for p in indexes])
 
 
 ###############################################################################
