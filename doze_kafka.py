@@ -125,6 +125,7 @@ BROKER_DEFAULTS = {
     "controller.listener.names": "",           # listeners of a KRaft controller: doze has none to serve
     "connection.failed.authentication.delay.ms": 100,   # a failed authentication is answered this late
     "sasl.server.max.receive.size": 524288,    # the largest frame before a SASL connection authenticates
+    "connections.max.reauth.ms": 0,            # a SASL session's lifetime (KIP-368); 0: no end
     "log.dirs": "./doze-data",
     "num.partitions": 1,
     "default.replication.factor": 1,
@@ -4704,13 +4705,17 @@ class ScramServer:
 class SaslSession:
     """One connection's SASL state (Kafka's SaslServerAuthenticator states)."""
 
-    def __init__(self, mechanisms, plain_users, lookup_scram, listener):
+    def __init__(self, mechanisms, plain_users, lookup_scram, listener, max_reauth_ms=0):
         self.mechanisms, self.plain_users, self.lookup_scram = mechanisms, plain_users, lookup_scram
         self.listener = listener
+        self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms (KIP-368): 0 = no limit
         self.state = "start"              # start, versions, authenticate, complete
         self.raw = False                  # SaslHandshake v0: tokens come as bare frames
         self.server = None                # the mechanism's server side
         self.mechanism = None
+        self.principal = None             # once authenticated: re-authentication may not change it
+        self.expires_ms = None            # the session's end, when max_reauth_ms is set
+        self.reauth_started_ms = None
 
     @property
     def complete(self):
@@ -4730,10 +4735,23 @@ class SaslSession:
             return f"API key {api_key} while authenticating with {self.mechanism}: only SaslAuthenticate"
         return None
 
-    def handshake(self, mechanism, version):
+    def may_reauthenticate(self, now_ms):
+        """KIP-368: a SaslHandshake on an authenticated connection starts over,
+        if its session has an end and the last start was a second ago or more."""
+        return self.complete and self.expires_ms is not None and \
+            (self.reauth_started_ms is None or now_ms - self.reauth_started_ms >= 1000)
+
+    def expired(self, now_ms):
+        return self.complete and self.expires_ms is not None and now_ms > self.expires_ms
+
+    def handshake(self, mechanism, version, now_ms=0):
         """-> True if the mechanism is enabled here (then tokens are expected)."""
         if mechanism not in self.mechanisms:
             return False
+        if self.complete:                                  # re-authentication
+            self.reauth_started_ms = now_ms
+            self.reauth_mechanism = mechanism
+            mechanism = self.mechanism                     # a change fails at the next token
         self.mechanism, self.state, self.raw = mechanism, "authenticate", version == 0
         self.server = PlainServer(self.plain_users) if mechanism == "PLAIN" \
             else ScramServer(mechanism, self.lookup_scram)
@@ -4742,11 +4760,23 @@ class SaslSession:
     def token(self, data):
         """A client token -> (reply token, principal once complete, else None);
         raises AuthenticationFailed."""
+        if getattr(self, "reauth_mechanism", self.mechanism) != self.mechanism:
+            raise AuthenticationFailed(f"SASL mechanism '{self.reauth_mechanism}' requested by client is not "
+                                       f"supported for re-authentication of mechanism '{self.mechanism}'", True)
         reply, user = self.server.step(bytes(data))
         if user is None:
             return reply, None
-        self.state = "complete"
-        return reply, f"User:{user}"
+        principal = f"User:{user}"
+        if self.principal is not None and principal != self.principal:
+            raise AuthenticationFailed(f"Cannot change principals during re-authentication from "
+                                       f"{self.principal}: {principal}", True)
+        self.state, self.principal = "complete", principal
+        return reply, principal
+
+    def start_session(self, now_ms):
+        """-> the session lifetime the final SaslAuthenticate (v1+) tells the client."""
+        self.expires_ms = now_ms + self.max_reauth_ms if self.max_reauth_ms > 0 else None
+        return max(self.max_reauth_ms, 0)
 
     def failure_message(self, e):
         """What the client is told: the mechanism's words for PLAIN's refusals,
@@ -4756,8 +4786,9 @@ class SaslSession:
 
 
 def sasl_setup(config, listener):
-    """The SASL mechanisms of a SASL listener and its PLAIN users, checked as
-    Kafka checks them at start (what doze cannot do, it says)."""
+    """The SASL mechanisms of a SASL listener, its PLAIN users and its
+    connections.max.reauth.ms, checked as Kafka checks them at start (what doze
+    cannot do, it says)."""
     get = functools.partial(listener_setting, config, listener)
     mechanisms = [m.strip() for m in (get("sasl.enabled.mechanisms") or "GSSAPI").split(",") if m.strip()]
     unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
@@ -4776,7 +4807,7 @@ def sasl_setup(config, listener):
         if not module.endswith("PlainLoginModule"):
             raise ValueError(f"{key}: {module} is not org.apache.kafka.common.security.plain.PlainLoginModule")
         users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
-    return mechanisms, users
+    return mechanisms, users, int(get("connections.max.reauth.ms") or 0)
 
 
 ###############################################################################
@@ -5935,9 +5966,9 @@ def handle_sasl_handshake(ctx, req):
     ILLEGAL_SASL_STATE (not a SASL listener, or already authenticated).
     """
     sasl = ctx.conn.sasl
-    if sasl is None or sasl.complete:
+    if sasl is None or sasl.complete and not sasl.may_reauthenticate(ctx.now_ms):
         return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
-    if sasl.handshake(req.mechanism, ctx.version):
+    if sasl.handshake(req.mechanism, ctx.version, ctx.now_ms):
         return Msg(error_code=ErrorCode.NONE, mechanisms=sasl.mechanisms)
     return AuthenticationFailure(Msg(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=sasl.mechanisms),
                                  f"SASL mechanism {req.mechanism!r} is not enabled on listener {sasl.listener}")
@@ -6893,9 +6924,10 @@ def handle_sasl_authenticate(ctx, req):
         return AuthenticationFailure(Msg(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                                          error_message=sasl.failure_message(e), auth_bytes=b""),
                                      f"SASL {sasl.mechanism} authentication failed: {e}")
-    if principal is not None:
-        ctx.conn.authenticated(principal)
-    return Msg(error_code=ErrorCode.NONE, auth_bytes=reply)
+    if principal is None:
+        return Msg(error_code=ErrorCode.NONE, auth_bytes=reply)
+    ctx.conn.authenticated(principal)
+    return Msg(error_code=ErrorCode.NONE, auth_bytes=reply, session_lifetime_ms=sasl.start_session(ctx.now_ms))
 
 
 # --- CreatePartitions (37) ------------------------------------------------------
@@ -8069,7 +8101,7 @@ class _Listener:
 
     def __init__(self, broker, sock, listener, tls=None, sasl=None):
         self.broker, self.sock, self.listener, self.tls = broker, sock, listener, tls
-        self.sasl = sasl                     # (mechanisms, PLAIN users) of a SASL listener
+        self.sasl = sasl                     # (mechanisms, PLAIN users, max reauth ms) of a SASL listener
         self.port = listener.port
 
     def on_event(self, mask):
@@ -8103,8 +8135,9 @@ class _Listener:
                     continue
             conn = Connection(sock, addr, broker, self.listener, self.tls)
             if self.sasl:
-                conn.sasl = SaslSession(self.sasl[0], self.sasl[1], broker.store.scram_credential,
-                                        self.listener.name)
+                mechanisms, users, max_reauth_ms = self.sasl
+                conn.sasl = SaslSession(mechanisms, users, broker.store.scram_credential, self.listener.name,
+                                        max_reauth_ms)
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -8554,6 +8587,10 @@ class Broker:
             if refused:
                 conn.fail_authentication(refused)
                 return
+        elif conn.sasl is not None and api_key != ApiKey.SASL_HANDSHAKE and conn.sasl.expired(self.clock() * 1000):
+            conn.close(f"session of {conn.principal} expired (connections.max.reauth.ms): "
+                       f"disconnecting expired channel")
+            return
         entry = HANDLERS.get(api_key)
         if entry is None:
             conn.close(f"unknown API key {api_key} (correlation id {correlation_id})")

@@ -4218,6 +4218,38 @@ def test_sasl_an_oversized_frame_before_authentication_closes(start_broker):
         assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
 
 
+def test_sasl_session_lifetime_ends_the_connection_unless_reauthenticated(start_broker):
+    """KIP-368: connections.max.reauth.ms is the lifetime the final SaslAuthenticate
+    tells; a request after it closes the connection, a re-authentication (a
+    SaslHandshake on the live connection, a second or more after the last) renews it."""
+    clock = FakeClock()
+    broker = start_broker(sasl_settings(connections_max_reauth_ms=10_000), clock=clock)
+    with RawClient(sasl_port(broker)) as c, RawClient(sasl_port(broker)) as stale:
+        for conn in (c, stale):
+            [a] = sasl_authenticate(conn, "PLAIN", [plain_token("alice", "alice-secret")])
+            assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
+        clock.advance(7_500)                                          # 7.5 s in: re-authenticate
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
+        clock.advance(500)                                            # again within a second: refused
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+        clock.advance(4_500)                                          # 12.5 s: past the first session
+        assert c.metadata(None).brokers                               # renewed until 17.5 s
+        stale.send(ApiKey.METADATA, None, topics=None)
+        assert stale.is_closed_by_broker(3)                           # expired: closed, no answer
+
+
+def test_sasl_reauthentication_may_not_change_the_principal(start_broker):
+    broker = start_broker(sasl_settings(connections_max_reauth_ms=60_000))
+    with RawClient(sasl_port(broker)) as c:
+        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])
+        assert (a.error_code, a.error_message) == (
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            "Cannot change principals during re-authentication from User:alice: User:admin")
+        assert c.is_closed_by_broker(3)
+
+
 def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
     assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
     assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
