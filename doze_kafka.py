@@ -8194,6 +8194,42 @@ def parse_connection_overrides(text):
     return out
 
 
+SECRET_FIELDS = {ApiKey.SASL_AUTHENTICATE: ("auth_bytes",),
+                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("salt", "salted_password")}
+CONFIG_APIS = (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_TOPICS)
+
+
+def loggable(api_key, msg):
+    """A request or response as the DEBUG log may show it: SASL tokens, SCRAM
+    salts and salted passwords, and values of password-type configs hidden
+    (Kafka logs its requests the same way: loggableRequest)."""
+    fields = SECRET_FIELDS.get(api_key)
+    if fields is None and api_key not in CONFIG_APIS:
+        return msg
+
+    def hide(node):
+        if isinstance(node, list):
+            return [hide(x) for x in node]
+        if not isinstance(node, types.SimpleNamespace):
+            return node
+        out = types.SimpleNamespace(**{k: hide(v) for k, v in vars(node).items()})
+        for name in fields or ():
+            if getattr(out, name, None) is not None:
+                setattr(out, name, f"<hidden: {len(getattr(out, name))} bytes>")
+        if api_key in CONFIG_APIS and isinstance(getattr(out, "name", None), str) and \
+                getattr(out, "value", None) is not None and config_is_password(out.name):
+            out.value = "[hidden]"
+        return out
+    return hide(msg)
+
+
+def config_is_password(name):
+    """A config Kafka types PASSWORD (also per listener: listener.name.<l>.<name>)."""
+    base = re.sub(r"^listener\.name\.[^.]+\.(?:[^.]+\.(?=sasl\.jaas\.config$))?", "", name)
+    spec = KAFKA_BROKER_CONFIGS.get(base)
+    return (spec is not None and spec[0] == "password") or base.endswith(("password", "jaas.config"))
+
+
 def where(e):
     """An exception in one line: its type and text, and the doze line it came from."""
     tb, place = e.__traceback__, ""
@@ -8613,7 +8649,7 @@ class Broker:
             return
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
-                      correlation_id, req)
+                      correlation_id, loggable(api_key, req))
         slot = Slot()
         conn.slots.append(slot)
         ctx = RequestContext(self, conn, api_key, version, client_id)
@@ -8684,7 +8720,8 @@ class Broker:
             conn.close(f"{spec.name} response could not be encoded")
             return
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id, msg)
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id,
+                      loggable(spec.key, msg))
         if not conn.closed:
             conn.push(slot, chunks)
 

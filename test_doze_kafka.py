@@ -4250,6 +4250,24 @@ def test_sasl_reauthentication_may_not_change_the_principal(start_broker):
         assert c.is_closed_by_broker(3)
 
 
+def test_sasl_debug_log_shows_no_secret(start_broker, caplog):
+    """The DEBUG request log (every request and answer) hides SASL tokens, SCRAM
+    salted passwords and password-type config values."""
+    caplog.set_level(logging.DEBUG, logger="doze_kafka")
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        c.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            scram_upsertion("dora", 1, "dora-secret", salt=b"dora-salt")])
+        c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=4, resource_name="1", configs=[Msg(name="listener.name.sasl_plaintext.ssl.key.password",
+                                                             config_operation=0, value="key-secret")])])
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "<- SaslAuthenticate" in text and "<hidden:" in text
+    for secret in ("alice-secret", "dora-salt", "key-secret"):
+        assert secret not in text
+
+
 def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
     assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
     assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
