@@ -7643,6 +7643,13 @@ def tls_context(config, listener):
     _load_keystore(ctx, listener.name, get)
     _load_truststore(ctx, listener.name, get)
     auth = (get("ssl.client.auth") or "none").lower()
+    prefixed = config.settings.get(f"listener.name.{listener.name.lower()}.ssl.client.auth")
+    if listener.protocol == "SASL_SSL" and prefixed is None:   # Kafka's ChannelBuilders: only prefixed
+        if auth != "none":
+            log.warning("Broker configuration 'ssl.client.auth' is applied only to SSL listeners. "
+                        "Listener-prefixed configuration can be used to enable SSL client authentication "
+                        "for SASL_SSL listeners (listener %s).", listener.name)
+        auth = "none"
     if auth not in ("none", "requested", "required"):
         raise ValueError(f"listener {listener.name}: ssl.client.auth {auth!r} is not none, requested or required")
     ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,

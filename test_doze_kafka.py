@@ -4268,6 +4268,23 @@ def test_sasl_debug_log_shows_no_secret(start_broker, caplog):
         assert secret not in text
 
 
+def test_sasl_ssl_takes_ssl_client_auth_only_listener_prefixed(start_broker, pem, caplog):
+    """Kafka's ChannelBuilders: on a SASL_SSL listener a plain ssl.client.auth is
+    ignored (with Kafka's warning); listener.name.<l>.ssl.client.auth applies."""
+    settings = {**tls_settings(pem), **sasl_settings(), "ssl.client.auth": "required",
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS}
+    broker = start_broker(settings)
+    with TlsClient(sasl_port(broker)) as c:                    # no client certificate: still in
+        assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])[0].error_code == 0
+    assert "is applied only to SSL listeners" in caplog.text
+    broker.stop()
+    broker = start_broker(dict(settings, **{"listener.name.sasl_ssl.ssl.client.auth": "required"}))
+    with pytest.raises((ssl.SSLError, OSError, EOFError)):
+        with TlsClient(sasl_port(broker)) as c:
+            c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+
+
 def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
     assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
     assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
