@@ -1007,6 +1007,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -6539,6 +6542,99 @@ def handle_txn_offset_commit(ctx, req):
             for _, part in results:
                 part.error_code = e.code
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+
+
+# --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------
+# Without an authorizer (authorizer.class.name unset, as by default) Kafka
+# answers every ACL request SECURITY_DISABLED, and so does doze.
+
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+@api("""
+DescribeAcls  key=29  versions=1-3  flexible=2+
+  request
+    resource_type_filter  int8
+    resource_name_filter  string?
+    pattern_type_filter  int8 = 3
+    principal_filter  string?
+    host_filter  string?
+    operation  int8
+    permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    resources  []
+      resource_type  int8
+      resource_name  string
+      pattern_type  int8 = 3
+      acls  []
+        principal  string
+        host  string
+        operation  int8
+        permission_type  int8
+""")
+def handle_describe_acls(ctx, req):
+    """DescribeAcls: SECURITY_DISABLED, as Kafka without an authorizer."""
+    return Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
+               resources=[])
+
+
+@api("""
+CreateAcls  key=30  versions=1-3  flexible=2+
+  request
+    creations  []
+      resource_type  int8
+      resource_name  string
+      resource_pattern_type  int8 = 3
+      principal  string
+      host  string
+      operation  int8
+      permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    results  []
+      error_code  int16
+      error_message  string?
+""")
+def handle_create_acls(ctx, req):
+    """CreateAcls: SECURITY_DISABLED for each creation, as Kafka without an authorizer."""
+    return Msg(results=[Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)
+                        for _ in req.creations])
+
+
+@api("""
+DeleteAcls  key=31  versions=1-3  flexible=2+
+  request
+    filters  []
+      resource_type_filter  int8
+      resource_name_filter  string?
+      pattern_type_filter  int8 = 3
+      principal_filter  string?
+      host_filter  string?
+      operation  int8
+      permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    filter_results  []
+      error_code  int16
+      error_message  string?
+      matching_acls  []
+        error_code  int16
+        error_message  string?
+        resource_type  int8
+        resource_name  string
+        pattern_type  int8 = 3
+        principal  string
+        host  string
+        operation  int8
+        permission_type  int8
+""")
+def handle_delete_acls(ctx, req):
+    """DeleteAcls: SECURITY_DISABLED for each filter, as Kafka without an authorizer."""
+    return Msg(filter_results=[Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER,
+                                   matching_acls=[]) for _ in req.filters])
 
 
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------

@@ -2668,3 +2668,28 @@ def _config_append_subtract(S):
         iac("broker-unset", 4, "1", [("log.cleanup.policy", 1, None)]),
         iac("retention-append", 4, "1", [("log.retention.ms", 2, "5")]),
     ]
+
+
+@scenario("acls-without-authorizer")
+def _acls_without_authorizer(S):
+    """The ACL APIs on a broker with no authorizer (authorizer.class.name unset, as by
+    default): SECURITY_DISABLED, with Kafka's messages, at every version served."""
+    t = f"{S}-t"
+
+    def creation(op=2, perm=3, pattern=3):
+        return {"resource_type": 2, "resource_name": t, "resource_pattern_type": pattern,
+                "principal": "User:alice", "host": "*", "operation": op, "permission_type": perm}
+
+    def acl_filter():
+        return {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+    steps = []
+    for v in (1, 2, 3):
+        steps += [
+            step(f"describe-v{v}", "DescribeAcls", v, acl_filter()),
+            step(f"create-v{v}", "CreateAcls", v, {"creations": [creation(), creation(op=4, perm=2, pattern=4)]}),
+            step(f"delete-v{v}", "DeleteAcls", v, {"filters": [acl_filter(), acl_filter()]}),
+        ]
+    steps += [step("create-none", "CreateAcls", 3, {"creations": []}),
+              step("delete-none", "DeleteAcls", 3, {"filters": []})]
+    return steps
