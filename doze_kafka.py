@@ -641,6 +641,27 @@ KAFKA_BROKER_CONFIGS = {
     "unstable.api.versions.enable": ("boolean", "false", None, "read-only"),
     "unstable.feature.versions.enable": ("boolean", "false", None, "read-only"),
 }
+# Group configs (config resources of type GROUP, KIP-848): name: (type, default, check,
+# the broker setting a group without its own value takes)
+KAFKA_GROUP_CONFIGS = {
+    "consumer.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.consumer.assignment.interval.ms"),
+    "consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.consumer.heartbeat.interval.ms"),
+    "consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.consumer.session.timeout.ms"),
+    "share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.share.assignment.interval.ms"),
+    "share.auto.offset.reset": ("string", "latest", ("custom", "Validator"), None),
+    "share.delivery.count.limit": ("int", "5", ("range", 2, None), "group.share.delivery.count.limit"),
+    "share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.share.heartbeat.interval.ms"),
+    "share.isolation.level": ("string", "read_uncommitted", ("in", "read_committed", "read_uncommitted"), None),
+    "share.partition.max.record.locks": ("int", "2000", ("range", 100, None), "group.share.partition.max.record.locks"),
+    "share.record.lock.duration.ms": ("int", "30000", ("range", 1000, None), "group.share.record.lock.duration.ms"),
+    "share.renew.acknowledge.enable": ("boolean", "true", None, None),
+    "share.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.share.session.timeout.ms"),
+    "streams.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.streams.assignment.interval.ms"),
+    "streams.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.streams.heartbeat.interval.ms"),
+    "streams.initial.rebalance.delay.ms": ("int", "3000", ("range", 0, None), "group.streams.initial.rebalance.delay.ms"),
+    "streams.num.standby.replicas": ("int", "0", ("range", 0, None), "group.streams.num.standby.replicas"),
+    "streams.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.streams.session.timeout.ms"),
+}
 # The broker settings DescribeConfigs lists as synonyms of each other (besides
 # listener.name.<listener>.<name> overrides, synonyms of <name>):
 KAFKA_BROKER_SYNONYMS = {

@@ -13,6 +13,7 @@
 //                   DynamicConfig.Broker.configKeys()             (adds the dynamic-only quota configs)
 //                   DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS, dynamicConfigUpdateModes(),
 //                   DYNAMIC_SECURITY_CONFIGS, brokerConfigSynonyms(name, true)
+//   group configs   GroupConfig.CONFIG_DEF, GroupConfig.brokerSynonym(name)  (config resources of type GROUP)
 
 import java.io.FileOutputStream;
 import java.io.OutputStreamWriter;
@@ -32,6 +33,7 @@ import java.util.function.Function;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigDef.ConfigKey;
 import org.apache.kafka.common.config.ConfigDef.Validator;
+import org.apache.kafka.coordinator.group.GroupConfig;
 import org.apache.kafka.server.config.AbstractKafkaConfig;
 import org.apache.kafka.server.config.ConfigSynonym;
 import org.apache.kafka.server.config.DynamicBrokerConfig;
@@ -307,6 +309,15 @@ public class DumpConfigs {
             brokers.add(m);
         }
         out.put("broker", brokers);
+
+        // group configs (config resources of type GROUP): each defaults from a broker setting
+        List<Object> groups = new ArrayList<>();
+        for (ConfigKey k : new TreeMap<>(GroupConfig.CONFIG_DEF.configKeys()).values()) {
+            Map<String, Object> m = key(k);
+            m.put("broker_synonym", GroupConfig.brokerSynonym(k.name).orElse(null));
+            groups.add(m);
+        }
+        out.put("group", groups);
 
         // dynamic names that no ConfigDef defines (should be none)
         TreeSet<String> undefined = new TreeSet<>(allDynamic);

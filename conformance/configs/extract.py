@@ -148,6 +148,12 @@ def build_table(dump):
             s["broker_default"] = b["default"] if b else None
             s["broker_type"] = b["type"] if b else None
         topics.append(e)
+    groups = []
+    for g in dump.get("group", []):
+        e = dict(g)
+        e["type_code"] = TYPE_CODES[g["type"]]
+        e["check"] = check_of(g["validator"])
+        groups.append(e)
     for b in dump["broker"]:
         e = dict(b)
         e["type_code"] = TYPE_CODES[b["type"]]
@@ -182,6 +188,7 @@ def build_table(dump):
         "counts": counts,
         "topic": topics,
         "broker": brokers,
+        "group": groups,
         "broker_synonyms": {b["name"]: b["synonyms"] for b in brokers if b["synonyms"] != [b["name"]]},
         "dynamic_security_configs": dump["dynamic_security_configs"],
     }
@@ -705,6 +712,13 @@ def emit_python(table):
         for b in groups[key]:
             lines.append("    %s: %s," % (py(b["name"]), py((b["type"].lower(), default_of(b),
                                                              tuple_check(b["check"]), b["mode"]))))
+    lines.append("}")
+    lines.append("# Group configs (config resources of type GROUP, KIP-848): name: (type, default, check,")
+    lines.append("# the broker setting a group without its own value takes)")
+    lines.append("KAFKA_GROUP_CONFIGS = {")
+    for g in table.get("group", []):
+        lines.append("    %s: %s," % (py(g["name"]), py((g["type"].lower(), default_of(g), tuple_check(g["check"]),
+                                                         g["broker_synonym"]))))
     lines.append("}")
     lines.append("# The broker settings DescribeConfigs lists as synonyms of each other (besides")
     lines.append("# listener.name.<listener>.<name> overrides, synonyms of <name>):")
