@@ -27,22 +27,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", ".."))
 import doze_kafka as dk  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
-
-
-def make_certs(d):
-    def run(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
-        f"{d}/ca.key", "-out", f"{d}/ca.pem", "-days", "2", "-subj", "/CN=bench-ca")
-    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{d}/server.key",
-        "-out", f"{d}/server.csr", "-subj", "/CN=localhost")
-    with open(f"{d}/san.ext", "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    run("x509", "-req", "-in", f"{d}/server.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
-        "-CAcreateserial", "-out", f"{d}/server.pem", "-days", "2", "-extfile", f"{d}/san.ext")
-    with open(f"{d}/keystore.pem", "w") as f:
-        f.write(open(f"{d}/server.key").read() + open(f"{d}/server.pem").read())
-    return f"{d}/keystore.pem", f"{d}/ca.pem"
+from certs import make_certs  # noqa: E402
 
 
 class Client:

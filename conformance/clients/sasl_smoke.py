@@ -34,6 +34,9 @@ except ImportError:                                   # set up the venv, then ru
     subprocess.run([python, "-m", "pip", "install", "-q", pin], check=True)
     os.execv(python, [python] + sys.argv)
 
+sys.path.insert(0, os.path.join(HERE, ".."))
+from certs import make_certs  # noqa: E402
+
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 CASES = [("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-512", "bob", "bob-secret"),
          ("SCRAM-SHA-256", "carol", "carol-secret"), ("SCRAM-SHA-512", "bob", "wrong")]
@@ -43,22 +46,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def make_certs(d):
-    def openssl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
-            f"{d}/ca.key", "-out", f"{d}/ca.pem", "-days", "2", "-subj", "/CN=smoke-ca")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
-            f"{d}/server.key", "-out", f"{d}/server.csr", "-subj", "/CN=localhost")
-    with open(f"{d}/san.ext", "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", f"{d}/server.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
-            "-CAcreateserial", "-out", f"{d}/server.pem", "-days", "2", "-extfile", f"{d}/san.ext")
-    with open(f"{d}/keystore.pem", "w") as f:
-        f.write(open(f"{d}/server.key").read() + open(f"{d}/server.pem").read())
-    return f"{d}/keystore.pem", f"{d}/ca.pem"
 
 
 def start_doze(d, keystore):
