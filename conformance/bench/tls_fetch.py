@@ -17,7 +17,6 @@ import socket
 import ssl
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
