@@ -4455,8 +4455,11 @@ class TransactionCoordinator:
         self._append_markers(meta)
 
     def _append_markers(self, meta):
+        """Up to PARTITIONS_PER_STEP markers a call: a transaction over thousands
+        of partitions writes the rest in the next passes (progress, after each
+        group commit), so no pass holds the loop long."""
         commit = meta.state == TxnState.PREPARE_COMMIT
-        for tp in sorted(meta.markers_needed):
+        for tp in sorted(meta.markers_needed)[:PARTITIONS_PER_STEP]:
             plog = self.logs.logs.get(tp)
             if plog is None:                       # the topic was deleted meanwhile
                 meta.markers_needed.discard(tp)

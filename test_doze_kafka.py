@@ -3114,6 +3114,22 @@ def test_txn_scenario_commit_and_abort_as_read_committed_sees_them(client):
     assert fetch_isolated(client, "orders", 0, read_committed=False).aborted_transactions is None
 
 
+def test_txn_over_hundreds_of_partitions_writes_its_markers_in_steps(client, broker):
+    """A transaction over 300 partitions: EndTxn's markers go out PARTITIONS_PER_STEP
+    a pass, over several passes, and the answer still comes only once every
+    marker is durable: read_committed then sees every partition."""
+    client.create_topic("wide", 300)
+    txn = Txn(client, "tx-wide")
+    tps = [("wide", p) for p in range(300)]
+    assert set(txn.add(*tps).values()) == {0}
+    for p in range(300):
+        assert txn.produce("wide", p, [b"w%d" % p]).error_code == 0
+    assert doze.PARTITIONS_PER_STEP < 300
+    assert txn.end(commit=True) == 0
+    assert all(visible_values(client, "wide", p) == [b"w%d" % p] for p in range(300))
+    assert all(fetch_isolated(client, "wide", p).last_stable_offset == 2 for p in (0, 150, 299))
+
+
 def test_txn_scenario_open_transaction_holds_the_last_stable_offset(client):
     """Verifies that read_committed stops at the first offset of an open
     transaction, and ListOffsets(latest, read_committed) answers that LSO."""
