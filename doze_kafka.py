@@ -845,8 +845,9 @@ class Config:
         no KRaft controller to serve there) and the advertised one per name."""
         protocols = parse_protocol_map(self.settings["listener.security.protocol.map"])
         controller = {n.strip().upper() for n in self.settings["controller.listener.names"].split(",")}
-        served = [l for l in parse_listeners(self.settings["listeners"], protocols)
-                  if l.name not in controller]
+        every = parse_listeners(self.settings["listeners"], protocols)
+        served = [l for l in every if l.name not in controller]
+        self.controller_listeners = [l for l in every if l.name in controller]   # described, not bound
         if not served:
             raise ValueError("listeners: none for clients (every one is in controller.listener.names)")
         if host is not None or port is not None:
@@ -917,16 +918,6 @@ class Config:
         return cls(settings, **kw)
 
 
-def parse_listener(text):
-    """'PLAINTEXT://host:port' -> (host, port); the first listener wins."""
-    first = text.split(",")[0].strip()
-    m = re.fullmatch(r"(?:\w+://)?\[?([^\]]*?)\]?:(\d+)", first)
-    if not m:
-        raise ValueError(f"cannot parse listener {text!r}")
-    host = m.group(1) or "0.0.0.0"
-    return host, int(m.group(2))
-
-
 # --- Listeners -----------------------------------------------------------------
 # listeners=NAME://host:port,... names the sockets the broker serves; a name is
 # not a protocol: listener.security.protocol.map gives each name one of the four
@@ -936,7 +927,6 @@ def parse_listener(text):
 
 Listener = collections.namedtuple("Listener", "name host port protocol")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def parse_protocol_map(text):
@@ -6888,9 +6878,10 @@ def alter_configs(ctx, resources, validate_only, incremental):
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
-def apply_config_ops(current, res, incremental, kind_of):
+def apply_config_ops(current, res, incremental, kind_of, unset=lambda name: ""):
     """-> the new {name: value} after a resource's operations (kind_of(name):
-    a config's type, or None for a name it does not know)."""
+    a config's type, or None for a name it does not know; unset(name): the
+    value APPEND and SUBTRACT start from for a name not set)."""
     new = dict(current) if incremental else {}
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
@@ -6906,7 +6897,7 @@ def apply_config_ops(current, res, incremental, kind_of):
                 verb = "APPEND" if op == OP_APPEND else "SUBTRACT"
                 raise KafkaError(ErrorCode.INVALID_CONFIG,
                                  f"Can't {verb} to key {c.name} because its type is not LIST.")
-            items = [v for v in (new.get(c.name) or "").split(",") if v]
+            items = [v for v in ((new[c.name] if c.name in new else unset(c.name)) or "").split(",") if v]
             for v in (c.value or "").split(","):
                 if op == OP_APPEND and v not in items:
                     items.append(v)
@@ -6923,12 +6914,8 @@ def alter_topic_configs(ctx, res, validate_only, incremental):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          f"The topic '{res.resource_name}' does not exist.")
     current = ctx.logs.topics[res.resource_name].configs
-    for c in res.configs:
-        if incremental and c.config_operation in (OP_APPEND, OP_SUBTRACT) and c.name not in current \
-                and c.name in KAFKA_TOPIC_CONFIGS:
-            current = dict(current, **{c.name: ctx.logs.inherited(c.name)[0] or ""})
-    new = apply_config_ops(current, res, incremental,
-                           lambda n: KAFKA_TOPIC_CONFIGS.get(n, (None,))[0])
+    new = apply_config_ops(current, res, incremental, lambda n: KAFKA_TOPIC_CONFIGS.get(n, (None,))[0],
+                           unset=lambda n: ctx.logs.inherited(n)[0])
     checked = check_topic_configs(new, ErrorCode.INVALID_REQUEST, "")
     if not validate_only:
         ctx.logs.set_topic_configs(res.resource_name, checked)
@@ -6944,11 +6931,8 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
         if c.value is None and (not incremental or c.config_operation != OP_DELETE):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
     dynamic = ctx.config.dynamic_node if node else dict(KRAFT_CLUSTER_DEFAULTS, **ctx.config.dynamic_cluster)
-    for c in res.configs:               # APPEND/SUBTRACT start from Kafka's default (ConfigurationControlManager.getParts)
-        if incremental and c.config_operation in (OP_APPEND, OP_SUBTRACT) and c.name not in dynamic:
-            default = KAFKA_BROKER_CONFIGS.get(c.name, (None, None))[1]
-            dynamic = dict(dynamic, **{c.name: default if isinstance(default, str) else ""})
-    new = apply_config_ops(dynamic, res, incremental, broker_type)
+    new = apply_config_ops(dynamic, res, incremental, broker_type,    # APPEND/SUBTRACT start from Kafka's
+                           unset=broker_default_text)              # default (ConfigurationControlManager.getParts)
     if not node and "min.insync.replicas" not in new:
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be "
                          "removed while ELR is enabled.")
@@ -8458,9 +8442,6 @@ class Broker:
     def _bind(self, listeners):
         """A listening socket per listener; the listeners setting as bound (a
         port 0 becomes the one the system gave, as --port does)."""
-        for l in listeners:
-            if l.protocol not in SERVED_PROTOCOLS:
-                raise ValueError(f"listener {l.name} uses {l.protocol}, which doze does not serve yet")
         tls = [TlsServer(self.config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
         sasl = [sasl_setup(self.config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
         bound = []
@@ -8477,9 +8458,7 @@ class Broker:
             raise
         actual = [b.listener for b in bound]
         if actual != self.config.listeners or "listeners" not in self.config.given:
-            given = [l for l in parse_listeners(self.config["listeners"], parse_protocol_map(
-                self.config["listener.security.protocol.map"])) if l.name not in {a.name for a in actual}]
-            self.config.set_static("listeners", format_listeners(actual + given))
+            self.config.set_static("listeners", format_listeners(actual + self.config.controller_listeners))
         return bound
 
     def listen(self, on):
