@@ -4569,6 +4569,7 @@ class TransactionCoordinator:
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_TYPES = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}   # wire type, hash
+SCRAM_OF_TYPE = {t: name for name, (t, _) in SCRAM_TYPES.items()}
 SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS = 4096, 16384
 SCRAM_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
 SCRAM_CLIENT_FIRST = re.compile(
@@ -4730,6 +4731,7 @@ class SaslSession:
         self.raw = False                  # SaslHandshake v0: tokens come as bare frames
         self.server = None                # the mechanism's server side
         self.mechanism = None
+        self.requested = None             # the mechanism a re-authentication asked for (must be the same)
         self.principal = None             # once authenticated: re-authentication may not change it
         self.expires_ms = None            # the session's end, when max_reauth_ms is set
         self.reauth_started_ms = None
@@ -4767,8 +4769,7 @@ class SaslSession:
             return False
         if self.complete:                                  # re-authentication
             self.reauth_started_ms = now_ms
-            self.reauth_mechanism = mechanism
-            mechanism = self.mechanism                     # a change fails at the next token
+            self.requested, mechanism = mechanism, self.mechanism   # a change fails at the next token
         self.mechanism, self.state, self.raw = mechanism, "authenticate", version == 0
         self.server = PlainServer(self.plain_users) if mechanism == "PLAIN" \
             else ScramServer(mechanism, self.lookup_scram)
@@ -4777,8 +4778,8 @@ class SaslSession:
     def token(self, data):
         """A client token -> (reply token, principal once complete, else None);
         raises AuthenticationFailed."""
-        if getattr(self, "reauth_mechanism", self.mechanism) != self.mechanism:
-            raise AuthenticationFailed(f"SASL mechanism '{self.reauth_mechanism}' requested by client is not "
+        if self.requested not in (None, self.mechanism):
+            raise AuthenticationFailed(f"SASL mechanism '{self.requested}' requested by client is not "
                                        f"supported for re-authentication of mechanism '{self.mechanism}'", True)
         reply, user = self.server.step(bytes(data))
         if user is None:
@@ -7368,11 +7369,11 @@ def handle_alter_user_scram_credentials(ctx, req):
             errors[op.name] = error
         else:
             (deletions if kind == "delete" else upsertions)[op.name] = op
-    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}
     ctx.store.alter_scram_credentials(
-        [(d.name, mechanism[d.mechanism]) for d in deletions.values()],
-        [(u.name, mechanism[u.mechanism], (u.salt, *scram_keys(mechanism[u.mechanism], bytes(u.salted_password)),
-                                           u.iterations)) for u in upsertions.values()])
+        [(d.name, SCRAM_OF_TYPE[d.mechanism]) for d in deletions.values()],
+        [(u.name, SCRAM_OF_TYPE[u.mechanism], (u.salt, *scram_keys(SCRAM_OF_TYPE[u.mechanism],
+                                                                  bytes(u.salted_password)), u.iterations))
+         for u in upsertions.values()])
     return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)
                         for n in list(deletions) + list(upsertions)] +
                [Msg(user=n, error_code=code, error_message=text) for n, (code, text) in errors.items()])
@@ -7382,7 +7383,7 @@ def scram_alteration_error(ctx, op, kind):
     """Kafka's validateDeletion / validateUpsertion -> (code, message) or None."""
     if not op.name:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    mechanism = {t: name for name, (t, _) in SCRAM_TYPES.items()}.get(op.mechanism)
+    mechanism = SCRAM_OF_TYPE.get(op.mechanism)
     if mechanism is None:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
     if kind == "delete":
@@ -8967,7 +8968,7 @@ def render_apis():
 def parse_add_scram(text):
     """'SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]' ->
     (user, mechanism, credential); the password goes no further than the hash."""
-    m = re.fullmatch(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)=\[(.*)\]\s*", text)
+    m = re.fullmatch(r"\s*(" + "|".join(SCRAM_TYPES) + r")=\[(.*)\]\s*", text)
     if not m:
         raise ValueError("--add-scram: expected 'SCRAM-SHA-256=[name=...,password=...]' "
                          "(or SCRAM-SHA-512)")
