@@ -6684,6 +6684,13 @@ def broker_entries(ctx, name, node=True):
     return entries
 
 
+def broker_config_sensitive(name):
+    """As Kafka's maybeSensitive: a PASSWORD setting, or one neither Kafka nor
+    doze knows (its type unknown, it may be a secret: listener.name.<l>.ssl.key.password)."""
+    spec = KAFKA_BROKER_CONFIGS.get(name)
+    return spec[0] == "password" if spec else name not in BROKER_DEFAULTS
+
+
 def broker_default_text(name):
     """The default DescribeConfigs shows: Kafka's (none for the settings that
     exist only dynamically), or doze's for its own doze.* settings."""
@@ -6763,7 +6770,7 @@ def broker_config_entries(ctx, resource_name, keys, synonyms):
         if heads and resource_name != "":
             chain = synonym_chain([e for s in heads for e in broker_entries(ctx, s)], name)
         known = spec is not None or name in BROKER_DEFAULTS
-        sensitive = not known or spec[0] == "password" if spec else not known
+        sensitive = broker_config_sensitive(name)
         if sensitive:
             value, chain = None, [(n, None, s) for n, _, s in chain]
         entries.append(Msg(name=name, value=value, read_only=not known or broker_mode(name) == "read-only",
@@ -8313,8 +8320,8 @@ CONFIG_APIS = (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CR
 
 def loggable(api_key, msg):
     """A request or response as the DEBUG log may show it: SASL tokens, SCRAM
-    salts and salted passwords, and values of password-type configs hidden
-    (Kafka logs its requests the same way: loggableRequest)."""
+    salts and salted passwords, and the values of sensitive settings (the ones
+    DescribeConfigs hides) hidden -- Kafka logs its requests so (loggableRequest)."""
     fields = SECRET_FIELDS.get(api_key)
     if fields is None and api_key not in CONFIG_APIS:
         return msg
@@ -8329,17 +8336,11 @@ def loggable(api_key, msg):
             if getattr(out, name, None) is not None:
                 setattr(out, name, f"<hidden: {len(getattr(out, name))} bytes>")
         if api_key in CONFIG_APIS and isinstance(getattr(out, "name", None), str) and \
-                getattr(out, "value", None) is not None and config_is_password(out.name):
+                getattr(out, "value", None) is not None and out.name not in KAFKA_TOPIC_CONFIGS \
+                and broker_config_sensitive(out.name):
             out.value = "[hidden]"
         return out
     return hide(msg)
-
-
-def config_is_password(name):
-    """A config Kafka types PASSWORD (also per listener: listener.name.<l>.<name>)."""
-    base = re.sub(r"^listener\.name\.[^.]+\.(?:[^.]+\.(?=sasl\.jaas\.config$))?", "", name)
-    spec = KAFKA_BROKER_CONFIGS.get(base)
-    return (spec is not None and spec[0] == "password") or base.endswith(("password", "jaas.config"))
 
 
 def where(e):
@@ -8725,14 +8726,7 @@ class Broker:
         except ProtocolError as e:
             conn.close(f"request header does not decode: {e}")
             return
-        if conn.sasl is not None and not conn.sasl.complete:
-            refused = conn.sasl.admits(api_key)
-            if refused:
-                conn.fail_authentication(refused)
-                return
-        elif conn.sasl is not None and api_key != ApiKey.SASL_HANDSHAKE and conn.sasl.expired(self.clock() * 1000):
-            conn.close(f"session of {conn.principal} expired (connections.max.reauth.ms): "
-                       f"disconnecting expired channel")
+        if conn.sasl is not None and not self._sasl_admits(conn, api_key):
             return
         entry = HANDLERS.get(api_key)
         if entry is None:
@@ -8850,6 +8844,22 @@ class Broker:
         size = sum(len(c) for c in chunks) - 4
         chunks[0] = I32.pack(size) + chunks[0][4:]
         return chunks
+
+    def _sasl_admits(self, conn, api_key):
+        """May this request of a SASL connection go on? Before authentication
+        only what SaslSession.admits (else the delayed close); after it, nothing
+        once the session expired but the SaslHandshake that re-authenticates."""
+        sasl = conn.sasl
+        if not sasl.complete:
+            refused = sasl.admits(api_key)
+            if refused:
+                conn.fail_authentication(refused)
+            return not refused
+        if api_key != ApiKey.SASL_HANDSHAKE and sasl.expired(self.clock() * 1000):
+            conn.close(f"session of {conn.principal} expired (connections.max.reauth.ms): "
+                       f"disconnecting expired channel")
+            return False
+        return True
 
     def _raw_sasl_token(self, conn, frame):
         """After SaslHandshake v0: a bare SASL token in, the server's bare token
