@@ -20,15 +20,15 @@ means storage in both files:
 A test marked "# BUG:" exposes a broker bug and fails until doze_kafka.py is fixed.
 """
 
+import base64
 import contextlib
 import errno
+import hashlib
+import hmac
 import logging
 import os
 import random
 import select
-import base64
-import hashlib
-import hmac
 import socket
 import ssl
 import sqlite3
@@ -49,6 +49,16 @@ from doze_kafka import ApiKey, ErrorCode, Msg
 ###############################################################################
 
 SOCKET_TIMEOUT_S = 5            # a hang fails one test instead of the run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_under_conformance(request):
+    """pytest's cache (--lf, --nf) in conformance/.pytest_cache: the top level holds
+    only the design card's files, and there is no pytest config file to say so."""
+    cache = getattr(request.config, "cache", None)
+    if cache is not None and hasattr(cache, "_cachedir"):
+        cache._cachedir = type(cache._cachedir)(os.path.dirname(os.path.abspath(__file__)),
+                                                "conformance", ".pytest_cache")
 
 
 class FakeClock:
