@@ -648,7 +648,7 @@ KAFKA_GROUP_CONFIGS = {
     "consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.consumer.heartbeat.interval.ms"),
     "consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.consumer.session.timeout.ms"),
     "share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.share.assignment.interval.ms"),
-    "share.auto.offset.reset": ("string", "latest", ("custom", "Validator"), None),
+    "share.auto.offset.reset": ("string", "latest", ("custom", "ShareGroupAutoOffsetResetStrategy.Validator"), None),
     "share.delivery.count.limit": ("int", "5", ("range", 2, None), "group.share.delivery.count.limit"),
     "share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.share.heartbeat.interval.ms"),
     "share.isolation.level": ("string", "read_uncommitted", ("in", "read_committed", "read_uncommitted"), None),
@@ -786,6 +786,29 @@ def check_config(name, check, value):
                 "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
     elif kind == "non_empty" and value == "":
         raise ConfigValueError(f"Invalid value  for configuration {name}: String must be non-empty")
+    elif check == ("custom", "ShareGroupAutoOffsetResetStrategy.Validator") and not share_offset_reset_ok(value):
+        raise ConfigValueError(f"Invalid value {value} for configuration {name}: Invalid value `{value}` for "
+                               f"configuration {name}. The value must be either 'earliest', 'latest' or of "
+                               "the format 'by_duration:<PnDTnHnMn.nS>'.")
+
+
+# java.time.Duration.parse's grammar: PnDTnHnMn.nS, each part optional but one, signs allowed
+JAVA_DURATION = re.compile(r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?"
+                           r"(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?", re.IGNORECASE)
+
+
+def share_offset_reset_ok(text):
+    """A share group's auto.offset.reset as ShareGroupAutoOffsetResetStrategy
+    reads it: earliest, latest, or by_duration:<an ISO-8601 duration not negative>."""
+    if text in ("earliest", "latest"):
+        return True
+    m = JAVA_DURATION.fullmatch(text[len("by_duration:"):]) if text.startswith("by_duration:") else None
+    if m is None or m.group(2) is None and m.group(3) is None or (m.group(3) or "").upper() == "T":
+        return False
+    days, hours, minutes, seconds = (int(g or 0) for g in m.group(2, 4, 5, 6))
+    nanos = int((m.group(7) or "").ljust(9, "0")) * (-1 if (m.group(6) or "").startswith("-") else 1)
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds + nanos / 1e9
+    return (-total if m.group(1) == "-" else total) >= 0
 
 
 def normalize_config(name, kind, check, text):
@@ -2815,6 +2838,8 @@ CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
 CREATE TABLE IF NOT EXISTS scram_credentials (   -- KRaft's UserScramCredentialRecord: no password
     user TEXT NOT NULL, mechanism TEXT NOT NULL, salt BLOB NOT NULL, stored_key BLOB NOT NULL,
     server_key BLOB NOT NULL, iterations INTEGER NOT NULL, PRIMARY KEY (user, mechanism));
+CREATE TABLE IF NOT EXISTS group_configs (  -- KRaft's ConfigRecords of GROUP resources (KIP-848)
+    group_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (group_id, name));
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
     topic            TEXT NOT NULL,
     partition        INTEGER NOT NULL,
@@ -2879,6 +2904,21 @@ class MetadataStore:
                 "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism"):
             out.setdefault(user, []).append((mechanism, iterations))
         return out
+
+    # --- group configs ---
+    def group_configs(self):
+        """{group id: {config name: value}}."""
+        out = {}
+        for group_id, name, value in self.db.execute("SELECT group_id, name, value FROM group_configs"):
+            out.setdefault(group_id, {})[name] = value
+        return out
+
+    def set_group_configs(self, group_id, configs):
+        """Replace one group's configs."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM group_configs WHERE group_id = ?", (group_id,))
+            db.executemany("INSERT INTO group_configs VALUES (?, ?, ?)",
+                           [(group_id, n, v) for n, v in configs.items()])
 
     # --- settings ---
     def get_setting(self, name, default=None):
@@ -3715,6 +3755,7 @@ class GroupCoordinator:
         self.notify = notify
         self.clock = config.clock
         self.groups = {}
+        self.configs = store.group_configs()     # group id -> {config name: text} (GROUP resources)
         self._load()
 
     def now_ms(self):
@@ -6654,10 +6695,12 @@ def handle_delete_acls(ctx, req):
 
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
-# or "" for the cluster-wide default). Sources are Kafka's ConfigSource codes.
+# or "" for the cluster-wide default), type 32 a group (KIP-848's group
+# configs). Sources are Kafka's ConfigSource codes.
 
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC, SOURCE_DEFAULT = 1, 2, 3, 4, 5
+SOURCE_GROUP = 8
 DYNAMIC_PREFIX = "broker.config."        # meta.db settings rows: cluster-wide dynamic broker configs
 NODE_PREFIX = "broker.config.node."      # ... and this broker's own
 # A KRaft cluster writes min.insync.replicas as a cluster-wide dynamic config
@@ -6781,6 +6824,85 @@ def broker_config_entries(ctx, resource_name, keys, synonyms):
     return entries
 
 
+def group_config_entries(ctx, group_id, keys, synonyms):
+    """A group's configs as ConfigHelper.createGroupConfigEntry: the group's own
+    value (source 8), else its broker setting's chain, else the default."""
+    own = ctx.groups.configs.get(group_id, {})
+    entries = []
+    for name in java_hash_order(list(KAFKA_GROUP_CONFIGS)):     # Kafka answers from a HashMap
+        if keys and name not in keys:
+            continue
+        kind, default, _, broker_name = KAFKA_GROUP_CONFIGS[name]
+        chain = broker_entries(ctx, broker_name) if broker_name else [(name, default, SOURCE_DEFAULT)]
+        if name in own:
+            chain = [(name, own[name], SOURCE_GROUP)] + chain
+        entries.append(Msg(name=name, value=chain[0][1], read_only=False, config_source=chain[0][2],
+                           is_sensitive=False, synonyms=[Msg(name=n, value=v, source=src) for n, v, src in chain]
+                           if synonyms else [], config_type=CONFIG_TYPE_CODES[kind], documentation=None))
+    return entries
+
+
+# GroupConfig.validateValues: a group's value within the broker's bounds
+# (group.<kind>.min.<rest> / .max.), in Kafka's order; the assignment intervals
+# only when the group sets them; then each kind's session above its heartbeat.
+GROUP_CONFIGS_BOUNDED = (
+    "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms", "consumer.assignment.interval.ms",
+    "share.heartbeat.interval.ms", "share.session.timeout.ms", "share.record.lock.duration.ms",
+    "share.delivery.count.limit", "share.partition.max.record.locks", "share.assignment.interval.ms",
+    "streams.heartbeat.interval.ms", "streams.session.timeout.ms", "streams.num.standby.replicas",
+    "streams.assignment.interval.ms")
+
+
+def check_group_configs(ctx, configs):
+    """-> configs as Kafka stores them, or KafkaError INVALID_CONFIG with Kafka's message."""
+    for name in configs:
+        if name not in KAFKA_GROUP_CONFIGS:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {name}")
+    try:
+        checked = {n: normalize_config(n, KAFKA_GROUP_CONFIGS[n][0], KAFKA_GROUP_CONFIGS[n][2], text)
+                   for n, text in configs.items()}
+    except ConfigValueError as e:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+    def value(name):                  # the group's, else its broker setting's (extractGroupConfigMap)
+        broker_name = KAFKA_GROUP_CONFIGS[name][3]
+        return int(checked[name] if name in checked else broker_entries(ctx, broker_name)[0][1])
+    for name in GROUP_CONFIGS_BOUNDED:
+        if name.endswith(".assignment.interval.ms") and name not in checked:
+            continue
+        kind, rest = name.split(".", 1)
+        for bound, fails, words in (("min", operator.lt, "greater than or equal to"),
+                                    ("max", operator.gt, "less than or equal to")):
+            limit = f"group.{kind}.{bound}.{rest.replace('num.standby', 'standby')}"
+            if limit in KAFKA_BROKER_CONFIGS and fails(value(name), int(broker_entries(ctx, limit)[0][1])):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} must be {words} {limit}")
+    for kind in ("consumer", "share", "streams"):
+        if value(f"{kind}.session.timeout.ms") <= value(f"{kind}.heartbeat.interval.ms"):
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{kind}.session.timeout.ms must be greater than "
+                             f"{kind}.heartbeat.interval.ms")
+    return checked
+
+
+def alter_group_configs(ctx, res, validate_only, incremental):
+    """A group's configs (KIP-848's consumer, share and streams groups): stored
+    and described; doze serves the classic protocol only and does not act on them."""
+    check_null_values(res, incremental)
+    current = ctx.groups.configs.get(res.resource_name, {})
+    new = apply_config_ops(current, res, incremental, lambda n: KAFKA_GROUP_CONFIGS.get(n, (None,))[0])
+    if not res.resource_name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+    checked = check_group_configs(ctx, new)
+    if validate_only or checked == current:
+        return
+    ctx.store.set_group_configs(res.resource_name, checked)
+    if checked:
+        ctx.groups.configs[res.resource_name] = checked
+    else:
+        ctx.groups.configs.pop(res.resource_name, None)
+    log.info("group %s configs set (%s): stored and described; doze serves the classic group "
+             "protocol and does not act on them", res.resource_name, ", ".join(sorted(checked)) or "none")
+
+
 def broker_mode(name):
     spec = KAFKA_BROKER_CONFIGS.get(name)
     return spec[3] if spec else "read-only"
@@ -6835,9 +6957,10 @@ DescribeConfigs  key=32  versions=1-4  flexible=4+
         documentation  string?  v3+
 """)
 def handle_describe_configs(ctx, req):
-    """DescribeConfigs: topic and broker configs with their sources and synonyms.
+    """DescribeConfigs: topic, broker and group configs with their sources and synonyms.
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or broker).
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or
+    broker, a group named "").
     """
     results = []
     for res in req.resources:
@@ -6854,6 +6977,10 @@ def handle_describe_configs(ctx, req):
             elif res.resource_type == RESOURCE_BROKER:
                 check_broker_resource(ctx, res.resource_name)
                 out.configs = broker_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
+            elif res.resource_type == RESOURCE_GROUP:
+                if not res.resource_name:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+                out.configs = group_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a "
                                  "request being malformed by the client library or the message "
@@ -6875,6 +7002,8 @@ def alter_configs(ctx, resources, validate_only, incremental):
                 alter_topic_configs(ctx, res, validate_only, incremental)
             elif res.resource_type == RESOURCE_BROKER:
                 alter_broker_configs(ctx, res, validate_only, incremental)
+            elif res.resource_type == RESOURCE_GROUP:
+                alter_group_configs(ctx, res, validate_only, incremental)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Unsupported resource type {res.resource_type}")
@@ -6917,6 +7046,12 @@ def apply_config_ops(current, res, incremental, kind_of, unset=lambda name: ""):
     return new
 
 
+def check_null_values(res, incremental):
+    for c in res.configs:
+        if c.value is None and (not incremental or c.config_operation != OP_DELETE):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+
+
 def alter_topic_configs(ctx, res, validate_only, incremental):
     if res.resource_name not in ctx.logs.topics:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -6935,9 +7070,7 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
     for topics); a name Kafka does not know is accepted and stored."""
     check_broker_resource(ctx, res.resource_name, alter=True)
     node = res.resource_name != ""
-    for c in res.configs:
-        if c.value is None and (not incremental or c.config_operation != OP_DELETE):
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+    check_null_values(res, incremental)
     dynamic = ctx.config.dynamic_node if node else dict(KRAFT_CLUSTER_DEFAULTS, **ctx.config.dynamic_cluster)
     new = apply_config_ops(dynamic, res, incremental, broker_type,    # APPEND/SUBTRACT start from Kafka's
                            unset=broker_default_text)              # default (ConfigurationControlManager.getParts)

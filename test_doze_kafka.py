@@ -2316,6 +2316,40 @@ def test_alter_configs_broker_survives_restart(start_broker):
         assert got["log.segment.bytes"] == "5000000"
 
 
+def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker):
+    # GROUP resources (32): a group's own value is kept in meta.db; the bounds are the
+    # broker's group.consumer.min/max settings of the run that checks (recorded: group-configs).
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 0, "+50000"),
+                                              ("share.renew.acknowledge.enable", 0, "FALSE")]).error_code == 0
+    stop(broker)
+    broker = start_broker({"group.consumer.max.session.timeout.ms": "40000",
+                           "group.consumer.min.session.timeout.ms": "30000",
+                           "group.consumer.session.timeout.ms": "35000"})
+    with RawClient(broker.port) as c:
+        got = config_map(describe_configs(c, 32, "g"))
+        assert got["consumer.session.timeout.ms"] == ("50000", 8)
+        assert got["share.renew.acknowledge.enable"] == ("false", 8)
+        assert got["consumer.heartbeat.interval.ms"] == ("5000", 5)
+        bad = incremental_alter(c, 32, "g", [("share.isolation.level", 0, "read_committed")])
+        assert (bad.error_code, bad.error_message) == (40, "consumer.session.timeout.ms must be less than "
+                                                           "or equal to group.consumer.max.session.timeout.ms")
+        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 1, None)]).error_code == 0
+        assert config_map(describe_configs(c, 32, "g"))["consumer.session.timeout.ms"] == ("35000", 4)
+    assert broker.store.group_configs() == {"g": {"share.renew.acknowledge.enable": "false"}}
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("earliest", True), ("latest", True), ("none", False), ("by_duration", False),
+    ("by_duration:PT1H", True), ("by_duration:p1dt2h3m4.5s", True), ("by_duration:-PT1H", False),
+    ("by_duration:P", False), ("by_duration:PT", False), ("by_duration:P1DT", False),
+    ("by_duration:PT-1S", False), ("by_duration:PT1H-30M", True), ("by_duration:-PT0S", True),
+    ("Earliest", False)])
+def test_share_auto_offset_reset_as_kafka_reads_it(text, ok):
+    assert doze.share_offset_reset_ok(text) is ok
+
+
 # --- DescribeCluster (60) ----------------------------------------------------------
 
 @pytest.mark.parametrize("version", range(0, 2))

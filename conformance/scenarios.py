@@ -2693,3 +2693,72 @@ def _acls_without_authorizer(S):
     steps += [step("create-none", "CreateAcls", 3, {"creations": []}),
               step("delete-none", "DeleteAcls", 3, {"filters": []})]
     return steps
+
+
+@scenario("group-configs", broker_settings={"group.consumer.heartbeat.interval.ms": 6000,
+                                            "group.share.max.session.timeout.ms": 70000})
+def _group_configs(S):
+    """Config resources of type GROUP (32, KIP-848's group configs): DescribeConfigs of a
+    group with no configs (it need not exist), of "" and after each change, with and
+    without synonyms (a setting from server.properties, the broker's default, a config with
+    no broker synonym); IncrementalAlterConfigs SET within and outside the broker's
+    group.*.min/max bounds, unknown names, bad types, null values, DELETE, APPEND, two
+    configs at once, validate_only, and the group ""; the older AlterConfigs on a group
+    (librdkafka's 0081 sets consumer.session.timeout.ms=50000 on a group, then describes
+    a group that does not exist)."""
+    g, g2 = f"{S}-g", f"{S}-g2"
+    poll = {"timeout_ms": 30000, "interval_ms": 100}
+
+    def iac(id, name, ops, validate_only=False, **kw):
+        return step(id, "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": 32, "resource_name": name,
+             "configs": [{"name": k, "config_operation": op, "value": val} for k, op, val in ops]}],
+            "validate_only": validate_only}, **kw)
+
+    def seen(id, name, key, value):
+        return describe_configs(id, [(32, name, [key])], synonyms=True, until={
+            "path": "results.0.configs.0.value", "equals": value, **poll})
+    return [
+        describe_configs("describe-all", [(32, g, None)], synonyms=True),
+        describe_configs("describe-all-v1", [(32, g, None)], v=1),
+        describe_configs("describe-keys", [(32, g, ["consumer.session.timeout.ms", "no.such.config",
+                                                    "share.isolation.level"]), (32, "", None)]),
+        iac("set-session", g, [("consumer.session.timeout.ms", 0, "50000")]),
+        seen("session-set", g, "consumer.session.timeout.ms", "50000"),
+        describe_configs("describe-all-set", [(32, g, None)], synonyms=True),
+        iac("set-below-min", g, [("consumer.session.timeout.ms", 0, "10000")]),
+        iac("set-above-max", g, [("consumer.session.timeout.ms", 0, "70000")]),
+        iac("set-heartbeat-above-max", g, [("consumer.heartbeat.interval.ms", 0, "20000")]),
+        iac("set-heartbeat-ok", g, [("consumer.heartbeat.interval.ms", 0, "15000")]),
+        iac("set-two", g, [("share.isolation.level", 0, "read_committed"),
+                           ("streams.num.standby.replicas", 0, "1")]),
+        seen("two-set", g, "share.isolation.level", "read_committed"),
+        iac("set-standby-above-max", g, [("streams.num.standby.replicas", 0, "3")]),
+        iac("set-share-session", g, [("share.session.timeout.ms", 0, "65000")]),
+        iac("set-share-session-low", g, [("share.session.timeout.ms", 0, "1000")]),
+        iac("set-share-session-not-above-heartbeat", g2, [("share.session.timeout.ms", 0, "45000"),
+                                                          ("share.heartbeat.interval.ms", 0, "15000")]),
+        iac("set-assignment-interval", g2, [("consumer.assignment.interval.ms", 0, "0")]),
+        iac("set-unknown", g, [("no.such.config", 0, "1")]),
+        iac("set-not-int", g, [("consumer.session.timeout.ms", 0, "fifty")]),
+        iac("set-bad-isolation", g, [("share.isolation.level", 0, "none")]),
+        iac("set-bad-reset", g, [("share.auto.offset.reset", 0, "nowhere")]),
+        iac("set-reset-by-duration", g, [("share.auto.offset.reset", 0, "by_duration:PT1H")]),
+        iac("set-bool", g, [("share.renew.acknowledge.enable", 0, "FALSE")]),
+        iac("set-null", g, [("consumer.session.timeout.ms", 0, None)]),
+        iac("append", g, [("share.isolation.level", 2, "read_committed")]),
+        iac("delete-unknown", g, [("no.such.config", 1, None)]),
+        iac("validate-only", g, [("consumer.session.timeout.ms", 0, "55000")], validate_only=True),
+        iac("validate-only-bad", g, [("consumer.session.timeout.ms", 0, "5")], validate_only=True),
+        iac("empty-name", "", [("consumer.session.timeout.ms", 0, "50000")]),
+        iac("duplicate-keys", g, [("consumer.session.timeout.ms", 0, "50000"),
+                                  ("consumer.session.timeout.ms", 0, "51000")]),
+        describe_configs("describe-all-after", [(32, g, None)], synonyms=True),
+        iac("delete-session", g, [("consumer.session.timeout.ms", 1, None)]),
+        seen("session-deleted", g, "consumer.session.timeout.ms", "45000"),
+        step("alter-configs", "AlterConfigs", 2, {"resources": [
+            {"resource_type": 32, "resource_name": g, "configs": [
+                {"name": "consumer.session.timeout.ms", "value": "52000"}]}], "validate_only": False}),
+        seen("after-alter", g, "consumer.session.timeout.ms", "52000"),
+        describe_configs("describe-after-alter", [(32, g, None)], synonyms=True),
+    ]

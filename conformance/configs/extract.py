@@ -120,7 +120,8 @@ def check_of(v):
         return ("custom", v["string"])
     if v["class"].endswith(".ThrottledReplicaListValidator"):
         return ("replicas",)
-    return ("custom", v["class"].rsplit(".", 1)[-1].split("$")[-1])
+    outer, _, inner = v["class"].rsplit(".", 1)[-1].rpartition("$")
+    return ("custom", f"{outer}.{inner}" if inner == "Validator" else inner)   # no bare "Validator"
 
 
 def synonym_chain_text(name, synonyms):

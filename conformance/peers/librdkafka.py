@@ -7,11 +7,13 @@
     python3 conformance/peers/librdkafka.py --tree DIR --bootstrap 127.0.0.1:9330   # e.g. real Kafka
     python3 conformance/peers/librdkafka.py --tree DIR --check       # rf-3 calls left, sample, exclusions
 
-DIR is a librdkafka 2.15.x source tree (tag v2.15.0), outside the repo (by
-default ~/.cache/doze-kafka/peers/librdkafka-2.15.0). This script does not
-fetch it. Prepare it once with --patch-rf (the tests' replication factor 3
-becomes 1, in that copy) and --build (configure, make libs, make -C tests
-build); `--check` lists any rf-3 call still there.
+DIR is a librdkafka 2.15.0 source tree, outside the repo (by default
+~/.cache/doze-kafka/peers/librdkafka-2.15.0). Prepare it once with --fetch
+(unpacked from npm's @confluentinc/kafka-javascript 1.10.0, which carries
+librdkafka v2.15.0's src/, tests/ and build files unchanged), --patch-rf
+(the tests' replication factor 3 becomes 1, in that copy) and --build
+(configure, make libs, make -C tests build); `--check` lists any rf-3
+call still there.
 
 Each test number runs on its own (`TESTS=NNNN`, `-V 4.3.1`), bounded by
 --test-timeout, the whole run by --timeout. Tests of librdkafka's
@@ -27,7 +29,10 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -121,6 +126,35 @@ def rf3_calls(tree, fix=False):
     return found
 
 
+# The npm package of Confluent's JavaScript client ships librdkafka's source
+# (deps/librdkafka: src, src-cpp, tests, mklove, configure), byte for byte the
+# files of tag v2.15.0 (checked against a clone), from a registry this machine
+# reaches; the tag's tarball on GitHub is the other way.
+NPM_PACKAGE, NPM_VERSION, RD_KAFKA_VERSION = "@confluentinc/kafka-javascript", "1.10.0", "0x020f00ff"
+
+
+def fetch(tree):
+    """Unpack librdkafka 2.15.0 from NPM_PACKAGE into tree (which must not exist yet)."""
+    if os.path.exists(tree):
+        sys.exit(f"{tree} exists already: remove it first, or leave out --fetch")
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, secs = run_bounded(["npm", "pack", "--silent", f"{NPM_PACKAGE}@{NPM_VERSION}"], 600, cwd=tmp,
+                               stdout=subprocess.DEVNULL)
+        [tgz] = [f for f in os.listdir(tmp) if f.endswith(".tgz")] if rc == 0 else [None]
+        if tgz is None:
+            sys.exit(f"npm pack {NPM_PACKAGE}@{NPM_VERSION} failed (rc {rc})")
+        prefix = "package/deps/librdkafka/"
+        with tarfile.open(os.path.join(tmp, tgz)) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+            for m in members:
+                m.name = m.name[len(prefix):]
+            tar.extractall(tree, members)        # modes kept: configure, lds-gen.py, tests/*.sh
+    header = open(os.path.join(tree, "src", "rdkafka.h")).read()
+    if f"#define RD_KAFKA_VERSION {RD_KAFKA_VERSION}" not in header:
+        sys.exit(f"{tree}: not librdkafka 2.15.0 (RD_KAFKA_VERSION is not {RD_KAFKA_VERSION})")
+    print(f"librdkafka 2.15.0 unpacked from {NPM_PACKAGE}@{NPM_VERSION}: {len(members)} files in {tree}")
+
+
 def build(tree):
     """configure and make librdkafka and its test-runner in tree (SSL and
     SASL/SCRAM built, for the security issue's parts of 0081)."""
@@ -197,6 +231,8 @@ def main(argv=None):
     ap.add_argument("--timeout-multiplier", default="", help="test.conf test.timeout.multiplier")
     ap.add_argument("--doze-log-level", help="e.g. DEBUG: doze logs every request and answer")
     ap.add_argument("--check", action="store_true", help="list rf-3 calls, sample and exclusions; run nothing")
+    ap.add_argument("--fetch", action="store_true", help="unpack librdkafka 2.15.0 into --tree "
+                    "(from npm), then go on")
     ap.add_argument("--patch-rf", action="store_true", help="change the tests' replication factor 3 to 1 "
                     "in the tree (then --build)")
     ap.add_argument("--build", action="store_true", help="configure and make the tree, then go on")
@@ -204,6 +240,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     tree = os.path.abspath(a.tree)
+    if a.fetch:
+        fetch(tree)
     if not os.path.isfile(os.path.join(tree, "tests", "test.c")):
         sys.exit(f"{tree} is not a librdkafka source tree (see conformance/peers/README.md)")
     tab = table(tree)
