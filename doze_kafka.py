@@ -4062,7 +4062,7 @@ class GroupCoordinator:
         """Expire what is due; -> the earliest deadline still ahead (ms), so
         that the next tick comes exactly then (Kafka's timers are exact: a
         client waiting out a session timeout expects the member gone)."""
-        now = self.now_ms()
+        now = self.clock() * 1000           # not rounded down: a deadline is due at its very ms
         for g in list(self.groups.values()):
             for member_id, deadline in list(g.pending.items()):
                 if now >= deadline:
@@ -8731,7 +8731,7 @@ class Broker:
     def _group_tick(self):
         upcoming_ms = self.groups.tick()
         due = self.clock() + GROUP_TICK_S
-        self.call_at(due if upcoming_ms is None else min(due, (upcoming_ms + 1) / 1000), self._group_tick)
+        self.call_at(due if upcoming_ms is None else min(due, upcoming_ms / 1000), self._group_tick)
 
     def _expire_offsets(self):
         try:

@@ -2854,6 +2854,27 @@ def test_group_session_timeout_expels_a_silent_member(start_broker):
         assert ja2.generation_id == 2
 
 
+def test_group_tick_comes_at_a_members_deadline_not_a_ms_later(start_broker):
+    # librdkafka's 0081 closes static members (no LeaveGroup; their last OffsetCommit
+    # restarts the session), sleeps exactly session.timeout.ms, then deletes the groups:
+    # a sweep even 1 ms late leaves the group non-empty, where Kafka's exact timer does not.
+    clock = FakeClock()
+    broker = start_broker(GROUP_SETTINGS, clock=clock)
+    with RawClient(broker.port) as a:
+        ja = join(a, "exact", session_ms=6000, instance="i-0")
+        sync(a, "exact", 1, ja.member_id, {ja.member_id: b"x"})
+        deadline_ms = broker.groups.groups["exact"].members[ja.member_id].deadline_ms
+        clock.advance(5950.25)                        # inside the last sweep before the deadline
+        broker.waker.wake()
+
+        def next_tick():
+            return broker.run_in_loop(lambda: [when for when, _, fn in broker.timers if fn == broker._group_tick])
+        assert wait_until(lambda: next_tick() == [deadline_ms / 1000])
+        clock.advance(deadline_ms - clock.now * 1000)  # exactly the deadline
+        broker.waker.wake()
+        assert wait_until(lambda: describe_group(a, "exact").group_state == "Empty")
+
+
 def test_group_static_member_restart_gets_its_assignment_without_a_rebalance(start_broker):
     broker = start_broker(GROUP_SETTINGS)
     with RawClient(broker.port) as a, RawClient(broker.port) as b:
