@@ -1535,9 +1535,11 @@ NULLABLE_TYPES = ("string", "bytes", "records", "[]", "{}")
 
 class Plan:
     """The fields of one struct in one version: what read_struct/write_struct walk.
-    A step is (field, child plan, nullable in this version); readers are the
-    same fields compiled into one function each (made on the first read)."""
-    __slots__ = ("steps", "tagged", "absent", "absent_lists", "names", "readers", "tag_readers")
+    A step is (field, child plan, nullable in this version); readers and
+    writers are the same fields compiled into one function each (made on the
+    first read or write)."""
+    __slots__ = ("steps", "tagged", "absent", "absent_lists", "names", "readers", "tag_readers",
+                 "writers", "tag_writers", "writers_flexible")
 
     def __init__(self, fields, version):
         present = [f for f in fields if f.in_version(version)]
@@ -1549,12 +1551,20 @@ class Plan:
         self.absent_lists = [name for name, default in self.absent if isinstance(default, list)]
         self.names = frozenset(f.name for f in fields)
         self.readers = self.tag_readers = None
+        self.writers = self.tag_writers = self.writers_flexible = None
 
     def compile(self, flexible):
         self.readers = [(f.name, _reader(f, child, nullable, flexible))
                         for f, child, nullable in self.steps]
         self.tag_readers = {tag: (f.name, _reader(f, child, nullable, flexible))
                             for tag, (f, child, nullable) in self.tagged.items()}
+
+    def compile_writers(self, flexible):
+        self.writers = [(f.name, f.default, _writer(f, child, nullable, flexible))
+                        for f, child, nullable in self.steps]
+        self.tag_writers = [(tag, f.name, f.default, _writer(f, child, nullable, flexible))
+                            for tag, (f, child, nullable) in sorted(self.tagged.items())]
+        self.writers_flexible = flexible
 
 
 def _plan_child(f, version):
@@ -1625,34 +1635,64 @@ def read_struct(r, plan, flexible):
     return msg
 
 
-def _write_value(w, f, child, nullable, value, flexible, fix_error):
-    t = f.type
-    if value is None:
+def _writer(f, child, nullable, flexible):
+    """One field's writer: (w, value, fix_error) -> None, with its type,
+    nullability and the encoding decided once (fix_error: an older version's
+    stand-in for an error code, or None)."""
+    t, name = f.type, f.name
+
+    def null(w):
         if not nullable:
-            raise TypeError(f"{f.name} is null, which its schema does not allow here")
+            raise TypeError(f"{name} is null, which its schema does not allow here")
         if t == "{}":
-            w.fixed(I8, -1)
+            w.out += I8.pack(-1)
         else:
             w.length(flexible, I16 if t == "string" else I32, -1)
-    elif t.startswith("[]"):
-        w.length(flexible, I32, len(value))
-        if t == "[]":
-            for item in value:
+    if t in FIXED_TYPES:
+        pack, fixes = FIXED_TYPES[t].pack, name.endswith("error_code")
+
+        def write_fixed(w, v, fix_error):
+            if v is None:
+                return null(w)
+            if fixes and fix_error and v:
+                v = fix_error(v)
+            w.out += pack(v)
+        return write_fixed
+    if t == "[]":
+        def write_structs(w, v, fix_error):
+            if v is None:
+                return null(w)
+            w.length(flexible, I32, len(v))
+            for item in v:
                 write_struct(w, child, item, flexible, fix_error)
-        else:
-            write = PRIMITIVES[t[2:]][1]
-            for item in value:
+        return write_structs
+    if t.startswith("[]"):
+        write = PRIMITIVES[t[2:]][1]
+
+        def write_list(w, v, fix_error):
+            if v is None:
+                return null(w)
+            w.length(flexible, I32, len(v))
+            for item in v:
                 if item is None:
-                    raise TypeError(f"{f.name} holds a null element")
+                    raise TypeError(f"{name} holds a null element")
                 write(w, item, flexible)
-    elif t == "{}":
-        if nullable:
-            w.fixed(I8, 1)
-        write_struct(w, child, value, flexible, fix_error)
-    else:
-        if fix_error and f.name.endswith("error_code") and value:
-            value = fix_error(value)
-        PRIMITIVES[t][1](w, value, flexible)
+        return write_list
+    if t == "{}":
+        def write_struct_field(w, v, fix_error):
+            if v is None:
+                return null(w)
+            if nullable:
+                w.out += I8.pack(1)
+            write_struct(w, child, v, flexible, fix_error)
+        return write_struct_field
+    write = PRIMITIVES[t][1]
+
+    def write_primitive(w, v, fix_error):
+        if v is None:
+            return null(w)
+        write(w, v, flexible)
+    return write_primitive
 
 
 def write_struct(w, plan, msg, flexible, fix_error=None):
@@ -1662,15 +1702,18 @@ def write_struct(w, plan, msg, flexible, fix_error=None):
     d = msg.__dict__
     if not plan.names.issuperset(d):
         raise TypeError(f"fields not in the schema: {sorted(set(d) - plan.names)}")
-    for f, child, nullable in plan.steps:
-        _write_value(w, f, child, nullable, d.get(f.name, f.default), flexible, fix_error)
+    if plan.writers_flexible is not flexible:
+        plan.compile_writers(flexible)
+    get = d.get
+    for name, default, write in plan.writers:
+        write(w, get(name, default), fix_error)
     if flexible:
-        tagged = [(tag, f, child, nullable) for tag, (f, child, nullable) in sorted(plan.tagged.items())
-                  if d.get(f.name, f.default) != f.default]
+        tagged = [(tag, name, write) for tag, name, default, write in plan.tag_writers
+                  if get(name, default) != default]
         w.uvarint(len(tagged))
-        for tag, f, child, nullable in tagged:
+        for tag, name, write in tagged:
             sub = Writer()
-            _write_value(sub, f, child, nullable, d[f.name], flexible, fix_error)
+            write(sub, d[name], fix_error)
             w.uvarint(tag)
             w.uvarint(len(sub.out))
             w.out += sub.out
@@ -3377,12 +3420,15 @@ class LogManager:
         return moved
 
     def delete_records(self, moves):
-        """DeleteRecords: [(log, offset)] -> each log's start moved, in one meta.db commit."""
+        """DeleteRecords: [(log, offset)] -> each log's start moved, in one
+        meta.db commit; then, log by log, its segments below go (a generator:
+        it yields after each log, whose files cost a create and two unlinks)."""
         self.store.save_log_start_offsets([(plog.topic, plog.partition, max(plog.log_start_offset, offset))
                                            for plog, offset in moves])
         for plog, offset in moves:
             plog.delete_records_before(offset)
             self.dirty[plog] = None
+            yield
 
     def apply_retention(self):
         now_ms = self.clock() * 1000
@@ -6283,7 +6329,12 @@ def handle_delete_records(ctx, req):
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
     POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records).
+    In steps: each partition's segment files are work for the loop.
     """
+    return in_steps(delete_records(ctx, req))
+
+
+def delete_records(ctx, req):
     results, moves = [], []
     for t in req.topics:
         for p in t.partitions:
@@ -6302,7 +6353,8 @@ def handle_delete_records(ctx, req):
                 moves.append((plog, offset, part))
             except KafkaError as e:
                 part.error_code = e.code
-    ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])   # one meta.db commit
+            yield
+    yield from ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])   # one meta.db commit
     for plog, _, part in moves:
         table = ctx.broker.producer_states.get((plog.topic, plog.partition))
         if table is not None:

@@ -1172,7 +1172,7 @@ def test_storage_delete_records_moves_log_start_and_survives_restart(open_logs):
     plog = new_topic(logs, segment_bytes=150)
     for i in range(6):
         append(logs, plog, [b"d%d" % i])
-    logs.delete_records([(plog, 3)])
+    list(logs.delete_records([(plog, 3)]))
     logs.flush_dirty()
     assert plog.log_start_offset == 3
     assert plog.segments[0].base_offset < 3 < plog.segments[-1].base_offset + 10
@@ -1187,7 +1187,7 @@ def test_storage_delete_everything_keeps_the_offsets_going(open_logs):
     plog = new_topic(logs)
     for i in range(4):
         append(logs, plog, [b"z%d" % i])
-    logs.delete_records([(plog, 4)])
+    list(logs.delete_records([(plog, 4)]))
     logs.flush_dirty()
     assert (plog.log_start_offset, plog.next_offset) == (4, 4)
     assert log_files(plog) == [doze.segment_name(4)]
@@ -1245,7 +1245,7 @@ def test_storage_offset_for_timestamp_agrees_with_a_scan_of_every_record(open_lo
         append(logs, plog, [b"v"] * len(ts), timestamps=ts)
         records += [(offset + i, t, b) for i, t in enumerate(ts)]
         offset += len(ts)
-    logs.delete_records([(plog, 17)])
+    list(logs.delete_records([(plog, 17)]))
     logs.flush_dirty()
     for reopen in (False, True):
         if reopen:
