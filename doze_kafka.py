@@ -2405,6 +2405,8 @@ INDEX_HEADER = struct.Struct(">6sqqI")      # magic, covered log bytes, entries,
 
 class Segment:
     """One .log file and the batch index over it."""
+    __slots__ = ("files", "open_files", "base_offset", "path", "index_path", "bases", "lasts", "positions",
+                 "max_timestamps", "running_max", "size", "fd", "reader", "unsynced", "born_ms")
 
     def __init__(self, files, directory, base_offset, open_files):
         self.files = files
@@ -2576,6 +2578,8 @@ class PartitionLog:
     """One partition: its segments, its log start offset, its end offset, and
     its high watermark -- which in doze is the end of what has been fsynced:
     a consumer never sees a record a power cut could take back."""
+    __slots__ = ("topic", "partition", "dir", "files", "open_files", "config", "clock", "segments",
+                 "log_start_offset", "high_watermark", "dir_unsynced", "__weakref__")
 
     def __init__(self, topic, partition, directory, files, topic_config, clock, open_files):
         self.topic, self.partition = topic, partition
