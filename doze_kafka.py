@@ -35,7 +35,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §7 storage: descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
-  §9 security: SASL sessions (PLAIN, SCRAM) and SCRAM credentials
+  §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
+     authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
   §10 request handlers; long ones run in steps (in_steps) so none holds the loop
   §11 server loop: listeners, TLS on the loop (PEM stores, client certificates'
      principals), connections, their limits, back-pressure, group commit
@@ -63,6 +64,7 @@ import functools
 import hashlib
 import heapq
 import hmac
+import ipaddress
 import itertools
 import json
 import logging
@@ -125,7 +127,11 @@ BROKER_DEFAULTS = {
     "controller.listener.names": "",           # listeners of a KRaft controller: doze has none to serve
     "connection.failed.authentication.delay.ms": 100,   # a failed authentication is answered this late
     "sasl.server.max.receive.size": 524288,    # the largest frame before a SASL connection authenticates
+    "sasl.enabled.mechanisms": "GSSAPI",       # Kafka's default, which doze does not serve: set it
     "connections.max.reauth.ms": 0,            # a SASL session's lifetime (KIP-368); 0: no end
+    "authorizer.class.name": "",               # StandardAuthorizer: ACLs on; "": none (everything allowed)
+    "super.users": "",                         # "User:admin;User:broker": allowed everything
+    "allow.everyone.if.no.acl.found": False,   # the answer where no ACL names the resource
     "log.dirs": "./doze-data",
     "num.partitions": 1,
     "default.replication.factor": 1,
@@ -2885,6 +2891,10 @@ CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
 CREATE TABLE IF NOT EXISTS scram_credentials (   -- KRaft's UserScramCredentialRecord: no password
     user TEXT NOT NULL, mechanism TEXT NOT NULL, salt BLOB NOT NULL, stored_key BLOB NOT NULL,
     server_key BLOB NOT NULL, iterations INTEGER NOT NULL, PRIMARY KEY (user, mechanism));
+CREATE TABLE IF NOT EXISTS acls (           -- KRaft's AccessControlEntryRecords
+    resource_type INTEGER NOT NULL, resource_name TEXT NOT NULL, pattern_type INTEGER NOT NULL,
+    principal TEXT NOT NULL, host TEXT NOT NULL, operation INTEGER NOT NULL, permission INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation, permission));
 CREATE TABLE IF NOT EXISTS group_configs (  -- KRaft's ConfigRecords of GROUP resources (KIP-848)
     group_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (group_id, name));
 CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoint file
@@ -2951,6 +2961,16 @@ class MetadataStore:
                 "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism"):
             out.setdefault(user, []).append((mechanism, iterations))
         return out
+
+    # --- ACLs ---
+    def acls(self):
+        return [Acl(*row) for row in self.db.execute("SELECT * FROM acls ORDER BY rowid")]
+
+    def alter_acls(self, added, removed):
+        with self.transaction() as db:
+            db.executemany("DELETE FROM acls WHERE resource_type = ? AND resource_name = ? AND pattern_type = ? "
+                           "AND principal = ? AND host = ? AND operation = ? AND permission = ?", removed)
+            db.executemany("INSERT OR IGNORE INTO acls VALUES (?, ?, ?, ?, ?, ?, ?)", added)
 
     # --- group configs ---
     def group_configs(self):
@@ -4639,7 +4659,7 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 9. SECURITY -- SASL authentication and SCRAM credentials
+# 9. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 # A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
 # SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
@@ -4919,6 +4939,168 @@ def sasl_setup(config, listener):
     return mechanisms, users, int(get("connections.max.reauth.ms") or 0)
 
 
+# --- Authorization: Kafka's StandardAuthorizer over ACLs kept in meta.db ---------
+# On when authorizer.class.name names StandardAuthorizer. An ACL says: this
+# principal (User:alice, or User:* for anyone), from this host (an IP, or *),
+# may (ALLOW) or may not (DENY) do this operation on resources of one type
+# whose name is this one (LITERAL; * for every name) or starts with it
+# (PREFIXED). A request is allowed when the principal is a super user; else
+# when no DENY applies and an ALLOW does -- where an ALLOW of READ, WRITE,
+# DELETE or ALTER also allows DESCRIBE, and ALTER_CONFIGS allows
+# DESCRIBE_CONFIGS; else, when no ACL at all names the resource, by
+# allow.everyone.if.no.acl.found. Handlers ask ctx.allowed(...) before they
+# look at whether the resource exists, so that a name never leaks.
+
+class ResourceType(enum.IntEnum):
+    UNKNOWN, ANY, TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER = range(8)
+
+
+class AclOperation(enum.IntEnum):
+    (UNKNOWN, ANY, ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS,
+     ALTER_CONFIGS, IDEMPOTENT_WRITE, CREATE_TOKENS, DESCRIBE_TOKENS) = range(15)
+
+
+class PatternType(enum.IntEnum):
+    UNKNOWN, ANY, MATCH, LITERAL, PREFIXED = range(5)
+
+
+class AclPermission(enum.IntEnum):
+    UNKNOWN, ANY, DENY, ALLOW = range(4)
+
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+CLUSTER_NAME = "kafka-cluster"              # the one name of the CLUSTER resource
+Op = AclOperation
+SUPPORTED_OPERATIONS = {                    # AclEntry.supportedOperations: also the bitfields' bits
+    ResourceType.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                         Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                           Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
+    ResourceType.DELEGATION_TOKEN: (Op.DESCRIBE,),
+    ResourceType.USER: (Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS),
+}
+IMPLIED_BY_ALLOW = {Op.DESCRIBE: (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER),
+                    Op.DESCRIBE_CONFIGS: (Op.ALTER_CONFIGS,)}
+AUTHORIZATION_FAILED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+KAFKA_ERROR_MESSAGES = {29: "Topic authorization failed.", 30: "Group authorization failed.",   # Errors.java
+                        31: "Cluster authorization failed.", 53: "Transactional Id authorization failed.",
+                        55: "The broker did not attempt to execute this operation. This may happen for "
+                            "batched RPCs where some operations in the batch failed, causing the broker to "
+                            "respond without trying the rest."}
+Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
+
+
+class Authorizer:
+    """ACLs in memory (a list per resource type: a single node has few) and in
+    meta.db; decisions as StandardAuthorizerData.authorize."""
+
+    def __init__(self, store, super_users, allow_if_no_acl):
+        self.store = store
+        self.super_users = super_users
+        self.allow_if_no_acl = allow_if_no_acl
+        self.by_type = collections.defaultdict(list)
+        for acl in store.acls():
+            self.by_type[acl.resource_type].append(acl)
+
+    @classmethod
+    def from_config(cls, config, store):
+        name = config.settings.get("authorizer.class.name") or ""
+        if not name:
+            return None
+        if name != STANDARD_AUTHORIZER:
+            raise ValueError(f"authorizer.class.name={name}: doze has Kafka's {STANDARD_AUTHORIZER} only")
+        supers = {p.strip() for p in str(config.settings.get("super.users") or "").split(";") if p.strip()}
+        allow = str(config.settings.get("allow.everyone.if.no.acl.found", "false")).strip().lower() == "true"
+        return cls(store, supers, allow)
+
+    def allowed(self, principal, host, operation, resource_type, name):
+        if principal in self.super_users:
+            return True
+        acls = [a for a in self.by_type.get(resource_type, ()) if acl_names(a, name)]
+        if not acls:
+            return self.allow_if_no_acl
+        implied = IMPLIED_BY_ALLOW.get(operation, ())
+        verdict = False
+        for a in acls:
+            if a.principal not in (principal, "User:*") or a.host not in (host, "*"):
+                continue
+            if a.permission == AclPermission.DENY and a.operation in (operation, Op.ALL):
+                return False
+            if a.permission == AclPermission.ALLOW and (a.operation in (operation, Op.ALL) or a.operation in implied):
+                verdict = True
+        return verdict
+
+    def allowed_on_any(self, principal, host, operation, resource_type):
+        """KIP-679's authorizeByResourceType: may the principal do `operation`
+        on some resource of the type (by the ACLs' patterns alone)?"""
+        if self.allowed(principal, host, operation, resource_type, "hardcode"):
+            return True
+        acls = [a for a in self.by_type.get(resource_type, ()) if a.principal in (principal, "User:*")
+                and a.host in (host, "*") and a.operation in (operation, Op.ALL)]
+        denied = {(a.pattern, a.name) for a in acls if a.permission == AclPermission.DENY}
+        if (PatternType.LITERAL, "*") in denied:
+            return False
+        deny_prefixes = [n for p, n in denied if p == PatternType.PREFIXED]
+        for a in acls:
+            if a.permission != AclPermission.ALLOW:
+                continue
+            if a.pattern == PatternType.LITERAL and (a.name == "*" or (PatternType.LITERAL, a.name) not in denied
+                                                     and not any(a.name.startswith(d) for d in deny_prefixes)):
+                return True
+            if a.pattern == PatternType.PREFIXED and not any(a.name.startswith(d) for d in deny_prefixes):
+                return True
+        return False
+
+    def operations(self, principal, host, resource_type, name):
+        """KIP-430's authorized-operations bitfield of one resource."""
+        return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type]
+                   if self.allowed(principal, host, op, resource_type, name))
+
+    # --- the ACL APIs ---
+    def matching(self, f):
+        """The ACLs an ACL filter (DescribeAcls, DeleteAcls) matches, in their order."""
+        return [a for acls in self.by_type.values() for a in acls if acl_filter_matches(f, a)]
+
+    def add(self, acls):
+        new = [a for a in dict.fromkeys(acls) if a not in self.by_type.get(a.resource_type, ())]
+        self.store.alter_acls(added=new, removed=[])
+        for a in new:
+            self.by_type[a.resource_type].append(a)
+
+    def remove(self, acls):
+        gone = set(acls)
+        self.store.alter_acls(added=[], removed=list(gone))
+        for rtype in list(self.by_type):
+            self.by_type[rtype] = [a for a in self.by_type[rtype] if a not in gone]
+
+
+def acl_names(acl, name):
+    """Does the ACL's resource pattern cover the resource named `name`?"""
+    if acl.pattern == PatternType.LITERAL:
+        return acl.name == name or acl.name == "*"
+    return acl.pattern == PatternType.PREFIXED and name.startswith(acl.name)
+
+
+def acl_filter_matches(f, acl):
+    """ResourcePatternFilter.matches and AccessControlEntryFilter.matches."""
+    if f.resource_type_filter != ResourceType.ANY and f.resource_type_filter != acl.resource_type:
+        return False
+    name, pattern = f.resource_name_filter, f.pattern_type_filter
+    if pattern == PatternType.MATCH:
+        if name is not None and not acl_names(acl, name):
+            return False
+    elif (pattern != PatternType.ANY and pattern != acl.pattern) or (name is not None and name != acl.name):
+        return False
+    return (f.principal_filter is None or f.principal_filter == acl.principal) and \
+        (f.host_filter is None or f.host_filter == acl.host) and \
+        f.operation in (AclOperation.ANY, acl.operation) and f.permission_type in (AclPermission.ANY, acl.permission)
+
+
 ###############################################################################
 # 10. REQUEST HANDLERS -- one block per API, in API-key order
 ###############################################################################
@@ -5008,6 +5190,11 @@ def in_steps(work, budget_s=None):
     return advance() or Park(advance, keys=[STEP])
 
 
+def topics_allowed(ctx, operation, names):
+    """The names (each asked once) the principal may do `operation` on."""
+    return {n for n in dict.fromkeys(names) if ctx.allowed(operation, ResourceType.TOPIC, n)}
+
+
 class RequestContext:
     """What a handler may touch: the logs, the producer state, the cluster's
     identity, the request's version and the time. Never the whole Broker."""
@@ -5029,6 +5216,48 @@ class RequestContext:
         self.client_id = client_id
         self.now_ms = int(broker.clock() * 1000)
         self.appended = []                     # (log, last offset) this request wrote
+        self.authorizer = broker.authorizer
+
+    def allowed(self, operation, resource_type, name, log_denial=True):
+        """May this connection's principal do `operation` on the resource? True
+        without an authorizer; a denial is logged (Kafka's authorizer log)."""
+        a = self.authorizer
+        if a is None or a.allowed(self.conn.principal, self.conn.host, operation, resource_type, name):
+            return True
+        if log_denial:
+            log.info("authorization: principal %s denied operation %s from host %s on resource %s:%s "
+                     "(%s v%d)", self.conn.principal, operation.name, self.conn.host, resource_type.name, name,
+                     HANDLERS[self.api_key][0].name, self.version)
+        return False
+
+    def require(self, operation, resource_type, name):
+        """Raise the resource type's AUTHORIZATION_FAILED unless allowed."""
+        if not self.allowed(operation, resource_type, name):
+            code = AUTHORIZATION_FAILED[resource_type]
+            raise KafkaError(code, KAFKA_ERROR_MESSAGES[code])
+
+    def allowed_on_any(self, operation, resource_type):
+        """KIP-679: may the principal do `operation` on some resource of the type?"""
+        a = self.authorizer
+        if a is None or a.allowed_on_any(self.conn.principal, self.conn.host, operation, resource_type):
+            return True
+        log.info("authorization: principal %s denied operation %s from host %s on any resource of type %s "
+                 "(%s v%d)", self.conn.principal, operation.name, self.conn.host, resource_type.name,
+                 HANDLERS[self.api_key][0].name, self.version)
+        return False
+
+    def operations(self, resource_type, name):
+        """KIP-430's authorized-operations bitfield (every supported operation without an authorizer)."""
+        if self.authorizer is None:
+            return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type])
+        return self.authorizer.operations(self.conn.principal, self.conn.host, resource_type, name)
+
+    def check_cluster(self, operation):
+        """Kafka's authorizeClusterOperation: CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+        if not self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             f"Request {HANDLERS[self.api_key][0].name} v{self.version} from "
+                             f"{self.conn.principal} needs {operation.name} permission.")
 
     def producer_state(self, tp):
         return self.broker.producer_state(tp)
@@ -5097,12 +5326,16 @@ def handle_produce(ctx, req):
     INVALID_PRODUCER_ID_MAPPING,
     CORRUPT_MESSAGE (bad length or CRC), INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
     MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE (transactional batches), KAFKA_STORAGE_ERROR.
+    OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE (transactional batches), KAFKA_STORAGE_ERROR,
+    TOPIC_AUTHORIZATION_FAILED (WRITE on the topic); transactional batches need
+    WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, everywhere).
     """
-    if req.acks not in (0, 1, -1):
+    code = transactional_request_error(req)
+    if code is None and req.transactional_id is not None and transactional_batches(req) and \
+            not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if req.acks not in (0, 1, -1) and code != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         code = ErrorCode.INVALID_REQUIRED_ACKS
-    else:
-        code = transactional_request_error(req)
     if code is None and req.transactional_id is not None:    # one meta.db commit for all
         ctx.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
     work = produce_all(ctx, req, code)
@@ -5126,10 +5359,12 @@ def handle_produce(ctx, req):
 def produce_all(ctx, req, code):
     """Append every partition's batch (a step generator) -> [(topic, partition answer)]."""
     results = []
+    writable = topics_allowed(ctx, AclOperation.WRITE, (t.name for t in req.topic_data)) if code is None else ()
     for topic in req.topic_data:
         for p in topic.partition_data:
-            if code is not None:
-                results.append((topic.name, Msg(index=p.index, error_code=code, base_offset=-1)))
+            if code is not None or topic.name not in writable:
+                results.append((topic.name, Msg(index=p.index, base_offset=-1, error_code=code if code is not None
+                                                else ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
             else:
                 results.append((topic.name, produce_partition(ctx, topic.name, p.index, p.records,
                                                               req.transactional_id)))
@@ -5337,14 +5572,20 @@ def handle_fetch(ctx, req):
     full requests, which Kafka itself does when its session cache is full.
 
     Errors: FETCH_SESSION_ID_NOT_FOUND (a session id doze never gave),
-    UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE.
+    UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, TOPIC_AUTHORIZATION_FAILED
+    (READ on the topic; a follower's fetch needs CLUSTER_ACTION on the cluster).
     """
     if req.session_id != 0:
         raise KafkaError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "doze keeps no fetch sessions")
     deadline = ctx.now_ms + max(req.max_wait_ms, 0)
+    if req.replica_id >= 0:
+        readable = {t.topic for t in req.topics} if ctx.allowed(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else set()
+    else:
+        readable = topics_allowed(ctx, AclOperation.READ, (t.topic for t in req.topics))
 
     def poll(expired=False):
-        results, total = fetch_partitions(ctx, req)
+        results, total = fetch_partitions(ctx, req, readable)
         if total >= req.min_bytes or expired or req.max_wait_ms <= 0:
             return Msg(responses=[Msg(topic=t, partitions=parts) for t, parts in by_topic(results)])
         return None
@@ -5355,7 +5596,7 @@ def handle_fetch(ctx, req):
     return Park(poll, deadline_ms=deadline, keys=keys)
 
 
-def fetch_partitions(ctx, req):
+def fetch_partitions(ctx, req, readable):
     """-> ([(topic, partition response)], bytes of records found)."""
     results, total, budget = [], 0, req.max_bytes
     read_committed = req.isolation_level == 1
@@ -5364,6 +5605,9 @@ def fetch_partitions(ctx, req):
             part = Msg(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
                        log_start_offset=-1, records=b"", aborted_transactions=[])
             results.append((t.topic, part))
+            if t.topic not in readable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 plog = ctx.logs.get(t.topic, p.partition)
                 check_leader_epoch(p.current_leader_epoch)
@@ -5451,7 +5695,7 @@ def handle_list_offsets(ctx, req):
     whose timestamp is at or after the one given. Lookups by time read a
     batch's records, so the answer is worked out in steps.
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION.
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED (DESCRIBE on the topic).
     """
     return in_steps(list_offsets(ctx, req))
 
@@ -5459,9 +5703,14 @@ def handle_list_offsets(ctx, req):
 def list_offsets(ctx, req):
     results = []
     asked = collections.Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+    described = topics_allowed(ctx, AclOperation.DESCRIBE, (t.name for t in req.topics))
     for t in req.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if t.name not in described:
+                results.append((t.name, Msg(partition_index=p.partition_index,
+                                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+                continue
             if asked[tp] == 0:
                 continue                    # a duplicate, already answered
             part = Msg(partition_index=p.partition_index)
@@ -5505,10 +5754,6 @@ def list_offset(ctx, plog, timestamp, isolation_level):
 
 # --- Metadata (3) ---------------------------------------------------------------
 
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))   # all: no authorizer
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))   # 8096, as Kafka 4.3.1
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))                # 3400
-
 
 @api("""
 Metadata  key=3  versions=0-12  flexible=9+
@@ -5548,7 +5793,10 @@ def handle_metadata(ctx, req):
     """Metadata: the brokers (this one) and the topics asked for, creating missing
     ones when the client allows it and auto.create.topics.enable is on.
 
-    Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID.
+    Errors per topic: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID,
+    TOPIC_AUTHORIZATION_FAILED (DESCRIBE on a topic named, whether it exists or
+    not; CREATE on the cluster or the topic to auto-create it). Asked for all,
+    the topics without DESCRIBE are left out.
     """
     node_id, host, port = ctx.node(ctx.conn)
     if ctx.version < 12 and any(t.name is None or t.topic_id != UUID_ZERO for t in req.topics or ()):
@@ -5558,18 +5806,32 @@ def handle_metadata(ctx, req):
     if any(t.name is None and t.topic_id == UUID_ZERO for t in req.topics or ()):
         return metadata_error(req, ErrorCode.UNKNOWN_SERVER_ERROR)    # Kafka 4.3.1 fails so
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)]
+        wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)
+                  if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False)]
     else:
         wanted = req.topics
-    topics = [describe_topic(ctx, t, req.allow_auto_topic_creation or ctx.version < 4, node_id)
+    create_denied = []
+    topics = [describe_topic(ctx, t, req.allow_auto_topic_creation or ctx.version < 4, node_id, create_denied)
               for t in wanted]
     for t in topics:
-        if req.include_topic_authorized_operations and t.error_code == 0:
-            t.topic_authorized_operations = TOPIC_OPERATIONS
+        if req.include_topic_authorized_operations and t.error_code not in (
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID):
+            t.topic_authorized_operations = ctx.operations(ResourceType.TOPIC, t.name)
+    if ctx.authorizer is not None:    # Kafka's order: unknown ids, described, refused CREATE, refused DESCRIBE
+        topics.sort(key=lambda t: 0 if t.error_code == ErrorCode.UNKNOWN_TOPIC_ID else
+                    1 if t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED else
+                    2 if any(t is d for d in create_denied) else 3)
     return Msg(brokers=[Msg(node_id=node_id, host=host, port=port)],
                cluster_id=ctx.store.get_setting("cluster_id"), controller_id=node_id, topics=topics,
-               cluster_authorized_operations=CLUSTER_OPERATIONS
+               cluster_authorized_operations=cluster_operations(ctx)
                if req.include_cluster_authorized_operations else -2147483648)
+
+
+def cluster_operations(ctx):
+    """The cluster's authorized-operations bitfield: 0 without DESCRIBE on it (AuthHelper)."""
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        return 0
+    return ctx.operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def metadata_error(req, code):
@@ -5579,19 +5841,28 @@ def metadata_error(req, code):
                topics=[Msg(error_code=code, name=t.name or "", topic_id=t.topic_id) for t in req.topics])
 
 
-def describe_topic(ctx, wanted, may_create, node_id):
+def describe_topic(ctx, wanted, may_create, node_id, create_denied=None):
     name = wanted.name
     if name is None:                                     # v10+: asked for by id
         name = next((n for n, t in ctx.logs.topics.items() if t.topic_id == wanted.topic_id), None)
         if name is None:
             return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
     internal = name in INTERNAL_TOPICS                  # shown so even while missing
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        return Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name, topic_id=wanted.topic_id,
+                   is_internal=False)
     topic = ctx.logs.topics.get(name)
     if topic is None:
         if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
             return Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name)
         if not (may_create and ctx.config["auto.create.topics.enable"]):
             return Msg(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=internal)
+        if not (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
+                or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
+            denied = Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=internal)
+            if create_denied is not None:
+                create_denied.append(denied)
+            return denied
         return auto_create(ctx, name, internal)
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
                partitions=[Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
@@ -5656,20 +5927,23 @@ def handle_offset_commit(ctx, req):
     OFFSET_METADATA_TOO_LARGE (12).
     """
     results, offsets = [], {}
-    try:                              # (Kafka 4.3.1 accepts even the group id "" here)
-        ctx.groups.check_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
-                                req.group_instance_id)
-        request_error = None
-    except KafkaError as e:
-        request_error = e.code
+    group_error = error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
+    request_error = group_error or error_code_of(   # (Kafka 4.3.1 accepts even the group id "" here)
+        ctx.groups.check_commit, req.group_id, req.generation_id_or_member_epoch, req.member_id,
+        req.group_instance_id)
     limit = ctx.config["offset.metadata.max.bytes"]
+    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics)) if not group_error else set()
     for t in req.topics:
         for p in t.partitions:
-            part = Msg(partition_index=p.partition_index, error_code=request_error or ErrorCode.NONE)
+            part = Msg(partition_index=p.partition_index, error_code=group_error)
             results.append((t.name, part))
-            if request_error:
+            if group_error:
                 continue
-            if (t.name, p.partition_index) not in ctx.logs.logs:
+            if t.name not in readable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif request_error and (t.name, p.partition_index) in ctx.logs.logs:
+                part.error_code = request_error
+            elif (t.name, p.partition_index) not in ctx.logs.logs:
                 part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.committed_metadata and len(p.committed_metadata.encode()) > limit:
                 part.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
@@ -5726,11 +6000,25 @@ def handle_offset_fetch(ctx, req):
     """OffsetFetch: a group's committed positions (-1 where none).
 
     Errors per partition: UNSTABLE_OFFSET_COMMIT with require_stable while a
-    transaction has offsets staged for it (KIP-447).
+    transaction has offsets staged for it (KIP-447), TOPIC_AUTHORIZATION_FAILED
+    (DESCRIBE on a topic named; asked for all, such topics are left out). Per
+    group (v8+; before: the top-level error; v1: an empty answer):
+    GROUP_AUTHORIZATION_FAILED (DESCRIBE on the group).
     """
     if ctx.version >= 8:
-        return Msg(groups=[Msg(group_id=g.group_id, topics=offset_fetch_topics(
-            ctx, g.group_id, g.topics, req.require_stable)) for g in req.groups])
+        out = []
+        for g in req.groups:
+            error = error_code_of(ctx.require, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
+            out.append(Msg(group_id=g.group_id, error_code=error, topics=[] if error else offset_fetch_topics(
+                ctx, g.group_id, g.topics, req.require_stable)))
+        return Msg(groups=out)
+    error = error_code_of(ctx.require, AclOperation.DESCRIBE, ResourceType.GROUP, req.group_id)
+    if error and ctx.version < 2:            # no top-level error yet: on each partition asked for
+        return Msg(topics=[Msg(name=t.name, partitions=[
+            Msg(partition_index=p, committed_offset=-1, metadata="", error_code=error)
+            for p in t.partition_indexes]) for t in req.topics or ()])
+    if error:
+        return Msg(error_code=error, topics=[])
     return Msg(topics=offset_fetch_topics(ctx, req.group_id, req.topics, req.require_stable))
 
 
@@ -5738,8 +6026,14 @@ def offset_fetch_topics(ctx, group_id, topics, require_stable):
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = ctx.groups.fetch_offsets(group_id, wanted)
     unstable = ctx.txns.staged_partitions(group_id) if require_stable else set()
+    described = topics_allowed(ctx, AclOperation.DESCRIBE, (t for t, _ in found))
     results = []
     for (topic, partition), entry in found.items():
+        if topic not in described:
+            if wanted is not None:
+                results.append((topic, Msg(partition_index=partition, committed_offset=-1, metadata="",
+                                           error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            continue
         if (topic, partition) in unstable:             # KIP-447: wait for the transaction
             results.append((topic, Msg(partition_index=partition, committed_offset=-1, metadata="",
                                        error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)))
@@ -5785,22 +6079,31 @@ def handle_find_coordinator(ctx, req):
     Errors: INVALID_REQUEST (an unknown key type), COORDINATOR_NOT_AVAILABLE (the
     first time: the internal topic is being made, as in Kafka).
     """
-    node_id, host, port = ctx.node(ctx.conn)
-    if req.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
-        node_id, host, port = -1, "", -1
-        error = Msg(error_code=ErrorCode.INVALID_REQUEST, error_message=None)
-    elif not internal_topic_ready(ctx, CONSUMER_OFFSETS if req.key_type == COORDINATOR_GROUP
-                                  else TRANSACTION_STATE):
-        node_id, host, port = -1, "", -1             # Kafka: while it creates the topic
-        error = Msg(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="")
-    else:
-        error = Msg(error_code=ErrorCode.NONE, error_message=None)
     if ctx.version >= 4:
-        return Msg(coordinators=[Msg(key=k, node_id=node_id, host=host, port=port,
-                                     error_code=error.error_code, error_message=error.error_message)
-                                 for k in req.coordinator_keys])
-    return Msg(node_id=node_id, host=host, port=port, error_code=error.error_code,
-               error_message=error.error_message)
+        return Msg(coordinators=[coordinator(ctx, req.key_type, k) for k in req.coordinator_keys])
+    answer = coordinator(ctx, req.key_type, req.key)
+    del answer.key                                  # before v4 the answer is the one entry
+    return answer
+
+
+COORDINATOR_RESOURCE = {COORDINATOR_GROUP: ResourceType.GROUP, COORDINATOR_TRANSACTION: ResourceType.TRANSACTIONAL_ID}
+
+
+def coordinator(ctx, key_type, key):
+    """One key's answer (a coordinators entry of v4+, the whole answer before)."""
+    node_id, host, port = ctx.node(ctx.conn)
+    rtype = COORDINATOR_RESOURCE.get(key_type)
+    code, message = ErrorCode.NONE, None
+    if rtype is None:
+        code = ErrorCode.INVALID_REQUEST
+    elif not ctx.allowed(AclOperation.DESCRIBE, rtype, key):
+        code = AUTHORIZATION_FAILED[rtype]
+        message = KAFKA_ERROR_MESSAGES[code]
+    elif not internal_topic_ready(ctx, CONSUMER_OFFSETS if key_type == COORDINATOR_GROUP else TRANSACTION_STATE):
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, ""      # Kafka: while it creates the topic
+    if code:
+        node_id, host, port = -1, "", -1
+    return Msg(key=key, node_id=node_id, host=host, port=port, error_code=code, error_message=message)
 
 
 def internal_topic_ready(ctx, name):
@@ -5853,6 +6156,7 @@ def handle_join_group(ctx, req):
     """
     rebalance_timeout = req.rebalance_timeout_ms if ctx.version >= 1 else req.session_timeout_ms
     try:
+        ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
         answer = join_group(ctx, req, rebalance_timeout)
     except KafkaError as e:           # Kafka's error answer echoes the member id, no protocol
         answer = Msg(error_code=e.code, member_id=req.member_id, protocol_name=None, leader="")
@@ -5907,6 +6211,7 @@ def handle_heartbeat(ctx, req):
 
     Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS.
     """
+    ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
     ctx.groups.heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
     return Msg()
 
@@ -5933,8 +6238,10 @@ LeaveGroup  key=13  versions=0-5  flexible=4+
 def handle_leave_group(ctx, req):
     """LeaveGroup: members go now rather than at their session timeout.
 
-    Errors: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID (per member from v3).
+    Errors: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID (per member from v3),
+    GROUP_AUTHORIZATION_FAILED (READ on the group).
     """
+    ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
     if ctx.version < 3:
         code = ctx.groups.leave(req.group_id, req.member_id, None)
         return Msg(error_code=code)
@@ -5969,8 +6276,12 @@ def handle_sync_group(ctx, req):
     Followers wait for the leader.
 
     Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID,
-    INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS.
+    INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED
+    (READ on the group, checked after v5's protocol type and name).
     """
+    if ctx.version >= 5 and (req.protocol_type is None or req.protocol_name is None):
+        raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
     member, response = ctx.groups.sync(req.group_id, req.generation_id, req.member_id,
                                        req.group_instance_id, req.protocol_type,
                                        req.protocol_name, req.assignments)
@@ -6008,11 +6319,17 @@ def handle_describe_groups(ctx, req):
     out = []
     for group_id in req.groups:
         g = ctx.groups.get(group_id)
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(Msg(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_state="",
+                           protocol_type="", protocol_data=""))
+            continue
         if g is None:
             missing = Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data="")
             if ctx.version >= 6:
                 missing.error_code = ErrorCode.GROUP_ID_NOT_FOUND
                 missing.error_message = f"Group {group_id} not found."
+            elif req.include_authorized_operations:
+                missing.authorized_operations = ctx.operations(ResourceType.GROUP, group_id)
             out.append(missing)
             continue
         stable = g.state == GroupState.STABLE
@@ -6024,7 +6341,7 @@ def handle_describe_groups(ctx, req):
                                     member_metadata=m.metadata(g.protocol_name) if stable else b"",
                                     member_assignment=m.assignment)
                                 for m in g.members.values()],
-                       authorized_operations=GROUP_OPERATIONS
+                       authorized_operations=ctx.operations(ResourceType.GROUP, group_id)
                        if req.include_authorized_operations else -2147483648))
     return Msg(groups=out)
 
@@ -6049,11 +6366,13 @@ def handle_list_groups(ctx, req):
     """ListGroups: every group, optionally only those in the given states or types."""
     states = {s.lower() for s in req.states_filter}
     types = {t.lower() for t in req.types_filter}
+    everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
     return Msg(groups=[
         Msg(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
             group_type="classic")
         for g in ctx.groups.groups.values()
-        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)])
+        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
+        and (everything or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False))])
 
 
 # --- SaslHandshake (17) ---------------------------------------------------------
@@ -6155,6 +6474,7 @@ CreateTopics  key=19  versions=2-7  flexible=5+
         read_only  bool
         config_source  int8 = -1
         is_sensitive  bool
+      topic_config_error_code  int16 = 0  v5+  tag=0     # no DESCRIBE_CONFIGS: 29, configs not shown
 """)
 def handle_create_topics(ctx, req):
     """CreateTopics: new topics, their partition directories and meta.db rows,
@@ -6165,7 +6485,10 @@ def handle_create_topics(ctx, req):
     broker), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST
     (a topic named twice in one request), POLICY_VIOLATION (over Kafka's
     10,000 partitions a request, or doze.max.partitions in all),
-    UNKNOWN_SERVER_ERROR (the directories could not be made).
+    UNKNOWN_SERVER_ERROR (the directories could not be made), TOPIC_AUTHORIZATION_FAILED
+    (CREATE on the cluster or on the topic; answered after the others, as Kafka's
+    controller does). A topic made without DESCRIBE_CONFIGS on it is answered
+    with topic_config_error_code 29 and no configs.
     """
     return in_steps(create_topics(ctx, req))
 
@@ -6173,9 +6496,13 @@ def handle_create_topics(ctx, req):
 def create_topics(ctx, req):
     counts = collections.Counter(t.name for t in req.topics)
     request_error = create_topics_limit(ctx, req.topics)
+    if ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        creatable = set(counts)
+    else:
+        creatable = topics_allowed(ctx, AclOperation.CREATE, (n for n in counts if counts[n] == 1))
     results = []
     for t in req.topics:
-        if counts[t.name] > 1:
+        if counts[t.name] > 1 or t.name not in creatable:
             continue
         res = Msg(name=t.name, error_message=None)
         results.append(res)
@@ -6190,9 +6517,12 @@ def create_topics(ctx, req):
                 t.name, partitions, replication, {c.name: c.value for c in t.configs})
             res.topic_id = uuid.uuid4().bytes if req.validate_only else \
                 (yield from ctx.logs.create_topic(t.name, partitions, configs))
-            res.num_partitions, res.replication_factor = partitions, 1
-            res.configs = [describe_new_topic_config(ctx, name, configs)
-                           for name in sorted(set(TOPIC_CONFIGS) | set(configs))]
+            if ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name, log_denial=False):
+                res.num_partitions, res.replication_factor = partitions, 1
+                res.configs = [describe_new_topic_config(ctx, name, configs)
+                               for name in sorted(set(TOPIC_CONFIGS) | set(configs))]
+            else:
+                res.topic_config_error_code, res.configs = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
         except KafkaError as e:
             res.error_code, res.error_message = e.code, e.detail or None
         except OSError as e:
@@ -6200,6 +6530,8 @@ def create_topics(ctx, req):
             res.error_code, res.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, f"storage: {e}"
     results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
                 for name, n in counts.items() if n > 1]          # Kafka: one entry each, last
+    results += [Msg(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+                for name in java_hash_order(n for n in counts if counts[n] == 1 and n not in creatable)]
     return Msg(topics=results)
 
 
@@ -6279,10 +6611,13 @@ DeleteTopics  key=20  versions=1-6  flexible=4+
 def handle_delete_topics(ctx, req):
     """DeleteTopics: the meta.db row goes first, then the partition directories.
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_DELETION_DISABLED.
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_DELETION_DISABLED,
+    TOPIC_AUTHORIZATION_FAILED (DESCRIBE on the topic, asked before whether it
+    exists; then DELETE on the cluster or the topic).
     """
     wanted = req.topics if ctx.version >= 6 else [Msg(name=n, topic_id=UUID_ZERO)
                                                    for n in req.topic_names]
+    cluster_delete = ctx.allowed(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
     results = []
     for t in wanted:
         name = t.name
@@ -6292,9 +6627,14 @@ def handle_delete_topics(ctx, req):
         results.append(res)
         if name is None:
             res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif not (cluster_delete or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
+            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
+            res.name = t.name                           # by id: the name stays unsaid
         elif name not in ctx.logs.topics:
             res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             res.error_message = "This server does not host this topic-partition."
+        elif not (cluster_delete or ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, name)):
+            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
         elif not ctx.config["delete.topic.enable"]:
             res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         else:
@@ -6332,7 +6672,8 @@ def handle_delete_records(ctx, req):
     """DeleteRecords: raise the log start offset; whole segments below it go.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
-    POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records).
+    POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records),
+    TOPIC_AUTHORIZATION_FAILED (DELETE on the topic).
     In steps: each partition's segment files are work for the loop.
     """
     return in_steps(delete_records(ctx, req))
@@ -6340,10 +6681,14 @@ def handle_delete_records(ctx, req):
 
 def delete_records(ctx, req):
     results, moves = [], []
+    deletable = topics_allowed(ctx, AclOperation.DELETE, (t.name for t in req.topics))
     for t in req.topics:
         for p in t.partitions:
             part = Msg(partition_index=p.partition_index, low_watermark=-1)
             results.append((t.name, part))
+            if t.name not in deletable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 plog = ctx.logs.get(t.name, p.partition_index)
                 if t.name in INTERNAL_TOPICS:
@@ -6397,10 +6742,16 @@ def handle_init_producer_id(ctx, req):
     Errors: INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT (over
     transaction.max.timeout.ms), PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before
     v4), CONCURRENT_TRANSACTIONS (a decision's markers cannot be written yet),
-    NOT_COORDINATOR (meta.db cannot be written).
+    NOT_COORDINATOR (meta.db cannot be written), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    (WRITE on the id), CLUSTER_AUTHORIZATION_FAILED (idempotent: neither
+    IDEMPOTENT_WRITE on the cluster nor WRITE on some topic, KIP-679).
     """
     if req.transactional_id is None:
+        if not (ctx.allowed(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
+                or ctx.allowed_on_any(AclOperation.WRITE, ResourceType.TOPIC)):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         return Msg(producer_id=ctx.producer_ids.new_id(), producer_epoch=0)
+    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
     meta, answer = ctx.txns.init_producer(req.transactional_id, req.transaction_timeout_ms,
                                           req.producer_id, req.producer_epoch)
     if meta is None:
@@ -6448,11 +6799,17 @@ def handle_add_partitions_to_txn(ctx, req):
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED, INVALID_REQUEST,
     INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2),
-    CONCURRENT_TRANSACTIONS, NOT_COORDINATOR.
+    CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    (WRITE on the id: every partition), TOPIC_AUTHORIZATION_FAILED (WRITE on the
+    topic; an internal topic never).
     """
     tps = [(t.name, p) for t in req.topics for p in t.partitions]
-    failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in tps if tp[0] in INTERNAL_TOPICS} or \
-        {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps if tp not in ctx.logs.logs}
+    if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return partition_results(dict.fromkeys(tps, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    writable = topics_allowed(ctx, AclOperation.WRITE, (t for t, _ in tps if t not in INTERNAL_TOPICS))
+    failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable
+              else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps
+              if tp[0] not in writable or tp not in ctx.logs.logs}
     if failed:
         codes = {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
     else:
@@ -6463,6 +6820,11 @@ def handle_add_partitions_to_txn(ctx, req):
         except KafkaError as e:          # v0-3 have no top-level error_code:
             code = e.code                # a request-wide error goes on every partition
         codes = {tp: code for tp in tps}
+    return partition_results(codes)
+
+
+def partition_results(codes):
+    """AddPartitionsToTxn's answer: {(topic, partition): error code} by topic."""
     grouped = {}
     for (topic, p), code in codes.items():
         grouped.setdefault(topic, []).append(Msg(partition_index=p, partition_error_code=code))
@@ -6486,8 +6848,11 @@ def handle_add_offsets_to_txn(ctx, req):
     """AddOffsetsToTxn: this transaction will commit offsets of `group_id`
     (Kafka adds the group's __consumer_offsets partition; doze, the group).
 
-    Errors: as AddPartitionsToTxn.
+    Errors: as AddPartitionsToTxn; TRANSACTIONAL_ID_AUTHORIZATION_FAILED (WRITE
+    on the id), then GROUP_AUTHORIZATION_FAILED (READ on the group).
     """
+    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
+    ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
     meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
     ctx.txns.add_partitions(meta, group=req.group_id)
     return Msg()
@@ -6517,8 +6882,9 @@ def handle_end_txn(ctx, req):
     Errors: INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED
     (INVALID_PRODUCER_EPOCH before v2), INVALID_TXN_STATE (nothing to end, or
     the other decision was carried out), CONCURRENT_TRANSACTIONS (a decision is
-    being carried out), NOT_COORDINATOR.
+    being carried out), NOT_COORDINATOR, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
+    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
     meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
     if not ctx.txns.end_txn(meta, req.committed):
         return Msg()
@@ -6553,15 +6919,18 @@ def handle_write_txn_markers(ctx, req):
     this serves `kafka-transactions abort` for a hanging transaction.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older than the
-    partition knows), KAFKA_STORAGE_ERROR.
+    partition knows), KAFKA_STORAGE_ERROR, CLUSTER_AUTHORIZATION_FAILED (neither
+    ALTER nor CLUSTER_ACTION on the cluster: the whole request).
     """
+    allowed = ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False) or \
+        ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     out = []
     for m in req.markers:
         results = []
         for t in m.topics:
             for p in t.partition_indexes:
                 results.append((t.name, Msg(partition_index=p, error_code=error_code_of(
-                    write_marker, ctx, (t.name, p), m))))
+                    write_marker, ctx, (t.name, p), m) if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)))
         out.append(Msg(producer_id=m.producer_id,
                        topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)]))
     return Park(lambda expired: Msg(markers=out) if durable(ctx, ctx.appended) else None,
@@ -6618,9 +6987,17 @@ def handle_txn_offset_commit(ctx, req):
     Errors: INVALID_GROUP_ID, INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH
     (fenced), CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE (group not added;
     TRANSACTION_ABORTABLE from v4), ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    FENCED_INSTANCE_ID, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, NOT_COORDINATOR.
+    FENCED_INSTANCE_ID, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, NOT_COORDINATOR;
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (WRITE on the id) then GROUP_AUTHORIZATION_FAILED
+    (READ on the group) on every partition, TOPIC_AUTHORIZATION_FAILED (READ on its topic).
     """
+    auth_error = error_code_of(ctx.require, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                               req.transactional_id) or \
+        error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
+    readable = set() if auth_error else topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics))
     try:
+        if auth_error:
+            raise KafkaError(auth_error)
         if not req.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         try:
@@ -6638,7 +7015,8 @@ def handle_txn_offset_commit(ctx, req):
     limit = ctx.config["offset.metadata.max.bytes"]
     for t in req.topics:
         for p in t.partitions:
-            code = request_error or ErrorCode.NONE
+            code = auth_error or (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name not in readable else
+                                  request_error or ErrorCode.NONE)
             if not code and (t.name, p.partition_index) not in ctx.logs.logs:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not code and p.committed_metadata and len(p.committed_metadata.encode()) > limit:
@@ -6657,10 +7035,13 @@ def handle_txn_offset_commit(ctx, req):
 
 
 # --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------
-# Without an authorizer (authorizer.class.name unset, as by default) Kafka
-# answers every ACL request SECURITY_DISABLED, and so does doze.
+# The cluster's DESCRIBE (DescribeAcls) or ALTER (the others) first; then,
+# without an authorizer (authorizer.class.name unset, as by default), Kafka
+# answers every ACL request SECURITY_DISABLED, and so does doze. Filters
+# match as Kafka's AclBindingFilter (acl_filter_matches).
 
 NO_AUTHORIZER = "No Authorizer is configured."
+ANY_CODE = 1                            # ANY of a type, operation or permission: for filters only
 
 
 @api("""
@@ -6688,9 +7069,46 @@ DescribeAcls  key=29  versions=1-3  flexible=2+
         permission_type  int8
 """)
 def handle_describe_acls(ctx, req):
-    """DescribeAcls: SECURITY_DISABLED, as Kafka without an authorizer."""
-    return Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
-               resources=[])
+    """DescribeAcls: the ACLs the filter matches, grouped by resource pattern.
+
+    Errors: CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED (no authorizer),
+    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
+    """
+    if has_unknown_acl_field(req):
+        return CloseConnection("DescribeAcls: its filter contains UNKNOWN (0) elements")
+    ctx.check_cluster(AclOperation.DESCRIBE)
+    if ctx.authorizer is None:
+        return Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
+                   resources=[])
+    patterns = {}
+    for acl in ctx.authorizer.matching(acl_filter(req)):
+        patterns.setdefault((acl.resource_type, acl.name, acl.pattern), []).append(
+            Msg(principal=acl.principal, host=acl.host, operation=acl.operation, permission_type=acl.permission))
+    return Msg(error_code=ErrorCode.NONE, resources=[
+        Msg(resource_type=t, resource_name=n, pattern_type=p, acls=acls) for (t, n, p), acls in patterns.items()])
+
+
+def has_unknown_acl_field(*items):
+    """Kafka's ACL requests refuse a code 0 (UNKNOWN) in a type, pattern,
+    operation or permission when they are parsed: the connection closes."""
+    return any(0 in (getattr(i, "resource_type", None), getattr(i, "resource_type_filter", None),
+                     getattr(i, "resource_pattern_type", None), getattr(i, "pattern_type_filter", None),
+                     i.operation, i.permission_type) for i in items)
+
+
+def acl_filter(f):
+    """A filter of DescribeAcls or DeleteAcls, checked as AclControlManager.validateFilter."""
+    if ResourceType.UNKNOWN in (known_code(ResourceType, f.resource_type_filter),
+                                known_code(PatternType, f.pattern_type_filter)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
+    if 0 in (known_code(AclOperation, f.operation), known_code(AclPermission, f.permission_type)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown entryFilter.")
+    return f
+
+
+def known_code(enum_type, value):
+    """An ACL enum's member, or its UNKNOWN (0) for a code it does not have (Kafka's fromCode)."""
+    return enum_type(value) if value in enum_type._value2member_map_ else enum_type.UNKNOWN
 
 
 @api("""
@@ -6711,9 +7129,52 @@ CreateAcls  key=30  versions=1-3  flexible=2+
       error_message  string?
 """)
 def handle_create_acls(ctx, req):
-    """CreateAcls: SECURITY_DISABLED for each creation, as Kafka without an authorizer."""
-    return Msg(results=[Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)
-                        for _ in req.creations])
+    """CreateAcls: each creation stored (one meta.db commit), or its error; an
+    ACL that exists already is success. In effect from the next request on.
+
+    Errors (per creation): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
+    INVALID_REQUEST (a CLUSTER not named kafka-cluster, an empty name, a type,
+    pattern, operation or permission that is not one an ACL may have).
+    """
+    if has_unknown_acl_field(*req.creations):
+        return CloseConnection("CreateAcls: a creation contains UNKNOWN (0) elements")
+    try:
+        ctx.check_cluster(AclOperation.ALTER)
+        if ctx.authorizer is None:
+            raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        if any(ANY_CODE in (c.resource_type, c.operation, c.permission_type) or
+               c.resource_pattern_type in (PatternType.ANY, PatternType.MATCH) for c in req.creations):
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)   # Kafka's AclBinding throws: the whole request
+    except KafkaError as e:
+        return Msg(results=[Msg(error_code=e.code, error_message=e.detail or None) for _ in req.creations])
+    results, new = [], []
+    for c in req.creations:
+        error = new_acl_error(c)
+        results.append(Msg(error_code=ErrorCode.INVALID_REQUEST if error else ErrorCode.NONE, error_message=error))
+        if error is None:
+            new.append(Acl(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
+                           c.operation, c.permission_type))
+    ctx.authorizer.add(new)
+    return Msg(results=results)
+
+
+def new_acl_error(c):
+    """What AclApis and AclControlManager.validateNewAcl refuse in an ACL, or None."""
+    if c.resource_type == ResourceType.CLUSTER and c.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if not c.resource_name:
+        return "Invalid empty resource name"
+    for value, enum_type, ok, what in (
+            (c.resource_type, ResourceType, lambda v: v not in (ResourceType.UNKNOWN, ResourceType.ANY), "resourceType"),
+            (c.resource_pattern_type, PatternType, lambda v: v in (PatternType.LITERAL, PatternType.PREFIXED),
+             "patternType"),
+            (c.operation, AclOperation, lambda v: v not in (AclOperation.UNKNOWN, AclOperation.ANY), "operation"),
+            (c.permission_type, AclPermission, lambda v: v in (AclPermission.DENY, AclPermission.ALLOW),
+             "permissionType")):
+        known = known_code(enum_type, value)
+        if not ok(known):
+            return f"Invalid {what} {known.name}"
+    return None
 
 
 @api("""
@@ -6744,9 +7205,35 @@ DeleteAcls  key=31  versions=1-3  flexible=2+
         permission_type  int8
 """)
 def handle_delete_acls(ctx, req):
-    """DeleteAcls: SECURITY_DISABLED for each filter, as Kafka without an authorizer."""
-    return Msg(filter_results=[Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER,
-                                   matching_acls=[]) for _ in req.filters])
+    """DeleteAcls: every ACL any filter matches goes (all filters at once, one
+    meta.db commit); each filter lists what it matched.
+
+    Errors (per filter): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
+    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
+    """
+    if has_unknown_acl_field(*req.filters):
+        return CloseConnection("DeleteAcls: a filter contains UNKNOWN (0) elements")
+    try:
+        ctx.check_cluster(AclOperation.ALTER)
+        if ctx.authorizer is None:
+            raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    except KafkaError as e:
+        return Msg(filter_results=[Msg(error_code=e.code, error_message=e.detail, matching_acls=[])
+                                   for _ in req.filters])
+    results, gone = [], []
+    for f in req.filters:
+        try:
+            matched = ctx.authorizer.matching(acl_filter(f))
+        except KafkaError as e:
+            results.append(Msg(error_code=e.code, error_message=e.detail, matching_acls=[]))
+            continue
+        gone += matched
+        results.append(Msg(error_code=ErrorCode.NONE, matching_acls=[Msg(
+            error_code=ErrorCode.NONE, resource_type=a.resource_type, resource_name=a.name, pattern_type=a.pattern,
+            principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission)
+            for a in matched]))
+    ctx.authorizer.remove(gone)
+    return Msg(filter_results=results)
 
 
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
@@ -7016,12 +7503,19 @@ def handle_describe_configs(ctx, req):
     """DescribeConfigs: topic, broker and group configs with their sources and synonyms.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or
-    broker, a group named "").
+    broker, a group named ""), CLUSTER_, TOPIC_ and GROUP_AUTHORIZATION_FAILED
+    (DESCRIBE_CONFIGS on the cluster for a broker, on the topic, on the group;
+    such answers come after the others, as in Kafka).
     """
-    results = []
+    results, refused = [], []
     for res in req.resources:
         out = Msg(resource_type=res.resource_type, resource_name=res.resource_name,
                   error_message=None, configs=[])
+        denied = config_resource_denied(ctx, res, AclOperation.DESCRIBE_CONFIGS)
+        if denied:
+            out.error_code, out.error_message = denied, KAFKA_ERROR_MESSAGES[denied]
+            refused.append(out)
+            continue
         results.append(out)
         keys = set(res.configuration_keys or ())         # null or []: every config
         try:
@@ -7043,7 +7537,20 @@ def handle_describe_configs(ctx, req):
                                  "was sent to an incompatible broker. See the broker logs for more details.")
         except KafkaError as e:
             out.error_code, out.error_message = e.code, e.detail or None
-    return Msg(results=results)
+    return Msg(results=results + refused)
+
+
+CONFIG_RESOURCE_ACL = {RESOURCE_TOPIC: ResourceType.TOPIC, RESOURCE_BROKER: ResourceType.CLUSTER,
+                       RESOURCE_GROUP: ResourceType.GROUP}
+
+
+def config_resource_denied(ctx, res, operation):
+    """The authorization error of a config resource (a broker's is the cluster's), or 0."""
+    rtype = CONFIG_RESOURCE_ACL.get(res.resource_type)
+    if rtype is None:
+        return 0
+    name = CLUSTER_NAME if rtype == ResourceType.CLUSTER else res.resource_name
+    return 0 if ctx.allowed(operation, rtype, name) else AUTHORIZATION_FAILED[rtype]
 
 
 def alter_configs(ctx, resources, validate_only, incremental):
@@ -7054,6 +7561,9 @@ def alter_configs(ctx, resources, validate_only, incremental):
                   error_message=None)
         results.append(out)
         try:
+            denied = config_resource_denied(ctx, res, AclOperation.ALTER_CONFIGS)
+            if denied:
+                raise KafkaError(denied, KAFKA_ERROR_MESSAGES[denied])
             if res.resource_type == RESOURCE_TOPIC:
                 alter_topic_configs(ctx, res, validate_only, incremental)
             elif res.resource_type == RESOURCE_BROKER:
@@ -7290,6 +7800,8 @@ def create_partitions(ctx, req):
 
 def check_new_partitions(ctx, t):
     """-> how many partitions CreatePartitions would add to topic t.name."""
+    if not ctx.allowed(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)       # Kafka: no message
     topic = ctx.logs.topics.get(t.name)
     if topic is None or t.name in ctx.logs.creating:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
@@ -7327,8 +7839,9 @@ def handle_delete_groups(ctx, req):
 
     Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID.
     """
-    return Msg(results=[Msg(group_id=g, error_code=error_code_of(ctx.groups.delete_group, g)
-                            if g else ErrorCode.INVALID_GROUP_ID)
+    return Msg(results=[Msg(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+                            if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
+                            else error_code_of(ctx.groups.delete_group, g) if g else ErrorCode.INVALID_GROUP_ID)
                         for g in req.groups_names])
 
 
@@ -7380,8 +7893,12 @@ def handle_offset_delete(ctx, req):
     """OffsetDelete: drop committed offsets of topics the group no longer consumes.
 
     Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP is not used: a topic the live
-    group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC per partition.
+    group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC per partition;
+    GROUP_AUTHORIZATION_FAILED (DELETE on the group), TOPIC_AUTHORIZATION_FAILED
+    (READ on a topic).
     """
+    ctx.require(AclOperation.DELETE, ResourceType.GROUP, req.group_id)
+    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics))
     g = ctx.groups.get(req.group_id)
     if g is None:
         raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
@@ -7390,7 +7907,9 @@ def handle_offset_delete(ctx, req):
     for t in req.topics:
         for p in t.partitions:
             code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
-            if (t.name, p.partition_index) not in ctx.logs.logs:
+            if t.name not in readable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif (t.name, p.partition_index) not in ctx.logs.logs:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
             if code == ErrorCode.NONE:
@@ -7430,8 +7949,12 @@ def handle_describe_client_quotas(ctx, req):
     SCRAM credentials). The filter is checked as Kafka's ClientQuotasImage does.
 
     Errors: INVALID_REQUEST, UNSUPPORTED_VERSION (an entity type Kafka does not
-    know), with Kafka's messages and entries null.
+    know), CLUSTER_AUTHORIZATION_FAILED (DESCRIBE_CONFIGS on the cluster), with
+    Kafka's messages and entries null.
     """
+    if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return Msg(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=KAFKA_ERROR_MESSAGES[31],
+                   entries=None)
     error = client_quota_filter_error(req.components)
     if error:
         return Msg(error_code=error[0], error_message=error[1], entries=None)
@@ -7503,8 +8026,12 @@ def handle_describe_user_scram_credentials(ctx, req):
     iterations (never a salt or a key); none named: every user.
 
     Errors (per user): RESOURCE_NOT_FOUND (no credential), DUPLICATE_RESOURCE
-    (named twice).
+    (named twice); CLUSTER_AUTHORIZATION_FAILED (DESCRIBE on the cluster: top-level).
     """
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED       # as Kafka's getErrorResponse: no names, no message
+        return Msg(error_code=code, error_message=None, results=[
+            Msg(user="", error_code=code, error_message=None, credential_infos=[]) for _ in req.users or ()])
     known = ctx.store.scram_users()
     names = [u.name for u in req.users] if req.users else list(known)
     order = java_hash_order(names)            # Kafka answers from a HashMap
@@ -7550,8 +8077,14 @@ def handle_alter_user_scram_credentials(ctx, req):
     Errors (per user, Kafka's ScramControlManager): DUPLICATE_RESOURCE (a user
     twice in one request), UNACCEPTABLE_CREDENTIAL (empty name, too few or
     too many iterations), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND
-    (deleting a credential that does not exist).
+    (deleting a credential that does not exist), CLUSTER_AUTHORIZATION_FAILED
+    (ALTER on the cluster: every user).
     """
+    try:
+        ctx.check_cluster(AclOperation.ALTER)
+    except KafkaError as e:
+        return Msg(results=[Msg(user=op.name, error_code=e.code, error_message=e.detail)
+                            for op in list(req.deletions) + list(req.upsertions)])
     errors, deletions, upsertions = {}, {}, {}
     for op, kind in [(d, "delete") for d in req.deletions] + [(u, "upsert") for u in req.upsertions]:
         if op.name in errors:
@@ -7626,7 +8159,7 @@ def handle_describe_cluster(ctx, req):
     node_id, host, port = ctx.node(ctx.conn)
     return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
                controller_id=node_id, brokers=[Msg(broker_id=node_id, host=host, port=port)],
-               cluster_authorized_operations=CLUSTER_OPERATIONS
+               cluster_authorized_operations=cluster_operations(ctx)
                if req.include_cluster_authorized_operations else -2147483648)
 
 
@@ -7659,15 +8192,20 @@ def handle_describe_producers(ctx, req):
     partition remembers, with their open transaction's first offset (what
     `kafka-transactions find-hanging` and Flink look at).
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION.
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+    (READ, not DESCRIBE, on the topic; checked after the name).
     """
     results = []
+    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics if TOPIC_NAME.fullmatch(t.name)))
     for t in req.topics:
         for p in t.partition_indexes:
             part = Msg(partition_index=p, active_producers=[])
             results.append((t.name, part))
             if not TOPIC_NAME.fullmatch(t.name):
                 part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                continue
+            if t.name not in readable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             if (t.name, p) not in ctx.logs.logs:
                 part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -7716,10 +8254,16 @@ DescribeTransactions  key=65  versions=0-0  flexible=0+
 """)
 def handle_describe_transactions(ctx, req):
     """DescribeTransactions: state, producer, timeout and partitions of each id.
-    Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id)."""
+    Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id),
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (DESCRIBE on the id); the topics
+    without DESCRIBE are left out of the partitions listed."""
     out = []
     for transactional_id in req.transactional_ids:
         meta = ctx.txns.txns.get(transactional_id)
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            out.append(Msg(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                           transactional_id=transactional_id, transaction_state=""))
+            continue
         if not transactional_id or meta is None:
             out.append(Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
                            else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
@@ -7738,7 +8282,8 @@ def handle_describe_transactions(ctx, req):
                        transaction_timeout_ms=meta.timeout_ms,
                        transaction_start_time_ms=meta.txn_start_ms, producer_id=meta.producer_id,
                        producer_epoch=meta.producer_epoch,
-                       topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()]))
+                       topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()
+                               if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)]))
     return Msg(transaction_states=out)
 
 
@@ -7766,7 +8311,9 @@ def handle_list_transactions(ctx, req):
     states = set(req.state_filters)
     now = ctx.now_ms
     found = [meta for meta in ctx.txns.txns.values()
-             if (not states or meta.state.value in states)
+             if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id,
+                            log_denial=False)
+             and (not states or meta.state.value in states)
              and (not req.producer_id_filters or meta.producer_id in req.producer_id_filters)
              and (req.duration_filter < 0 or now - meta.txn_start_ms > req.duration_filter)]
     return Msg(unknown_state_filters=sorted(states - names), transaction_states=[
@@ -7815,7 +8362,8 @@ def handle_describe_topic_partitions(ctx, req):
     name from the cursor's, at most response_partition_limit partitions (and
     2000) an answer; next_cursor says where the next page starts -- the order
     and the edge cases of Kafka's KRaftMetadataCache.describeTopicResponse.
-    No topics named: every topic, unknown ones left out.
+    No topics named: every topic, unknown ones left out. Topics without
+    DESCRIBE are left out, or, named, answered TOPIC_AUTHORIZATION_FAILED last.
 
     Errors (per topic): INVALID_REQUEST (for every named topic: a cursor topic
     not among them, or a negative cursor partition), UNKNOWN_TOPIC_OR_PARTITION,
@@ -7829,6 +8377,12 @@ def handle_describe_topic_partitions(ctx, req):
                                partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
     node_id, topics, cursor = ctx.node(ctx.conn)[0], [], None
+    refused = [] if everything else [
+        Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=UUID_ZERO, is_internal=False,
+            partitions=[]) for n in names if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+    if refused or everything:
+        names = [n for n in names if all(r.name != n for r in refused)
+                 and (not everything or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n))]
     for name in names:
         if remaining == 0:
             cursor = Msg(topic_name=name, partition_index=0)
@@ -7840,22 +8394,22 @@ def handle_describe_topic_partitions(ctx, req):
                 topics.append(Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION if bad else
                                   ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=UUID_ZERO,
                                   is_internal=name in INTERNAL_TOPICS, partitions=[],
-                                  topic_authorized_operations=TOPIC_OPERATIONS))
+                                  topic_authorized_operations=ctx.operations(ResourceType.TOPIC, name)))
             continue
         start = req.cursor.partition_index if req.cursor and name == after else 0
         upper = min(topic.partitions, start + remaining)
-        topics.append(partitions_page(topic, range(start, upper), node_id))
+        topics.append(partitions_page(topic, range(start, upper), node_id, ctx.operations(ResourceType.TOPIC, name)))
         if upper < topic.partitions:
             cursor = Msg(topic_name=name, partition_index=upper)
             break
         remaining -= max(0, upper - start)
-    return Msg(topics=topics, next_cursor=cursor)
+    return Msg(topics=topics + refused, next_cursor=cursor)
 
 
-def partitions_page(topic, indexes, node_id):
+def partitions_page(topic, indexes, node_id, operations):
     """One topic of a DescribeTopicPartitions answer: these partitions, all led here."""
     return Msg(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-               is_internal=topic.name in INTERNAL_TOPICS, topic_authorized_operations=TOPIC_OPERATIONS,
+               is_internal=topic.name in INTERNAL_TOPICS, topic_authorized_operations=operations,
                partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id, leader_epoch=0,
                                replica_nodes=[node_id], isr_nodes=[node_id], eligible_leader_replicas=[],
                                last_known_elr=[], offline_replicas=[]) for p in indexes])
@@ -7924,6 +8478,16 @@ TRIM_S = 10.0                   # how often freed memory is given back to the sy
 # Fetch cannot sendfile() through TLS: file slices are read and encrypted.
 
 PRINCIPAL_ANONYMOUS = "User:ANONYMOUS"
+
+
+def java_host_address(ip):
+    """An address as Java's InetAddress.getHostAddress prints it (what an ACL's
+    host is compared with): IPv6 in full groups without leading zeros."""
+    if ":" not in ip:
+        return ip
+    with contextlib.suppress(ValueError):
+        return ":".join(format(int(g, 16), "x") for g in ipaddress.IPv6Address(ip.split("%")[0]).exploded.split(":"))
+    return ip
 TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
 TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
 RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
@@ -8134,6 +8698,7 @@ class Connection:
         self.addr = addr
         self.listener = listener or broker.listening[0].listener   # the Listener it came in on
         self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.host = java_host_address(addr[0]) if isinstance(addr, tuple) else str(addr)   # for ACLs' hosts
         self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
         self.broker = broker
         self.inbuf = bytearray()
@@ -8587,6 +9152,7 @@ class Broker:
         for tp in sorted(self.txn_partitions):        # their LSO is needed from the first fetch
             if tp in self.logs.logs:
                 self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
+        self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.groups = GroupCoordinator(config, self.store, self.logs, self.notify)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
                                            self.producer_state, self.producer_ids, self.notify)

@@ -4667,6 +4667,210 @@ def test_fuzz_bounded_run():
     assert not thin, f"APIs the fuzz barely reached: {thin}\n{report.summary()}"
 
 
+# --- Authorization: StandardAuthorizer's decisions and the checks of each API -------
+
+A = doze.AclOperation
+R = doze.ResourceType
+ALLOW, DENY, LITERAL, PREFIXED = doze.AclPermission.ALLOW, doze.AclPermission.DENY, \
+    doze.PatternType.LITERAL, doze.PatternType.PREFIXED
+
+
+def acl(rtype, name, op, perm=ALLOW, pattern=LITERAL, principal="User:alice", host="*"):
+    return doze.Acl(int(rtype), name, int(pattern), principal, host, int(op), int(perm))
+
+
+@pytest.fixture
+def authorizer(tmp_path):
+    """authorizer(*acls, allow_if_no_acl=False, super_users=()) -> an Authorizer over a real meta.db."""
+    def make(*acls, allow_if_no_acl=False, super_users=()):
+        a = doze.Authorizer(doze.MetadataStore(str(tmp_path / f"meta{len(os.listdir(tmp_path))}.db")),
+                            set(super_users), allow_if_no_acl)
+        a.add(acls)
+        return a
+    return make
+
+
+@pytest.mark.parametrize("acls, op, name, allowed", [
+    ([], A.READ, "t", False),                                                     # nothing: denied
+    ([acl(R.TOPIC, "t", A.READ)], A.READ, "t", True),
+    ([acl(R.TOPIC, "t", A.READ)], A.WRITE, "t", False),                            # WRITE is not READ
+    ([acl(R.TOPIC, "t", A.READ)], A.DESCRIBE, "t", True),                          # READ implies DESCRIBE
+    ([acl(R.TOPIC, "t", A.ALTER_CONFIGS)], A.DESCRIBE_CONFIGS, "t", True),
+    ([acl(R.TOPIC, "t", A.CREATE)], A.DESCRIBE, "t", False),                       # CREATE implies nothing
+    ([acl(R.TOPIC, "t", A.ALL)], A.DELETE, "t", True),
+    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ, DENY)], A.READ, "t", False),  # DENY wins
+    ([acl(R.TOPIC, "t", A.DESCRIBE), acl(R.TOPIC, "t", A.READ, DENY)], A.DESCRIBE, "t", True),  # not implied
+    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "*", A.ALL, DENY)], A.READ, "t", False),
+    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "test", True),
+    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "t", False),
+    ([acl(R.TOPIC, "*", A.READ, pattern=PREFIXED)], A.READ, "t", False),           # * is literal here
+    ([acl(R.TOPIC, "*", A.READ)], A.READ, "anything", True),
+    ([acl(R.TOPIC, "t", A.READ, principal="User:*")], A.READ, "t", True),
+    ([acl(R.TOPIC, "t", A.READ, principal="User:bob")], A.READ, "t", False),
+    ([acl(R.TOPIC, "t", A.READ, host="10.0.0.1")], A.READ, "t", False),
+    ([acl(R.TOPIC, "t", A.READ, host="127.0.0.1")], A.READ, "t", True),
+    ([acl(R.GROUP, "t", A.READ)], A.READ, "t", False),                             # another type
+])
+def test_authorizer_decides_as_standard_authorizer(authorizer, acls, op, name, allowed):
+    a = authorizer(*acls)
+    assert a.allowed("User:alice", "127.0.0.1", op, R.TOPIC, name) is allowed
+
+
+def test_authorizer_super_users_and_allow_everyone(authorizer):
+    a = authorizer(acl(R.TOPIC, "t", A.READ, principal="User:bob"), allow_if_no_acl=True,
+                   super_users={"User:admin"})
+    assert a.allowed("User:alice", "127.0.0.1", A.WRITE, R.TOPIC, "other")       # no ACL for it
+    assert not a.allowed("User:alice", "127.0.0.1", A.READ, R.TOPIC, "t")        # bob's ACL shuts alice out
+    assert a.allowed("User:admin", "127.0.0.1", A.ALTER, R.CLUSTER, "kafka-cluster")
+
+
+@pytest.mark.parametrize("acls, allowed", [
+    ([], False),
+    ([acl(R.TOPIC, "t", A.WRITE)], True),
+    ([acl(R.TOPIC, "t", A.READ)], False),                                         # no implication here
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY)], False),
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY, PREFIXED)], False),
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "u", A.WRITE, DENY)], True),
+    ([acl(R.TOPIC, "p", A.ALL, pattern=PREFIXED)], True),
+    ([acl(R.TOPIC, "*", A.WRITE), acl(R.TOPIC, "*", A.WRITE, DENY)], False),
+])
+def test_authorizer_any_topic_kip_679(authorizer, acls, allowed):
+    assert authorizer(*acls).allowed_on_any("User:alice", "127.0.0.1", A.WRITE, R.TOPIC) is allowed
+
+
+def test_java_host_address_prints_ipv6_as_java_does():
+    assert doze.java_host_address("::1") == "0:0:0:0:0:0:0:1"
+    assert doze.java_host_address("127.0.0.1") == "127.0.0.1"
+
+
+def acl_settings(**more):
+    return sasl_settings(authorizer_class_name=doze.STANDARD_AUTHORIZER, super_users="User:admin", **more)
+
+
+@contextlib.contextmanager
+def as_user(broker, user):
+    """A RawClient on the SASL listener, authenticated with PLAIN as `user`."""
+    with RawClient(sasl_port(broker)) as c:
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token(user, f"{user}-secret")])
+        assert a.error_code == 0, a
+        yield c
+
+
+def create_acls(c, *acls):
+    r = c.call(ApiKey.CREATE_ACLS, 3, creations=[Msg(
+        resource_type=a.resource_type, resource_name=a.name, resource_pattern_type=a.pattern,
+        principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission) for a in acls])
+    assert [x.error_code for x in r.results] == [0] * len(acls), r
+
+
+def any_acl_filter(**kw):
+    f = dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+             host_filter=None, operation=1, permission_type=1)
+    f.update(kw)
+    return f
+
+
+def test_acls_created_described_deleted_and_kept_in_meta_db(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        create_acls(admin, acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ),
+                    acl(R.GROUP, "g", A.ALL, pattern=PREFIXED, principal="User:*"))
+        d = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
+        assert sorted((r.resource_type, r.resource_name, r.pattern_type, [(x.principal, x.operation) for x in r.acls])
+                      for r in d.resources) == [(2, "t", 3, [("User:alice", 3)]), (3, "g", 4, [("User:*", 2)])]
+        m = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter(resource_type_filter=3, resource_name_filter="gx",
+                                                                 pattern_type_filter=2))
+        assert [r.resource_name for r in m.resources] == ["g"]                  # MATCH: what applies to gx
+        denied = alice.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
+        assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert "principal User:alice denied operation DESCRIBE" in caplog.text
+        bad = admin.call(ApiKey.CREATE_ACLS, 3, creations=[Msg(
+            resource_type=4, resource_name="c", resource_pattern_type=3, principal="User:a", host="*",
+            operation=7, permission_type=3)])
+        assert (bad.results[0].error_code, bad.results[0].error_message) == (
+            ErrorCode.INVALID_REQUEST, "The only valid name for the CLUSTER resource is kafka-cluster")
+    stop(broker)
+    with open(os.path.join(broker.config.data_dir, "meta.db"), "rb") as f:
+        assert b"User:alice" in f.read()                          # the ACLs are in meta.db ...
+    broker = start_broker(acl_settings())                          # ... and back after a restart
+    with as_user(broker, "admin") as admin:
+        gone = admin.call(ApiKey.DELETE_ACLS, 3, filters=[Msg(**any_acl_filter(resource_type_filter=2)),
+                                                          Msg(**any_acl_filter(principal_filter="User:alice"))])
+        assert [len(r.matching_acls) for r in gone.filter_results] == [1, 1]       # matched twice, gone once
+        assert [r.resource_name for r in admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).resources] == ["g"]
+
+
+def test_acl_apis_without_an_authorizer_are_security_disabled(client):
+    assert client.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).error_code == ErrorCode.SECURITY_DISABLED
+
+
+def test_acls_topic_checks_over_real_sockets(start_broker):
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        admin.create_topic("seen")
+        admin.create_topic("hidden")
+        batch = make_batch([b"v"])
+
+        def produce(topic):
+            r = alice.call(ApiKey.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                Msg(name=topic, partition_data=[Msg(index=0, records=batch)])])
+            return r.responses[0].partition_responses[0].error_code
+        assert produce("seen") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        named = alice.metadata(["seen", "hidden", "nowhere"]).topics
+        assert {t.name: t.error_code for t in named} == dict.fromkeys(["seen", "hidden", "nowhere"], 29)
+        create_acls(admin, acl(R.TOPIC, "seen", A.WRITE))             # WRITE implies DESCRIBE
+        assert produce("seen") == 0                                   # in effect at the next request
+        assert [t.name for t in alice.metadata(None).topics] == ["seen"]     # all topics: the rest left out
+        fetch = alice.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, topics=[Msg(
+                               topic="seen", partitions=[Msg(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                             last_fetched_epoch=-1, log_start_offset=-1,
+                                                             partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+        assert fetch.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED   # no READ
+        [made] = alice.create_topics(("mine", 1, None))
+        assert (made.error_code, made.error_message) == (29, "Authorization failed.")
+        assert "mine" not in broker.logs.topics
+        create_acls(admin, acl(R.TOPIC, "mine", A.CREATE))
+        [made] = alice.create_topics(("mine", 1, None))
+        assert (made.error_code, made.topic_config_error_code, made.configs) == (0, 29, [])   # no DESCRIBE_CONFIGS
+        deleted = alice.call(ApiKey.DELETE_TOPICS, 6, topics=[Msg(name="hidden", topic_id=bytes(16))],
+                             timeout_ms=5000)
+        assert deleted.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert "hidden" in broker.logs.topics
+
+
+def test_acls_group_and_transactional_id_checks(start_broker):
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        admin.create_topic("t")
+        j = alice.call(ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                       member_id="", group_instance_id=None, protocol_type="consumer",
+                       protocols=[Msg(name="range", metadata=b"")])
+        assert j.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        tx = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx", transaction_timeout_ms=60000,
+                        producer_id=-1, producer_epoch=-1)
+        assert tx.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        idem = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1)
+        assert idem.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED      # no WRITE on any topic
+        fc = alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0]
+        assert (fc.error_code, fc.node_id) == (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        create_acls(admin, acl(R.TRANSACTIONAL_ID, "tx", A.WRITE), acl(R.TOPIC, "t", A.WRITE),
+                    acl(R.GROUP, "g", A.READ))
+        assert alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0] \
+            .error_code in (0, ErrorCode.COORDINATOR_NOT_AVAILABLE)           # WRITE implies DESCRIBE
+        assert alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1).error_code == 0   # KIP-679: WRITE on a topic
+        listed = alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[])
+        admin.call(ApiKey.OFFSET_COMMIT, 8, group_id="other", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[Msg(name="t", partitions=[Msg(
+                       partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])])
+        assert "other" not in [g.group_id for g in alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[]).groups]
+        assert listed.error_code == 0
+
+
 # --- Limits over real sockets (what Kafka does at each, per its source and a
 # real Kafka 4.3.1 tried with small limits) -----------------------------------
 
@@ -4948,7 +5152,7 @@ RECORDINGS = conformance_replay.recording_names()
 def test_conformance_replay_matches_kafka(name):
     rec = conformance_replay.load(name)
     with doze.running(conformance_replay.broker_settings(rec)) as broker:
-        result = conformance_replay.replay_full(rec, broker.bootstrap)
+        result = conformance_replay.replay_full(rec, conformance_replay.bootstraps(broker))
     assert result.differences == []
     assert result.stale_known == []
     declared = {step: kd["name"] for step, kd in conformance_replay.known_differences(rec).items()}

@@ -1289,6 +1289,17 @@ RULES = {
     "resource_name": _resource_name,
     "validate_only": lambda g, t, p, s: g.rng.random() < 0.3,
     "include_synonyms": None,
+    # ACLs (a code 0, UNKNOWN, closes the connection as in Kafka: rare here, so the rest is reached)
+    ("creations", "resource_type"): lambda g, t, p, s: g.rng.choice([2, 2, 3, 4, 5, 1, 7, 99, 0]),
+    "resource_type_filter": lambda g, t, p, s: g.rng.choice([1, 1, 2, 3, 4, 5, 99, 0]),
+    "resource_pattern_type": lambda g, t, p, s: g.rng.choice([3, 3, 4, 1, 2, 9]),
+    "pattern_type_filter": lambda g, t, p, s: g.rng.choice([1, 2, 3, 4, 9]),
+    "operation": lambda g, t, p, s: g.rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 12, 99, 0]),
+    "permission_type": lambda g, t, p, s: g.rng.choice([1, 2, 3, 3, 9]),
+    "principal": lambda g, t, p, s: g.rng.choice(["User:fz-alice", "User:*", "User:ANONYMOUS", "bad", ""]),
+    "principal_filter": lambda g, t, p, s: g.rng.choice([None, "User:fz-alice", "User:*"]),
+    "host": lambda g, t, p, s: g.rng.choice(["*", "*", "127.0.0.1", "10.0.0.1", ""]),
+    "host_filter": lambda g, t, p, s: g.rng.choice([None, "*", "127.0.0.1"]),
     # misc
     "allow_auto_topic_creation": lambda g, t, p, s: g.rng.random() < 0.5,
     "client_software_name": lambda g, t, p, s: g.rng.choice(["fuzz", "apache-kafka-java", "", "-bad-",

@@ -505,17 +505,23 @@ class Connection:
 # --- running a scenario -----------------------------------------------------------
 
 class Runner:
-    """Runs steps against one broker. Used by the recorder and by replay."""
+    """Runs steps against one broker. Used by the recorder and by replay.
+    bootstrap: host:port, or {listener name: host:port} for scenarios whose
+    steps name the listener their connection goes to ("listener": "SASL_PLAINTEXT")."""
 
     def __init__(self, bootstrap):
-        self.bootstrap = bootstrap
+        self.bootstraps = bootstrap if isinstance(bootstrap, dict) else {"PLAINTEXT": bootstrap}
+        self.bootstrap = self.bootstraps["PLAINTEXT"]
         self.conns = {}
         self.responses = {}                       # step id -> JSON response
         self.waiting = {}                         # step id -> (conn, record)
 
-    def conn(self, n):
+    def conn(self, n, listener=None):
         if n not in self.conns:
-            self.conns[n] = Connection(self.bootstrap)
+            where = self.bootstraps.get(listener or "PLAINTEXT")
+            if where is None:
+                raise RecordingError(f"connection {n}: no listener {listener} (have {sorted(self.bootstraps)})")
+            self.conns[n] = Connection(where)
         return self.conns[n]
 
     def close(self):
@@ -577,7 +583,7 @@ class Runner:
             record["body_version"] = body_version
         if "decode_version" in step:
             record["decode_version"] = step["decode_version"]
-        for k in ("nowait", "delay_ms", "until", "keep", "retry"):
+        for k in ("nowait", "delay_ms", "until", "keep", "retry", "listener"):
             if k in step:
                 record[k] = step[k]
         record["request"] = shown
@@ -585,7 +591,7 @@ class Runner:
             record["body_hex"] = step["body_hex"]
             if "note" in step:
                 record["note"] = step["note"]
-        conn = self.conn(record["conn"])
+        conn = self.conn(record["conn"], step.get("listener"))
         if step.get("delay_ms"):
             time.sleep(step["delay_ms"] / 1000)
         try:
@@ -731,7 +737,7 @@ def main(argv=None):
             props = json.loads(key)
             print(f"starting Apache Kafka 4.3.1 with {props or 'the default settings'}", flush=True)
             with RealKafka(extra_props={k: str(v) for k, v in props.items()}) as k:
-                run(group, k.bootstrap)
+                run(group, k.bootstraps)
     return 1 if failed else 0
 
 

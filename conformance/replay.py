@@ -348,7 +348,17 @@ def broker_settings(name_or_recording):
     rec = load(name_or_recording) if isinstance(name_or_recording, str) else name_or_recording
     settings = dict(SETTINGS)
     settings.update(rec.get("broker_settings", {}))
+    mapping = settings.get("listener.security.protocol.map", "")
+    names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
+    extra = [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
+    if extra:                      # as realkafka.py gives Kafka: PLAINTEXT and these, on free ports
+        settings["listeners"] = ",".join(f"{n}://127.0.0.1:0" for n in ["PLAINTEXT"] + extra)
     return settings
+
+
+def bootstraps(broker):
+    """{listener name: host:port} of a running doze (what Runner takes)."""
+    return {b.listener.name: f"127.0.0.1:{b.port}" for b in broker.listening}
 
 
 def _strip_values(template):
@@ -364,6 +374,8 @@ def _strip_values(template):
 
 def _as_step(rec):
     step = {"id": rec["step"], "api": rec["api"], "v": rec["version"], "conn": rec["conn"]}
+    if "listener" in rec:
+        step["listener"] = rec["listener"]
     for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry",
               "body_hex", "note"):
         if k in rec:
@@ -519,7 +531,7 @@ def main(argv=None):
             res = replay_full(rec, a.bootstrap)
         else:
             with _doze_running(broker_settings(rec)) as broker:
-                res = replay_full(rec, broker.bootstrap)
+                res = replay_full(rec, bootstraps(broker))
         status = "PASS" if not res.differences else f"FAIL ({len(res.differences)} differences)"
         print(f"{n}: {status} in {time.time() - t0:.1f}s")
         for k in res.known_differences_seen:

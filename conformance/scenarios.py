@@ -2762,3 +2762,300 @@ def _group_configs(S):
         seen("after-alter", g, "consumer.session.timeout.ms", "52000"),
         describe_configs("describe-after-alter", [(32, g, None)], synonyms=True),
     ]
+
+
+ACL_AUTHORIZER_SETTINGS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                           "super.users": "User:ANONYMOUS"}
+
+
+@scenario("acls-crud", broker_settings=ACL_AUTHORIZER_SETTINGS)
+def _acls_crud(S):
+    """The ACL APIs with Kafka's StandardAuthorizer, called by a super user (the
+    recorder's connections are User:ANONYMOUS on PLAINTEXT; so is the controller's
+    link, which is why no ACL here denies it anything). CreateAcls of every resource
+    type and pattern, ALLOW and DENY, hosts, User:*, an ACL created twice, and each
+    refusal (CLUSTER not named kafka-cluster, an empty name, ANY/MATCH/UNKNOWN and
+    out-of-range codes); DescribeAcls with every kind of filter (ANY, LITERAL, PREFIXED,
+    MATCH, by principal, host, operation, permission), one resource per answer so
+    that Kafka's HashMap order does not show; DeleteAcls with several filters at once
+    (an ACL matched twice), a filter matching nothing, bad filters; the state after."""
+    t, g, x = f"{S}-t", f"{S}-g", f"{S}-tx"
+
+    def acl(rtype, name, op, perm=3, pattern=3, principal="User:alice", host="*"):
+        return {"resource_type": rtype, "resource_name": name, "resource_pattern_type": pattern,
+                "principal": principal, "host": host, "operation": op, "permission_type": perm}
+
+    def filt(rtype=1, name=None, pattern=1, principal=None, host=None, op=1, perm=1):
+        return {"resource_type_filter": rtype, "resource_name_filter": name, "pattern_type_filter": pattern,
+                "principal_filter": principal, "host_filter": host, "operation": op, "permission_type": perm}
+
+    def create(id, *acls, v=3, conn=1):
+        return step(id, "CreateAcls", v, {"creations": list(acls)}, conn=conn)
+
+    def describe(id, v=3, conn=1, **kw):
+        return step(id, "DescribeAcls", v, filt(**kw), conn=conn)
+
+    def delete(id, *filters, v=3, conn=1):
+        return step(id, "DeleteAcls", v, {"filters": list(filters)}, conn=conn)
+    return [
+        describe("describe-empty"),
+        create("create-topic-read", acl(2, t, 3)),
+        describe("describe-topic", rtype=2, name=t, pattern=3),
+        create("create-again", acl(2, t, 3)),
+        describe("describe-topic-again", rtype=2, name=t, pattern=3),
+        create("create-prefixed-deny", acl(2, f"{S}-", 4, perm=2, pattern=4, principal="User:bob", host="10.0.0.1")),
+        describe("describe-prefixed", rtype=2, name=f"{S}-", pattern=4),
+        describe("describe-prefixed-as-literal", rtype=2, name=f"{S}-", pattern=3),
+        describe("describe-by-host", host="10.0.0.1"),
+        describe("describe-by-principal-bob", principal="User:bob"),
+        create("create-group-wildcard", acl(3, "*", 2, principal="User:*")),
+        describe("describe-group-star", rtype=3, name="*", pattern=3),
+        describe("describe-group-star-any-pattern", rtype=3, name="*"),
+        describe("describe-group-by-name-literal", rtype=3, name=g, pattern=3),
+        create("create-cluster", acl(4, "kafka-cluster", 12)),
+        describe("describe-cluster", rtype=4),
+        create("create-txn", acl(5, x, 4)),
+        describe("describe-txn-write", rtype=5, op=4),
+        describe("describe-txn-read", rtype=5, op=3),
+        describe("describe-allow-txn", rtype=5, perm=3),
+        describe("describe-deny-txn", rtype=5, perm=2),
+        create("create-bad-cluster-name", acl(4, "my-cluster", 7)),
+        create("create-empty-name", acl(2, "", 3)),
+        create("create-type-any", acl(1, t, 3)),
+        create("create-pattern-match", acl(2, t, 3, pattern=2)),
+        create("create-pattern-any", acl(2, t, 3, pattern=1)),
+        create("create-op-any", acl(2, t, 1)),
+        create("create-perm-any", acl(2, t, 3, perm=1)),
+        create("create-mixed", acl(2, f"{t}2", 8), acl(4, "x", 7), acl(2, f"{t}3", 6, principal="User:carol")),
+        describe("describe-mixed-ok", rtype=2, name=f"{t}2", pattern=3),
+        create("create-type-unknown", acl(0, t, 3), conn=2),
+        create("create-op-unknown", acl(2, t, 0), conn=3),
+        create("create-op-out-of-range", acl(2, t, 99), conn=4),
+        create("create-perm-unknown", acl(2, t, 3, perm=0), conn=5),
+        create("create-pattern-unknown", acl(2, t, 3, pattern=0), conn=6),
+        create("create-v1", acl(2, f"{t}4", 3), v=1),
+        describe("describe-match", rtype=2, name=f"{S}-t", pattern=2, principal="User:bob"),
+        describe("describe-match-alice", rtype=2, name=f"{S}-t", pattern=2, principal="User:alice", op=3),
+        describe("describe-v1", v=1, rtype=2, name=f"{t}4", pattern=3),
+        describe("describe-unknown-pattern", rtype=2, pattern=0, conn=7),
+        describe("describe-unknown-op", rtype=2, op=0, conn=8),
+        delete("delete-two-filters", filt(rtype=2, name=t, pattern=3), filt(rtype=2, principal="User:alice", op=3)),
+        delete("delete-nothing", filt(rtype=5, name="no-such-id", pattern=3)),
+        delete("delete-bad-filter", filt(rtype=2, pattern=0), filt(rtype=5, op=4), conn=9),
+        describe("describe-after-txn", rtype=5),
+        delete("delete-match", filt(rtype=2, name=f"{S}-tx", pattern=2, principal="User:bob")),
+        describe("describe-after-match", rtype=2, name=f"{S}-", pattern=4),
+        delete("delete-rest", filt(rtype=3), filt(rtype=4), filt(rtype=2), filt(rtype=5)),
+        describe("describe-end"),
+    ]
+
+
+SASL_USERS_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                   'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+ACL_MATRIX_SETTINGS = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin;User:ANONYMOUS",          # ANONYMOUS: the controller's link, conn 1
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": SASL_USERS_JAAS,
+}
+
+
+def sasl_login(prefix, user, conn):
+    """SaslHandshake and one PLAIN SaslAuthenticate on the SASL_PLAINTEXT listener."""
+    token = f"\0{user}\0{user}-secret".encode().hex()
+    return [step(f"{prefix}-handshake", "SaslHandshake", 1, {"mechanism": "PLAIN"}, conn=conn,
+                 listener="SASL_PLAINTEXT"),
+            step(f"{prefix}-authenticate", "SaslAuthenticate", 2, {"auth_bytes": {"$hex": token}}, conn=conn,
+                 listener="SASL_PLAINTEXT")]
+
+
+@scenario("acls-matrix", broker_settings=ACL_MATRIX_SETTINGS)
+def _acls_matrix(S):
+    """Every served API called by a principal without the ACL it needs, then with it
+    (AUTH.md's table, Kafka 4.3.1 StandardAuthorizer): User:alice over SASL_PLAINTEXT
+    (PLAIN), conn 2; the setup and the grants by a super user (conn 1, PLAINTEXT, whose
+    User:ANONYMOUS is a super user so that the controller's link keeps working). Where a
+    grant takes effect a moment later on Kafka (ACLs reach the broker as metadata), the
+    first call after it is polled until it passes."""
+    t, t2, g, x = f"{S}-t", f"{S}-t2", f"{S}-g", f"{S}-tx"
+    a = 2                                            # alice's connection
+    poll = {"timeout_ms": 30000, "interval_ms": 100}
+
+    def alice(id, api, v, req, **kw):
+        return step(id, api, v, req, conn=a, listener="SASL_PLAINTEXT", **kw)
+
+    def grant(id, *acls):
+        return step(id, "CreateAcls", 3, {"creations": [
+            {"resource_type": rt, "resource_name": n, "resource_pattern_type": pt, "principal": "User:alice",
+             "host": "*", "operation": op, "permission_type": perm} for rt, n, op, perm, pt in acls]})
+
+    def md(id, names, v=12, **kw):
+        return alice(id, "Metadata", v, {"topics": None if names is None else [
+            {"name": n, "topic_id": {"$uuid": "0" * 32}} for n in names], "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": True}, **kw)
+
+    produce_req = {"transactional_id": None, "acks": -1, "timeout_ms": 30000, "topic_data": [
+        {"name": t, "partition_data": [{"index": 0, "records": batch(["a"])}]}]}
+    fetch_req = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1048576, "isolation_level": 0,
+                 "session_id": 0, "session_epoch": -1, "topics": [{"topic": t, "partitions": [
+                     {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                      "log_start_offset": -1, "partition_max_bytes": 1048576}]}], "forgotten_topics_data": [],
+                 "rack_id": ""}
+    list_offsets_req = {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}
+    commit_req = {"group_id": g, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+                  "topics": [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+    fetch_offsets_req = {"groups": [{"group_id": g, "member_id": None, "member_epoch": -1, "topics": None}],
+                         "require_stable": False}
+    join_req = {"group_id": g, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": {"$subscription": [t]}}], "reason": None}
+    txn_ids = {"transactional_id": x, "producer_id": 5000, "producer_epoch": 0}
+    denied = [
+        md("md-named", [t, f"{S}-nowhere"]),
+        md("md-all", None, keep={"path": "topics", "field": "name", "prefix": S}),
+        md("md-v4", [t], v=4),
+        alice("produce", "Produce", 9, produce_req),
+        alice("fetch", "Fetch", 12, fetch_req),
+        alice("list-offsets", "ListOffsets", 7, list_offsets_req),
+        alice("offset-commit", "OffsetCommit", 8, commit_req),
+        alice("offset-fetch", "OffsetFetch", 8, fetch_offsets_req),
+        alice("offset-fetch-v7", "OffsetFetch", 7, {"group_id": g, "topics": None, "require_stable": False}),
+        alice("offset-fetch-v1", "OffsetFetch", 1, {"group_id": g, "topics": [{"name": t, "partition_indexes": [0]}]}),
+        alice("find-group", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": [g]}),
+        alice("find-txn", "FindCoordinator", 4, {"key_type": 1, "coordinator_keys": [x]}),
+        alice("find-group-v3", "FindCoordinator", 3, {"key": g, "key_type": 0}),
+        alice("join", "JoinGroup", 9, join_req),
+        alice("heartbeat", "Heartbeat", 4, {"group_id": g, "generation_id": 1, "member_id": "m",
+                                            "group_instance_id": None}),
+        alice("leave", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": "m", "group_instance_id": None, "reason": None}]}),
+        alice("sync", "SyncGroup", 5, {"group_id": g, "generation_id": 1, "member_id": "m",
+                                       "group_instance_id": None, "protocol_type": "consumer",
+                                       "protocol_name": "range", "assignments": []}),
+        alice("describe-groups", "DescribeGroups", 5, {"groups": [g], "include_authorized_operations": True}),
+        alice("list-groups", "ListGroups", 4, {"states_filter": []}, keep={"path": "groups", "field": "group_id",
+                                                                        "prefix": S}),
+        alice("create-topics", "CreateTopics", 7, {"topics": [{"name": f"{S}-new", "num_partitions": 1,
+                                                               "replication_factor": 1, "assignments": [],
+                                                               "configs": []}],
+                                                   "timeout_ms": 30000, "validate_only": False}),
+        alice("delete-topics", "DeleteTopics", 6, {"topics": [{"name": t, "topic_id": {"$uuid": "0" * 32}}],
+                                                   "timeout_ms": 30000}),
+        alice("delete-records", "DeleteRecords", 2, {"topics": [{"name": t, "partitions": [
+            {"partition_index": 0, "offset": 0}]}], "timeout_ms": 30000}),
+        alice("init-txn", "InitProducerId", 5, {"transactional_id": x, "transaction_timeout_ms": 60000,
+                                                "producer_id": -1, "producer_epoch": -1}),
+        alice("init-idempotent", "InitProducerId", 5, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                       "producer_id": -1, "producer_epoch": -1}),
+        alice("add-partitions", "AddPartitionsToTxn", 3, dict(txn_ids, topics=[{"name": t, "partitions": [0]}])),
+        alice("add-offsets", "AddOffsetsToTxn", 3, dict(txn_ids, group_id=g)),
+        alice("end-txn", "EndTxn", 3, dict(txn_ids, committed=True)),
+        alice("txn-offset-commit", "TxnOffsetCommit", 3, dict(
+            txn_ids, group_id=g, generation_id=-1, member_id="", group_instance_id=None,
+            topics=[{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                "committed_leader_epoch": -1, "committed_metadata": ""}]}])),
+        alice("write-markers", "WriteTxnMarkers", 1, {"markers": [
+            {"producer_id": 5000, "producer_epoch": 0, "transaction_result": False,
+             "topics": [{"name": t, "partition_indexes": [0]}], "coordinator_epoch": 0}]}),
+        alice("describe-acls", "DescribeAcls", 3, {"resource_type_filter": 1, "resource_name_filter": None,
+                                                   "pattern_type_filter": 1, "principal_filter": None,
+                                                   "host_filter": None, "operation": 1, "permission_type": 1}),
+        alice("create-acls", "CreateAcls", 3, {"creations": [
+            {"resource_type": 2, "resource_name": t, "resource_pattern_type": 3, "principal": "User:alice",
+             "host": "*", "operation": 2, "permission_type": 3}]}),
+        alice("delete-acls", "DeleteAcls", 3, {"filters": [
+            {"resource_type_filter": 2, "resource_name_filter": t, "pattern_type_filter": 3,
+             "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}]}),
+        alice("describe-configs", "DescribeConfigs", 4, {"resources": [
+            {"resource_type": 2, "resource_name": t, "configuration_keys": ["retention.ms"]},
+            {"resource_type": 4, "resource_name": "1", "configuration_keys": ["num.partitions"]},
+            {"resource_type": 32, "resource_name": g, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False}),
+        alice("alter-configs", "AlterConfigs", 2, {"resources": [
+            {"resource_type": 2, "resource_name": t, "configs": [{"name": "retention.ms", "value": "100000"}]}],
+            "validate_only": True}),
+        alice("incremental-alter-configs", "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": 4, "resource_name": "1", "configs": [
+                {"name": "log.cleaner.threads", "config_operation": 0, "value": "2"}]},
+            {"resource_type": 32, "resource_name": g, "configs": [
+                {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}],
+            "validate_only": True}),
+        alice("create-partitions", "CreatePartitions", 3, {"topics": [{"name": t, "count": 3, "assignments": None}],
+                                                           "timeout_ms": 30000, "validate_only": True}),
+        alice("delete-groups", "DeleteGroups", 2, {"groups_names": [g]}),
+        alice("offset-delete", "OffsetDelete", 0, {"group_id": g, "topics": [{"name": t, "partitions": [
+            {"partition_index": 0}]}]}),
+        alice("describe-quotas", "DescribeClientQuotas", 1, {"components": [], "strict": False}),
+        # users null: Kafka 4.3.1 never answers an unauthorized one (a NullPointerException in
+        # DescribeUserScramCredentialsRequest.getErrorResponse, in its log), so the users are named
+        alice("describe-scram", "DescribeUserScramCredentials", 0, {"users": [{"name": "bob"}]}),
+        alice("alter-scram", "AlterUserScramCredentials", 0, {"deletions": [{"name": "bob", "mechanism": 1}],
+                                                              "upsertions": []}),
+        alice("describe-cluster", "DescribeCluster", 1, {"include_cluster_authorized_operations": True,
+                                                         "endpoint_type": 1}),
+        alice("describe-producers", "DescribeProducers", 0, {"topics": [{"name": t, "partition_indexes": [0]}]}),
+        alice("describe-txns", "DescribeTransactions", 0, {"transactional_ids": [x]}),
+        alice("list-txns", "ListTransactions", 1, {"state_filters": [], "producer_id_filters": [],
+                                                    "duration_filter": -1},
+              keep={"path": "transaction_states", "field": "transactional_id", "prefix": S}),
+        alice("describe-topic-partitions", "DescribeTopicPartitions", 0, {
+            "topics": [{"name": t}], "response_partition_limit": 2000, "cursor": None}),
+        alice("describe-topic-partitions-all", "DescribeTopicPartitions", 0, {
+            "topics": [], "response_partition_limit": 2000, "cursor": None},
+            keep={"path": "topics", "field": "name", "prefix": S}),
+    ]
+    granted = [
+        grant("grant-describe", (2, t, 8, 3, 3), (3, g, 8, 3, 3), (5, x, 8, 3, 3)),
+        md("md-described", [t, f"{S}-nowhere"], until={"path": "topics.0.error_code", "equals": 0, **poll}),
+        md("md-all-described", None, keep={"path": "topics", "field": "name", "prefix": S}),
+        alice("produce-described", "Produce", 9, produce_req),
+        alice("list-offsets-described", "ListOffsets", 7, list_offsets_req),
+        alice("find-group-described", "FindCoordinator", 4, {"key_type": 0, "coordinator_keys": [g]},
+              until={"path": "coordinators.0.error_code", "equals": 0, **poll}),
+        alice("find-txn-described", "FindCoordinator", 4, {"key_type": 1, "coordinator_keys": [x]},
+              until={"path": "coordinators.0.error_code", "equals": 0, **poll}),
+        alice("offset-fetch-described", "OffsetFetch", 8, fetch_offsets_req,      # Kafka: loading the
+              until={"path": "groups.0.error_code", "not_in": [14], **poll}),  # offsets partition at first
+        alice("describe-groups-described", "DescribeGroups", 5, {"groups": [g], "include_authorized_operations": True}),
+        alice("join-described", "JoinGroup", 9, join_req),
+        alice("describe-txns-described", "DescribeTransactions", 0, {"transactional_ids": [x]},
+              until={"path": "transaction_states.0.error_code", "not_in": [14, 16], **poll}),
+        alice("init-txn-described", "InitProducerId", 5, {"transactional_id": x, "transaction_timeout_ms": 60000,
+                                                          "producer_id": -1, "producer_epoch": -1}),
+        alice("delete-topics-described", "DeleteTopics", 6, {"topics": [{"name": t, "topic_id": {"$uuid": "0" * 32}}],
+                                                             "timeout_ms": 30000}),
+        alice("delete-missing-described", "DeleteTopics", 6, {"topics": [
+            {"name": f"{S}-nowhere", "topic_id": {"$uuid": "0" * 32}}], "timeout_ms": 30000}),
+        alice("describe-topic-partitions-described", "DescribeTopicPartitions", 0, {
+            "topics": [{"name": t}], "response_partition_limit": 2000, "cursor": None}),
+        grant("grant-use", (2, t, 4, 3, 3), (2, t, 3, 3, 3), (3, g, 3, 3, 3), (5, x, 4, 3, 3),
+              (2, f"{S}-n", 5, 3, 4)),
+        alice("produce-granted", "Produce", 9, produce_req, until={
+            "path": "responses.0.partition_responses.0.error_code", "equals": 0, **poll}),
+        alice("fetch-granted", "Fetch", 12, fetch_req),
+        alice("offset-commit-granted", "OffsetCommit", 8, commit_req),
+        alice("offset-fetch-granted", "OffsetFetch", 8, fetch_offsets_req),
+        alice("init-idempotent-granted", "InitProducerId", 5, {"transactional_id": None,
+                                                               "transaction_timeout_ms": 60000,
+                                                               "producer_id": -1, "producer_epoch": -1},
+              until={"path": "error_code", "not_in": [14], **poll}),
+        alice("create-prefixed-granted", "CreateTopics", 7, {"topics": [
+            {"name": f"{S}-new", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout_ms": 30000, "validate_only": True}),
+        md("md-auto-create-denied", [f"{S}-auto"]),
+        md("md-ops", [t]),
+        grant("deny-read", (2, t, 3, 2, 3)),
+        alice("fetch-denied-again", "Fetch", 12, fetch_req, until={
+            "path": "responses.0.partitions.0.error_code", "equals": 29, **poll}),
+        md("md-after-deny", [t]),
+        alice("describe-producers-after-deny", "DescribeProducers", 0, {"topics": [{"name": t, "partition_indexes": [0]}]}),
+    ]
+    return [
+        *create_topics("create", [(t, 1), (t2, 1)]),
+        *sasl_login("alice", "alice", a),
+        *denied,
+        *granted,
+    ]

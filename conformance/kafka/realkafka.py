@@ -412,20 +412,34 @@ class RealKafka:
         self.pid = None
         self.startup_seconds = None
         self._made_dir = False
+        self.extra_ports = {}
 
     @property
     def bootstrap(self):
         return "%s:%d" % (self.host, self.port)
+
+    @property
+    def bootstraps(self):
+        """{listener name: host:port}: PLAINTEXT, and every other listener that
+        extra_props' listener.security.protocol.map names (each on a free port)."""
+        return dict({"PLAINTEXT": self.bootstrap},
+                    **{n: "%s:%d" % (self.host, p) for n, p in self.extra_ports.items()})
+
+    def _extra_listeners(self):
+        mapping = self.extra_props.get("listener.security.protocol.map", "")
+        names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
+        return [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
 
     def _log(self, msg):
         if not self.quiet:
             print(msg, file=sys.stderr, flush=True)
 
     def _properties(self):
+        extra = "".join(",%s://%s:%d" % (n, self.host, p) for n, p in self.extra_ports.items())
         props = list(BROKER_SETTINGS) + [
-            ("listeners", "PLAINTEXT://%s:%d,CONTROLLER://%s:%d"
-             % (self.host, self.port, self.host, self.controller_port)),
-            ("advertised.listeners", "PLAINTEXT://%s:%d" % (self.host, self.port)),
+            ("listeners", "PLAINTEXT://%s:%d%s,CONTROLLER://%s:%d"
+             % (self.host, self.port, extra, self.host, self.controller_port)),
+            ("advertised.listeners", "PLAINTEXT://%s:%d%s" % (self.host, self.port, extra)),
             ("controller.quorum.bootstrap.servers", "%s:%d" % (self.host, self.controller_port)),
             ("log.dirs", os.path.join(self.dir, "data")),
         ]
@@ -466,6 +480,9 @@ class RealKafka:
             self.controller_port = _free_port()
             while self.controller_port == self.port:
                 self.controller_port = _free_port()
+        for name in self._extra_listeners():
+            taken = {self.port, self.controller_port, *self.extra_ports.values()}
+            self.extra_ports.setdefault(name, next(p for p in iter(_free_port, None) if p not in taken))
         props = _write_if_changed(os.path.join(self.dir, "server.properties"), self._properties())
         log4j = _write_if_changed(os.path.join(self.dir, "log4j2.properties"), BROKER_LOG4J)
         logfile = os.path.join(self.dir, "server.log")
