@@ -61,6 +61,7 @@ import decimal
 import enum
 import errno
 import functools
+import gc
 import hashlib
 import heapq
 import hmac
@@ -9747,6 +9748,19 @@ def parse_add_scram(text):
     return fields["name"], m.group(1), new_scram_credential(m.group(1), fields["password"], iterations)
 
 
+def calm_garbage_collector():
+    """For the broker's own process (not running(), which shares its host's):
+    what was loaded at start lives as long as the broker, so it is frozen out
+    of the cycle collector, and full collections come a hundred times less
+    often. Measured under the fuzzer: a full collection of a broker's heap
+    took 100-265 ms of the loop, every 2-3 s; the refcounts free nearly
+    everything, the young generations catch the rest."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 1000)
+
+
 def main(argv=None):
     """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]"""
     parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
@@ -9791,6 +9805,7 @@ def main(argv=None):
         signal.signal(sig, lambda *_: broker.stop())
     print(f"doze-kafka {__version__} listening on {broker.bootstrap} "
           f"(data in {config.data_dir})", flush=True)
+    calm_garbage_collector()
     broker.serve_forever()
     log.info("stopped cleanly")
     return 0
