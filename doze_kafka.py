@@ -7140,9 +7140,7 @@ def handle_create_acls(ctx, req):
     if has_unknown_acl_field(*req.creations):
         return CloseConnection("CreateAcls: a creation contains UNKNOWN (0) elements")
     try:
-        ctx.check_cluster(AclOperation.ALTER)
-        if ctx.authorizer is None:
-            raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        check_acl_alteration(ctx)
         if any(ANY_CODE in (c.resource_type, c.operation, c.permission_type) or
                c.resource_pattern_type in (PatternType.ANY, PatternType.MATCH) for c in req.creations):
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)   # Kafka's AclBinding throws: the whole request
@@ -7157,6 +7155,13 @@ def handle_create_acls(ctx, req):
                            c.operation, c.permission_type))
     ctx.authorizer.add(new)
     return Msg(results=results)
+
+
+def check_acl_alteration(ctx):
+    """CreateAcls' and DeleteAcls' first checks: ALTER on the cluster, then an authorizer."""
+    ctx.check_cluster(AclOperation.ALTER)
+    if ctx.authorizer is None:
+        raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
 
 
 def new_acl_error(c):
@@ -7215,9 +7220,7 @@ def handle_delete_acls(ctx, req):
     if has_unknown_acl_field(*req.filters):
         return CloseConnection("DeleteAcls: a filter contains UNKNOWN (0) elements")
     try:
-        ctx.check_cluster(AclOperation.ALTER)
-        if ctx.authorizer is None:
-            raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        check_acl_alteration(ctx)
     except KafkaError as e:
         return Msg(filter_results=[Msg(error_code=e.code, error_message=e.detail, matching_acls=[])
                                    for _ in req.filters])
