@@ -4989,10 +4989,7 @@ AUTHORIZATION_FAILED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 KAFKA_ERROR_MESSAGES = {29: "Topic authorization failed.", 30: "Group authorization failed.",   # Errors.java
-                        31: "Cluster authorization failed.", 53: "Transactional Id authorization failed.",
-                        55: "The broker did not attempt to execute this operation. This may happen for "
-                            "batched RPCs where some operations in the batch failed, causing the broker to "
-                            "respond without trying the rest."}
+                        31: "Cluster authorization failed.", 53: "Transactional Id authorization failed."}
 Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
@@ -5010,14 +5007,13 @@ class Authorizer:
 
     @classmethod
     def from_config(cls, config, store):
-        name = config.settings.get("authorizer.class.name") or ""
+        name = config["authorizer.class.name"]
         if not name:
             return None
         if name != STANDARD_AUTHORIZER:
             raise ValueError(f"authorizer.class.name={name}: doze has Kafka's {STANDARD_AUTHORIZER} only")
-        supers = {p.strip() for p in str(config.settings.get("super.users") or "").split(";") if p.strip()}
-        allow = str(config.settings.get("allow.everyone.if.no.acl.found", "false")).strip().lower() == "true"
-        return cls(store, supers, allow)
+        supers = {p.strip() for p in config["super.users"].split(";") if p.strip()}
+        return cls(store, supers, config["allow.everyone.if.no.acl.found"])
 
     def allowed(self, principal, host, operation, resource_type, name):
         if principal in self.super_users:
@@ -5226,10 +5222,13 @@ class RequestContext:
         if a is None or a.allowed(self.conn.principal, self.conn.host, operation, resource_type, name):
             return True
         if log_denial:
-            log.info("authorization: principal %s denied operation %s from host %s on resource %s:%s "
-                     "(%s v%d)", self.conn.principal, operation.name, self.conn.host, resource_type.name, name,
-                     HANDLERS[self.api_key][0].name, self.version)
+            self._log_denial(operation, f"resource {resource_type.name}:{name}")
         return False
+
+    def _log_denial(self, operation, what):
+        log.info("authorization: principal %s denied operation %s from host %s on %s (%s v%d)",
+                 self.conn.principal, operation.name, self.conn.host, what, HANDLERS[self.api_key][0].name,
+                 self.version)
 
     def require(self, operation, resource_type, name):
         """Raise the resource type's AUTHORIZATION_FAILED unless allowed."""
@@ -5242,9 +5241,7 @@ class RequestContext:
         a = self.authorizer
         if a is None or a.allowed_on_any(self.conn.principal, self.conn.host, operation, resource_type):
             return True
-        log.info("authorization: principal %s denied operation %s from host %s on any resource of type %s "
-                 "(%s v%d)", self.conn.principal, operation.name, self.conn.host, resource_type.name,
-                 HANDLERS[self.api_key][0].name, self.version)
+        self._log_denial(operation, f"any resource of type {resource_type.name}")
         return False
 
     def operations(self, resource_type, name):
@@ -7099,8 +7096,7 @@ def has_unknown_acl_field(*items):
 
 def acl_filter(f):
     """A filter of DescribeAcls or DeleteAcls, checked as AclControlManager.validateFilter."""
-    if ResourceType.UNKNOWN in (known_code(ResourceType, f.resource_type_filter),
-                                known_code(PatternType, f.pattern_type_filter)):
+    if 0 in (known_code(ResourceType, f.resource_type_filter), known_code(PatternType, f.pattern_type_filter)):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
     if 0 in (known_code(AclOperation, f.operation), known_code(AclPermission, f.permission_type)):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown entryFilter.")

@@ -31,6 +31,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import recorder  # noqa: E402  (puts the repo root on sys.path, imports doze_kafka)
+from realkafka import extra_listener_names  # noqa: E402  (recorder put conformance/kafka there too)
 
 RECORDINGS = recorder.RECORDINGS
 
@@ -348,9 +349,7 @@ def broker_settings(name_or_recording):
     rec = load(name_or_recording) if isinstance(name_or_recording, str) else name_or_recording
     settings = dict(SETTINGS)
     settings.update(rec.get("broker_settings", {}))
-    mapping = settings.get("listener.security.protocol.map", "")
-    names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
-    extra = [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
+    extra = extra_listener_names(settings)
     if extra:                      # as realkafka.py gives Kafka: PLAINTEXT and these, on free ports
         settings["listeners"] = ",".join(f"{n}://127.0.0.1:0" for n in ["PLAINTEXT"] + extra)
     return settings

@@ -389,6 +389,15 @@ def _tail(path, n=40):
         return "(no %s)" % path
 
 
+def extra_listener_names(settings):
+    """The listeners besides PLAINTEXT (and the controller's) that settings'
+    listener.security.protocol.map names: each gets a port of its own (also
+    when replay.py starts doze with the same settings)."""
+    mapping = settings.get("listener.security.protocol.map", "")
+    names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
+    return [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
+
+
 class RealKafka:
     """A single-node KRaft Apache Kafka 4.3.1 on 127.0.0.1.
 
@@ -424,11 +433,6 @@ class RealKafka:
         extra_props' listener.security.protocol.map names (each on a free port)."""
         return dict({"PLAINTEXT": self.bootstrap},
                     **{n: "%s:%d" % (self.host, p) for n, p in self.extra_ports.items()})
-
-    def _extra_listeners(self):
-        mapping = self.extra_props.get("listener.security.protocol.map", "")
-        names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
-        return [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
 
     def _log(self, msg):
         if not self.quiet:
@@ -480,7 +484,7 @@ class RealKafka:
             self.controller_port = _free_port()
             while self.controller_port == self.port:
                 self.controller_port = _free_port()
-        for name in self._extra_listeners():
+        for name in extra_listener_names(self.extra_props):
             taken = {self.port, self.controller_port, *self.extra_ports.values()}
             self.extra_ports.setdefault(name, next(p for p in iter(_free_port, None) if p not in taken))
         props = _write_if_changed(os.path.join(self.dir, "server.properties"), self._properties())
