@@ -4856,8 +4856,7 @@ class SaslSession:
         """None if the request may go on now, else why the connection closes."""
         if self.state in ("start", "versions"):
             if api_key == ApiKey.API_VERSIONS and self.state == "start":
-                self.state = "versions"
-                return None
+                return None                 # "versions" once one is answered (versions_answered)
             if api_key == ApiKey.SASL_HANDSHAKE:
                 return None
             return (f"{ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key} "
@@ -4865,6 +4864,12 @@ class SaslSession:
         if self.state == "authenticate" and api_key != ApiKey.SASL_AUTHENTICATE:
             return f"API key {api_key} while authenticating with {self.mechanism}: only SaslAuthenticate"
         return None
+
+    def versions_answered(self):
+        """An ApiVersions was answered in full: no other before the handshake. One
+        refused (UNSUPPORTED_VERSION, INVALID_REQUEST) may be retried, as in Kafka."""
+        if self.state == "start":
+            self.state = "versions"
 
     def may_reauthenticate(self, now_ms):
         """KIP-368: a SaslHandshake on an authenticated connection starts over,
@@ -6432,6 +6437,8 @@ def handle_api_versions(ctx, req):
     if ctx.version >= 3 and not (SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
                                  and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)):
         return Msg(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
+    if ctx.conn.sasl is not None:
+        ctx.conn.sasl.versions_answered()
     return Msg(api_keys=api_versions_list())
 
 

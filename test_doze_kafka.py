@@ -4193,6 +4193,20 @@ def test_sasl_a_second_api_versions_before_the_handshake_closes(start_broker):
         assert c.is_closed_by_broker(3)
 
 
+def test_sasl_api_versions_refused_as_unsupported_may_be_retried(start_broker):
+    """franz-go sends ApiVersions at its newest version first; the v0 answer with
+    UNSUPPORTED_VERSION leaves the connection where it was (Kafka's
+    HANDSHAKE_OR_VERSIONS_REQUEST), so its retry at v4 and then the handshake go on."""
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        body = struct.pack(">hhih", 18, 9, 42, 3) + b"cli" + b"\x00" + b"\x04doze\x020\x00"
+        c.sock.sendall(struct.pack(">i", len(body)) + body)
+        assert c.read_frame()[4:6] == b"\x00\x23"                          # UNSUPPORTED_VERSION
+        assert c.call(ApiKey.API_VERSIONS, 4, **SOFTWARE).error_code == 0
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        assert a.error_code == 0
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_sasl_scram_authenticates_and_signs(start_broker, mechanism):
     broker = start_broker(sasl_settings())
@@ -4869,6 +4883,304 @@ def test_acls_group_and_transactional_id_checks(start_broker):
                        partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])])
         assert "other" not in [g.group_id for g in alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[]).groups]
         assert listed.error_code == 0
+
+
+# The ACL matrix: every served API, called by a principal without the ACL it
+# needs, with it, with it but one part missing, with a DENY beside it, through
+# a prefixed and a wildcard pattern, by a super user, and on a broker that
+# allows everyone where no ACL is found. Each row: the request (built from the
+# variant's names: topic t, group g, transactional id x), what it needs in the
+# order Kafka checks it (resource type, which name, operation, the value seen
+# when that one is missing), how to read the answer, and the value when allowed.
+
+def as_msg(value):
+    if isinstance(value, dict):
+        return Msg(**{k: as_msg(v) for k, v in value.items()})
+    return [as_msg(v) for v in value] if isinstance(value, list) else value
+
+
+class Names:
+    def __init__(self, prefix):
+        self.prefix, self.t, self.g, self.x, self.new = prefix, prefix + "t", prefix + "g", prefix + "x", prefix + "new"
+
+    def __getitem__(self, key):
+        return CLUSTER_NAME if key == "cluster" else getattr(self, key)
+
+
+CLUSTER_NAME = doze.CLUSTER_NAME
+TOP = lambda r: r.error_code                                              # noqa: E731
+PART = lambda r: r.responses[0].partitions[0].error_code                  # noqa: E731
+PRODUCE_REQ = lambda n, tx=None, batch=None: dict(                       # noqa: E731
+    transactional_id=tx, acks=-1, timeout_ms=5000, topic_data=[dict(name=n.t, partition_data=[dict(
+        index=0, records=batch or make_batch([b"v"]))])])
+TXN = lambda n: dict(transactional_id=n.x, producer_id=5000, producer_epoch=0)   # noqa: E731
+COMMIT_TOPICS = lambda n: [dict(name=n.t, partitions=[dict(                # noqa: E731
+    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]
+FETCH_REQ = lambda n: dict(                                               # noqa: E731
+    replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+    session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[dict(topic=n.t, partitions=[dict(
+        partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+        partition_max_bytes=1 << 20)])])
+ACL_FILTER = dict(resource_type_filter=2, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+                  host_filter=None, operation=1, permission_type=1)
+
+
+def commit_offset(admin, n):
+    admin.call(ApiKey.OFFSET_COMMIT, 8, **as_msg(dict(group_id=n.g, generation_id_or_member_epoch=-1, member_id="",
+                                                      group_instance_id=None, topics=COMMIT_TOPICS(n))).__dict__)
+
+
+def coordinators_loaded(admin, n):
+    """The group and transaction coordinators answer 0 (not still loading)."""
+    for key_type in (0, 1):
+        assert wait_until(lambda: admin.call(ApiKey.FIND_COORDINATOR, 4, key_type=key_type,
+                                             coordinator_keys=["warm"]).coordinators[0].error_code == 0)
+
+
+def begin_transaction(admin, n):
+    admin.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=n.x, transaction_timeout_ms=60000, producer_id=-1,
+               producer_epoch=-1)
+
+
+ACL_ROWS = [   # id, api, version, request(n), needs [(type, name key, op, missing)], result, allowed, setup
+    ("produce", ApiKey.PRODUCE, 9, PRODUCE_REQ, [(R.TOPIC, "t", A.WRITE, 29)],
+     lambda r: r.responses[0].partition_responses[0].error_code, 0, None),
+    ("produce-transactional", ApiKey.PRODUCE, 9,
+     lambda n: PRODUCE_REQ(n, n.x, make_batch([b"v"], producer_id=5000, producer_epoch=0, base_sequence=0,
+                                              attributes=0x10)),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53), (R.TOPIC, "t", A.WRITE, 29)],
+     lambda r: r.responses[0].partition_responses[0].error_code, ErrorCode.INVALID_PRODUCER_ID_MAPPING, None),
+    ("fetch", ApiKey.FETCH, 12, FETCH_REQ, [(R.TOPIC, "t", A.READ, 29)], PART, 0, None),
+    ("list-offsets", ApiKey.LIST_OFFSETS, 7, lambda n: dict(replica_id=-1, isolation_level=0, topics=[dict(
+        name=n.t, partitions=[dict(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]),
+     [(R.TOPIC, "t", A.DESCRIBE, 29)], lambda r: r.topics[0].partitions[0].error_code, 0, None),
+    ("metadata", ApiKey.METADATA, 12, lambda n: dict(topics=[dict(name=n.t, topic_id=bytes(16))],
+                                                      allow_auto_topic_creation=False,
+                                                      include_topic_authorized_operations=False),
+     [(R.TOPIC, "t", A.DESCRIBE, 29)], lambda r: r.topics[0].error_code, 0, None),
+    ("offset-commit", ApiKey.OFFSET_COMMIT, 8, lambda n: dict(
+        group_id=n.g, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=COMMIT_TOPICS(n)), [(R.GROUP, "g", A.READ, 30), (R.TOPIC, "t", A.READ, 29)],
+     lambda r: r.topics[0].partitions[0].error_code, 0, None),
+    ("offset-fetch", ApiKey.OFFSET_FETCH, 8, lambda n: dict(require_stable=False, groups=[dict(
+        group_id=n.g, member_id=None, member_epoch=-1, topics=[dict(name=n.t, partition_indexes=[0])])]),
+     [(R.GROUP, "g", A.DESCRIBE, 30), (R.TOPIC, "t", A.DESCRIBE, 29)],
+     lambda r: r.groups[0].error_code or r.groups[0].topics[0].partitions[0].error_code, 0, None),
+    ("find-group", ApiKey.FIND_COORDINATOR, 4, lambda n: dict(key_type=0, coordinator_keys=[n.g]),
+     [(R.GROUP, "g", A.DESCRIBE, 30)], lambda r: r.coordinators[0].error_code, 0, coordinators_loaded),
+    ("find-transaction", ApiKey.FIND_COORDINATOR, 4, lambda n: dict(key_type=1, coordinator_keys=[n.x]),
+     [(R.TRANSACTIONAL_ID, "x", A.DESCRIBE, 53)], lambda r: r.coordinators[0].error_code, 0,
+     coordinators_loaded),
+    ("join", ApiKey.JOIN_GROUP, 9, lambda n: dict(
+        group_id=n.g, session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id="", group_instance_id=None,
+        protocol_type="consumer", protocols=[dict(name="range", metadata=b"")], reason=None),
+     [(R.GROUP, "g", A.READ, 30)], TOP, ErrorCode.MEMBER_ID_REQUIRED, None),
+    ("heartbeat", ApiKey.HEARTBEAT, 4, lambda n: dict(group_id=n.g, generation_id=1, member_id="m",
+                                                      group_instance_id=None),
+     [(R.GROUP, "g", A.READ, 30)], TOP, ErrorCode.UNKNOWN_MEMBER_ID, commit_offset),
+    ("leave", ApiKey.LEAVE_GROUP, 5, lambda n: dict(group_id=n.g, members=[dict(
+        member_id="m", group_instance_id=None, reason=None)]),
+     [(R.GROUP, "g", A.READ, 30)], lambda r: r.error_code or r.members[0].error_code,
+     ErrorCode.UNKNOWN_MEMBER_ID, commit_offset),
+    ("sync", ApiKey.SYNC_GROUP, 5, lambda n: dict(group_id=n.g, generation_id=1, member_id="m",
+                                                  group_instance_id=None, protocol_type="consumer",
+                                                  protocol_name="range", assignments=[]),
+     [(R.GROUP, "g", A.READ, 30)], TOP, ErrorCode.UNKNOWN_MEMBER_ID, commit_offset),
+    ("describe-groups", ApiKey.DESCRIBE_GROUPS, 5, lambda n: dict(groups=[n.g], include_authorized_operations=False),
+     [(R.GROUP, "g", A.DESCRIBE, 30)], lambda r: r.groups[0].error_code, 0, commit_offset),
+    ("list-groups", ApiKey.LIST_GROUPS, 4, lambda n: dict(states_filter=[]),
+     [(R.GROUP, "g", A.DESCRIBE, "unlisted")], None, "listed", commit_offset),
+    ("create-topics", ApiKey.CREATE_TOPICS, 7, lambda n: dict(
+        topics=[dict(name=n.prefix + "new", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=5000, validate_only=False),
+     [(R.TOPIC, "new", A.CREATE, 29)], lambda r: r.topics[0].error_code, 0, None),
+    ("delete-topics", ApiKey.DELETE_TOPICS, 6, lambda n: dict(topics=[dict(name=n.t, topic_id=bytes(16))],
+                                                              timeout_ms=5000),
+     [(R.TOPIC, "t", A.DELETE, 29)], lambda r: r.responses[0].error_code, 0, None),
+    ("delete-records", ApiKey.DELETE_RECORDS, 2, lambda n: dict(topics=[dict(name=n.t, partitions=[dict(
+        partition_index=0, offset=0)])], timeout_ms=5000),
+     [(R.TOPIC, "t", A.DELETE, 29)], lambda r: r.topics[0].partitions[0].error_code, 0, None),
+    ("init-transactional", ApiKey.INIT_PRODUCER_ID, 4, lambda n: dict(
+        transactional_id=n.x, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53)], TOP, 0, None),
+    ("init-idempotent", ApiKey.INIT_PRODUCER_ID, 4, lambda n: dict(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1),
+     [(R.CLUSTER, "cluster", A.IDEMPOTENT_WRITE, 31)], TOP, 0, None),
+    ("init-idempotent-by-topic-write", ApiKey.INIT_PRODUCER_ID, 4, lambda n: dict(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1),
+     [(R.TOPIC, "t", A.WRITE, 31)], TOP, 0, None),                                  # KIP-679
+    ("add-partitions", ApiKey.ADD_PARTITIONS_TO_TXN, 3, lambda n: dict(TXN(n), topics=[dict(
+        name=n.t, partitions=[0])]),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53), (R.TOPIC, "t", A.WRITE, 29)],
+     lambda r: r.results_by_topic[0].results_by_partition[0].partition_error_code,
+     ErrorCode.INVALID_PRODUCER_ID_MAPPING, None),
+    ("add-offsets", ApiKey.ADD_OFFSETS_TO_TXN, 3, lambda n: dict(TXN(n), group_id=n.g),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53), (R.GROUP, "g", A.READ, 30)], TOP,
+     ErrorCode.INVALID_PRODUCER_ID_MAPPING, None),
+    ("end-txn", ApiKey.END_TXN, 3, lambda n: dict(TXN(n), committed=True),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53)], TOP, ErrorCode.INVALID_PRODUCER_ID_MAPPING, None),
+    ("txn-offset-commit", ApiKey.TXN_OFFSET_COMMIT, 3, lambda n: dict(
+        TXN(n), group_id=n.g, generation_id=-1, member_id="", group_instance_id=None, topics=COMMIT_TOPICS(n)),
+     [(R.TRANSACTIONAL_ID, "x", A.WRITE, 53), (R.GROUP, "g", A.READ, 30), (R.TOPIC, "t", A.READ, 29)],
+     lambda r: r.topics[0].partitions[0].error_code, ErrorCode.INVALID_PRODUCER_ID_MAPPING, None),
+    ("write-markers", ApiKey.WRITE_TXN_MARKERS, 1, lambda n: dict(markers=[dict(
+        producer_id=5000, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=[dict(name=n.t, partition_indexes=[0])])]),
+     [(R.CLUSTER, "cluster", A.CLUSTER_ACTION, 31)],
+     lambda r: r.markers[0].topics[0].partitions[0].error_code, 0, None),
+    ("describe-acls", ApiKey.DESCRIBE_ACLS, 3, lambda n: ACL_FILTER,
+     [(R.CLUSTER, "cluster", A.DESCRIBE, 31)], TOP, 0, None),
+    ("create-acls", ApiKey.CREATE_ACLS, 3, lambda n: dict(creations=[dict(
+        resource_type=2, resource_name=n.t, resource_pattern_type=3, principal="User:bob", host="*",
+        operation=2, permission_type=3)]),
+     [(R.CLUSTER, "cluster", A.ALTER, 31)], lambda r: r.results[0].error_code, 0, None),
+    ("delete-acls", ApiKey.DELETE_ACLS, 3, lambda n: dict(filters=[dict(ACL_FILTER, principal_filter="User:bob")]),
+     [(R.CLUSTER, "cluster", A.ALTER, 31)], lambda r: r.filter_results[0].error_code, 0, None),
+    ("describe-topic-configs", ApiKey.DESCRIBE_CONFIGS, 4, lambda n: dict(resources=[dict(
+        resource_type=2, resource_name=n.t, configuration_keys=["retention.ms"])], include_synonyms=False,
+        include_documentation=False),
+     [(R.TOPIC, "t", A.DESCRIBE_CONFIGS, 29)], lambda r: r.results[0].error_code, 0, None),
+    ("describe-broker-configs", ApiKey.DESCRIBE_CONFIGS, 4, lambda n: dict(resources=[dict(
+        resource_type=4, resource_name="1", configuration_keys=["num.partitions"])], include_synonyms=False,
+        include_documentation=False),
+     [(R.CLUSTER, "cluster", A.DESCRIBE_CONFIGS, 31)], lambda r: r.results[0].error_code, 0, None),
+    ("describe-group-configs", ApiKey.DESCRIBE_CONFIGS, 4, lambda n: dict(resources=[dict(
+        resource_type=32, resource_name=n.g, configuration_keys=None)], include_synonyms=False,
+        include_documentation=False),
+     [(R.GROUP, "g", A.DESCRIBE_CONFIGS, 30)], lambda r: r.results[0].error_code, 0, None),
+    ("alter-topic-configs", ApiKey.ALTER_CONFIGS, 2, lambda n: dict(resources=[dict(
+        resource_type=2, resource_name=n.t, configs=[dict(name="retention.ms", value="100000")])],
+        validate_only=True),
+     [(R.TOPIC, "t", A.ALTER_CONFIGS, 29)], lambda r: r.responses[0].error_code, 0, None),
+    ("alter-broker-configs", ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, lambda n: dict(resources=[dict(
+        resource_type=4, resource_name="1", configs=[dict(name="log.cleaner.threads", config_operation=0,
+                                                          value="2")])], validate_only=True),
+     [(R.CLUSTER, "cluster", A.ALTER_CONFIGS, 31)], lambda r: r.responses[0].error_code, 0, None),
+    ("alter-group-configs", ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, lambda n: dict(resources=[dict(
+        resource_type=32, resource_name=n.g, configs=[dict(name="consumer.session.timeout.ms", config_operation=0,
+                                                           value="50000")])], validate_only=True),
+     [(R.GROUP, "g", A.ALTER_CONFIGS, 30)], lambda r: r.responses[0].error_code, 0, None),
+    ("create-partitions", ApiKey.CREATE_PARTITIONS, 3, lambda n: dict(
+        topics=[dict(name=n.t, count=3, assignments=None)], timeout_ms=5000, validate_only=True),
+     [(R.TOPIC, "t", A.ALTER, 29)], lambda r: r.results[0].error_code, 0, None),
+    ("delete-groups", ApiKey.DELETE_GROUPS, 2, lambda n: dict(groups_names=[n.g]),
+     [(R.GROUP, "g", A.DELETE, 30)], lambda r: r.results[0].error_code, 0, commit_offset),
+    ("offset-delete", ApiKey.OFFSET_DELETE, 0, lambda n: dict(group_id=n.g, topics=[dict(
+        name=n.t, partitions=[dict(partition_index=0)])]),
+     [(R.GROUP, "g", A.DELETE, 30), (R.TOPIC, "t", A.READ, 29)],
+     lambda r: r.error_code or r.topics[0].partitions[0].error_code, 0, commit_offset),
+    ("describe-quotas", ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, lambda n: dict(components=[], strict=False),
+     [(R.CLUSTER, "cluster", A.DESCRIBE_CONFIGS, 31)], TOP, 0, None),
+    ("describe-scram", ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, lambda n: dict(users=[dict(name="bob")]),
+     [(R.CLUSTER, "cluster", A.DESCRIBE, 31)], lambda r: r.error_code or r.results[0].error_code,
+     ErrorCode.RESOURCE_NOT_FOUND, None),
+    ("alter-scram", ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, lambda n: dict(
+        deletions=[dict(name="bob", mechanism=1)], upsertions=[]),
+     [(R.CLUSTER, "cluster", A.ALTER, 31)], lambda r: r.results[0].error_code, ErrorCode.RESOURCE_NOT_FOUND, None),
+    ("describe-cluster", ApiKey.DESCRIBE_CLUSTER, 1, lambda n: dict(include_cluster_authorized_operations=True,
+                                                                   endpoint_type=1),
+     [(R.CLUSTER, "cluster", A.DESCRIBE, 0)], lambda r: r.cluster_authorized_operations & (1 << A.DESCRIBE),
+     1 << A.DESCRIBE, None),
+    ("describe-producers", ApiKey.DESCRIBE_PRODUCERS, 0, lambda n: dict(topics=[dict(name=n.t, partition_indexes=[0])]),
+     [(R.TOPIC, "t", A.READ, 29)], lambda r: r.topics[0].partitions[0].error_code, 0, None),
+    ("describe-transactions", ApiKey.DESCRIBE_TRANSACTIONS, 0, lambda n: dict(transactional_ids=[n.x]),
+     [(R.TRANSACTIONAL_ID, "x", A.DESCRIBE, 53)], lambda r: r.transaction_states[0].error_code, 0,
+     begin_transaction),
+    ("list-transactions", ApiKey.LIST_TRANSACTIONS, 1, lambda n: dict(state_filters=[], producer_id_filters=[],
+                                                                      duration_filter=-1),
+     [(R.TRANSACTIONAL_ID, "x", A.DESCRIBE, "unlisted")], None, "listed", begin_transaction),
+    ("describe-topic-partitions", ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, lambda n: dict(
+        topics=[dict(name=n.t)], response_partition_limit=2000, cursor=None),
+     [(R.TOPIC, "t", A.DESCRIBE, 29)], lambda r: r.topics[0].error_code, 0, None),
+]
+ACL_ROW_IDS = [r[0] for r in ACL_ROWS]
+ACL_USERS = ("admin", "none", "granted", "deny", "prefixed", "wildcard", "miss0", "miss1", "miss2", "open",
+             "other")
+
+
+def acl_matrix_settings(**more):
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" "
+            "password=\"admin-secret\" " + " ".join(f'user_{u}="{u}-secret"' for u in ACL_USERS) + ";")
+    return dict(acl_settings(**more), **{"listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})
+
+
+def acl_row_call(broker, user, row, n):
+    """Row's request as `user` on the SASL listener -> the value its result reads."""
+    _, api, version, request, needs, result, _, _ = row
+    with as_user(broker, user) as c:
+        r = c.call(api, version, **as_msg(request(n)).__dict__)
+    if result is not None:
+        return result(r)
+    rtype, key = needs[0][0], needs[0][1]
+    seen = [g.group_id for g in r.groups] if rtype == R.GROUP else [s.transactional_id for s in r.transaction_states]
+    return "listed" if n[key] in seen else "unlisted"
+
+
+def grants(principal, needs, n, pattern=LITERAL, skip=None):
+    """ACLs that give `principal` each of needs (all but index skip); pattern
+    PREFIXED grants the variant's prefix and WILDCARD "*", except on the cluster."""
+    out = []
+    for i, (rtype, key, op, _) in enumerate(needs):
+        if i == skip:
+            continue
+        name, pat = n[key], LITERAL
+        if rtype != R.CLUSTER and pattern == "wildcard":
+            name = "*"
+        elif rtype != R.CLUSTER and pattern == PREFIXED:
+            name, pat = n.prefix, PREFIXED
+        out.append(acl(rtype, name, op, pattern=pat, principal=principal))
+    return out
+
+
+def prepare(admin, row, n):
+    admin.create_topic(n.t)
+    if row[7]:
+        row[7](admin, n)
+
+
+@pytest.mark.parametrize("row", ACL_ROWS, ids=ACL_ROW_IDS)
+def test_acl_matrix_every_api_with_and_without_its_acls(start_broker, row):
+    """Each variant has its own principal and names, so that one's ACLs cannot
+    reach another's; the super user's answer is the granted one."""
+    broker = start_broker(acl_matrix_settings())
+    needs, allowed = row[4], row[6]
+    variants = {"none": ([], needs[0][3]), "granted": (grants("User:granted", needs, Names("granted-")), allowed),
+                "deny": (grants("User:deny", needs, Names("deny-")) + [acl(
+                    needs[0][0], Names("deny-")[needs[0][1]], needs[0][2], DENY, principal="User:deny")],
+                    needs[0][3]),
+                "prefixed": (grants("User:prefixed", needs, Names("prefixed-"), PREFIXED), allowed),
+                "wildcard": (grants("User:wildcard", needs, Names("wildcard-"), "wildcard"), allowed),
+                "admin": ([], allowed)}
+    for i in range(len(needs)) if len(needs) > 1 else ():
+        variants[f"miss{i}"] = (grants(f"User:miss{i}", needs, Names(f"miss{i}-"), skip=i), needs[i][3])
+    with as_user(broker, "admin") as admin:
+        for variant, (acls, _) in variants.items():
+            prepare(admin, row, Names(variant + "-"))
+            if acls:
+                create_acls(admin, *acls)
+    seen = {v: acl_row_call(broker, v, row, Names(v + "-")) for v in variants}
+    assert seen == {v: want for v, (_, want) in variants.items()}
+
+
+def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
+    """allow.everyone.if.no.acl.found=true: a resource without ACLs is open to all;
+    once it has one (for anyone, here User:other), only what the ACLs say."""
+    broker = start_broker(acl_matrix_settings(allow_everyone_if_no_acl_found="true"))
+    with as_user(broker, "admin") as admin:
+        for row in ACL_ROWS:
+            prepare(admin, row, Names(row[0] + "-"))
+    opened = {row[0]: acl_row_call(broker, "open", row, Names(row[0] + "-")) for row in ACL_ROWS}
+    assert opened == {row[0]: row[6] for row in ACL_ROWS}
+    with as_user(broker, "admin") as admin:
+        for row in ACL_ROWS:
+            n = Names(row[0] + "-again-")
+            prepare(admin, row, n)
+            create_acls(admin, *{a for rtype, key, op, _ in row[4]
+                                 for a in [acl(rtype, n[key], op, principal="User:other")]})
+    closed = {row[0]: acl_row_call(broker, "open", row, Names(row[0] + "-again-")) for row in ACL_ROWS}
+    by_type = {"init-idempotent", "init-idempotent-by-topic-write"}   # KIP-679's WRITE on any topic asks
+    # for a topic named "hardcode" first (Authorizer.authorizeByResourceType): no ACL there, so allowed
+    assert closed == {row[0]: row[6] if row[0] in by_type else row[4][0][3] for row in ACL_ROWS}
 
 
 # --- Limits over real sockets (what Kafka does at each, per its source and a

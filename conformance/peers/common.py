@@ -38,8 +38,9 @@ def out_dir(arg, prefix):
 class Broker:
     """doze in a temp dir (or an outside broker when bootstrap is given)."""
 
-    def __init__(self, bootstrap=None, overrides=None, log_level=None, keep_dir=None):
+    def __init__(self, bootstrap=None, overrides=None, log_level=None, keep_dir=None, extra_args=()):
         self.outside = bootstrap
+        self.extra_args = list(extra_args)
         self.overrides = dict(COMMON_OVERRIDES, **(overrides or {}))
         self.log_level = log_level
         self.tmp = keep_dir or tempfile.mkdtemp(prefix="doze-peers-")
@@ -57,7 +58,7 @@ class Broker:
     def __enter__(self):
         if self.outside:
             return self
-        args = []
+        args = list(self.extra_args)
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         if self.log_level:

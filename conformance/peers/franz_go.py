@@ -10,7 +10,10 @@ github.com/twmb/franz-go@v1.22.3`) and is copied, writable, to
 ~/.cache/doze-kafka/peers/franz-go-v1.22.3; nothing of it enters the repo.
 The test binary is built first (`go test -c`), then run through
 `go tool test2json` with the settings franz-go's own CI gives a one-node
-Kafka: KGO_SEEDS=<broker>, KGO_TEST_RF=1. Results per top-level test (pass,
+Kafka: KGO_SEEDS=<broker>, KGO_TEST_RF=1. The doze it starts has a second
+listener, SASL_PLAINTEXT with SCRAM-SHA-512 and a user made by
+`--add-scram`, named in KGO_TEST_SCRAM_SEEDS and KGO_TEST_SCRAM, so that
+franz-go's SCRAM tests (a login, then bad credentials) run too. Results per top-level test (pass,
 fail, skip, timeout; seconds; whether it talks to the broker or only to
 in-process code) go to OUT/franz-go.{md,json}, the full output to
 OUT/franz-go.out.
@@ -26,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Broker, cache_root, out_dir, run_bounded, write_results  # noqa: E402
+from dozeproc import free_port  # noqa: E402
 
 MODULE = "github.com/twmb/franz-go"
 DEFAULT_VERSION = "v1.22.3"
@@ -123,8 +127,16 @@ def main(argv=None):
     reach = broker_tests(pkg)
 
     overrides = dict(kv.split("=", 1) for kv in a.override)
-    with Broker(a.bootstrap, overrides, a.doze_log_level, keep_dir=os.path.join(out, "doze")) as b:
-        env = dict(os.environ, KGO_SEEDS=b.bootstrap, KGO_TEST_RF="1")
+    scram, extra = {}, []
+    if not a.bootstrap:                      # a SCRAM listener beside the plain one
+        port = free_port()
+        overrides.setdefault("listeners", f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}")
+        overrides.setdefault("sasl.enabled.mechanisms", "SCRAM-SHA-512")
+        extra = ["--add-scram", "SCRAM-SHA-512=[name=franz,password=franz-secret]"]
+        scram = {"KGO_TEST_SCRAM_SEEDS": f"127.0.0.1:{port}", "KGO_TEST_SCRAM": "franz:franz-secret:512"}
+    with Broker(a.bootstrap, overrides, a.doze_log_level, keep_dir=os.path.join(out, "doze"),
+                extra_args=extra) as b:
+        env = dict(os.environ, KGO_SEEDS=b.bootstrap, KGO_TEST_RF="1", **scram)
         if a.records:
             env["KGO_TEST_RECORDS"] = str(a.records)
         cmd = ["go", "tool", "test2json", "-t", binary, "-test.v", "-test.count=1",
