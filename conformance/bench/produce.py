@@ -7,7 +7,7 @@ Starts doze_kafka.py as a subprocess (once with the CRC check, once without:
 --override doze.check.crc=false), produces N records of SIZE bytes with
 confluent-kafka (acks=all, no compression, 3 partitions), and reports the
 median MB/s over the runs. Also reports the time from process start until
-the port answers, and the broker's RSS when idle. Needs: pip install confluent-kafka.
+the port answers, and the broker's RSS when idle. Runs itself in conformance/needs.py's venv.
 """
 import argparse
 import os
@@ -17,6 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 
@@ -58,6 +59,7 @@ def produce(port, topic, records, size):
 
 
 def main():
+    needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200000)
     ap.add_argument("--size", type=int, default=1024)

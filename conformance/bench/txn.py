@@ -6,7 +6,7 @@
 One confluent-kafka transactional producer runs one-record transactions
 (begin, produce, commit) back to back; reports commits/s and the p50/p99 of
 commit_transaction()'s latency, median over the runs. Without --bootstrap it
-starts doze_kafka.py itself. Needs: pip install confluent-kafka.
+starts doze_kafka.py itself. Runs itself in conformance/needs.py's venv.
 """
 import argparse
 import os
@@ -16,6 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 
@@ -41,6 +42,7 @@ def run(bootstrap, topic, txns):
 
 
 def main():
+    needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--txns", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=3)

@@ -36,8 +36,8 @@ Usage:
       [--records 100000] [--clients kcat,confluent,kafka-python,console] \
       [--codecs none,gzip,snappy,lz4,zstd] [--consume-mode assign|group]
 
-Needs: kcat on PATH (apt-get install -y kcat), pip install -r
-conformance/clients/requirements.txt, and java for the console tools.
+Needs: kcat on PATH (apt-get install -y kcat) and java for the console tools; the
+Python libraries come from conformance/needs.py's venv, where it runs itself.
 The script itself (generator, raw Fetch decoder, verifier) is stdlib-only;
 client libraries are imported lazily.
 """
@@ -60,6 +60,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 REALKAFKA = os.path.join(REPO, "conformance", "kafka", "realkafka.py")
+sys.path.insert(0, os.path.join(REPO, "conformance"))
+import needs  # noqa: E402
 
 ALL_CLIENTS = ["kcat", "confluent", "kafka-python", "console"]
 ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -1125,6 +1127,7 @@ def fmt_s(x):
 
 
 def main(argv=None):
+    needs.venv()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True, help="host:port of the broker")

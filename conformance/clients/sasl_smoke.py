@@ -10,8 +10,7 @@ listeners' JAAS configs and SCRAM users made with --add-scram; then, per
 listener and mechanism, produces 100 records with acks=all and reads them back
 in a group. The wrong password must get Kafka's SASL_AUTHENTICATION_FAILED
 message and deliver nothing; no password may appear in doze's log. Exit 0 when
-all of that holds. Sets up its own venv (confluent-kafka, as
-conformance/clients/requirements.txt pins it) under the cache directory.
+all of that holds. Runs itself in conformance/needs.py's venv (confluent-kafka).
 """
 import os
 import socket
@@ -22,19 +21,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
-VENV = os.path.join(os.environ.get("DOZE_KAFKA_CACHE") or os.path.expanduser("~/.cache/doze-kafka"), "eos", "venv")
-
-try:
-    from confluent_kafka import Consumer, Producer
-except ImportError:                                   # set up the venv, then run again in it
-    python = os.path.join(VENV, "bin", "python")
-    if not os.path.exists(python):
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    pin = next(line.strip() for line in open(os.path.join(HERE, "requirements.txt")) if line.startswith("confluent-kafka"))
-    subprocess.run([python, "-m", "pip", "install", "-q", pin], check=True)
-    os.execv(python, [python] + sys.argv)
-
 sys.path.insert(0, os.path.join(HERE, ".."))
+import needs  # noqa: E402
+needs.venv()
+from confluent_kafka import Consumer, Producer  # noqa: E402
 from certs import make_certs  # noqa: E402
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}

@@ -30,6 +30,10 @@ import sys
 import time
 import uuid
 
+if __name__ == "__main__":                    # run as a script: in the conformance venv
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import needs
+    needs.venv()
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 

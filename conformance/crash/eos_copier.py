@@ -12,7 +12,7 @@ committed offsets. Meanwhile the broker is killed with SIGKILL and started
 again --kills times at random moments (unless --bootstrap points at a broker
 this script does not control). Then the output is verified: read_committed
 shows every input exactly once; read_uncommitted shows the aborted copies too.
-Needs: pip install confluent-kafka.
+Runs itself in conformance/needs.py's venv.
 """
 import argparse
 import json
@@ -24,6 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-copier", "eos-copier-1"
@@ -146,6 +147,7 @@ def read_all(bootstrap, topic, isolation):
 
 
 def main():
+    needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=10000)
     ap.add_argument("--kills", type=int, default=5)

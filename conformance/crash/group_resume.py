@@ -8,7 +8,7 @@ group subscribes to a 3-partition topic, reads about half of it and commits
 synchronously; the broker is killed with SIGKILL and started again; a new
 consumer in the same group must start exactly at the committed offsets and
 read the rest: every record exactly once over both runs.
-Needs: pip install confluent-kafka kafka-python.
+Runs itself in conformance/needs.py's venv.
 """
 import argparse
 import os
@@ -17,6 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 
@@ -56,6 +57,7 @@ def kafka_python_run(bootstrap, topic, group, limit):
 
 
 def main():
+    needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=3000)
     args = ap.parse_args()

@@ -11,7 +11,7 @@ that offset after a restart, with the same key and value. After the last
 round a torn batch (a partial copy of the last batch) is appended to a
 segment file while the broker is down; the restart must cut it off and log
 it, and new records must continue at fresh offsets, never reusing one.
-Needs: pip install confluent-kafka.
+Runs itself in conformance/needs.py's venv.
 """
 import argparse
 import glob
@@ -23,6 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 
@@ -46,6 +47,7 @@ def read_all(bootstrap, topic):
 
 
 def main():
+    needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--records", type=int, default=20000)

@@ -22,9 +22,8 @@ It starts doze as a child process and, all on 127.0.0.1, runs for --minutes:
 and samples the broker's RSS, descriptors, CPU, connections, loop stats (if
 doze logs them) and an ApiVersions probe. Then it verifies the data and
 prints a report ending in `RESULT: ok` or `RESULT: FAIL (reasons)`.
-Exit status 0 or 1. Needs confluent-kafka: if it is missing, the script sets
-up the venv conformance/clients/run uses (${DOZE_KAFKA_CACHE:-~/.cache/doze-kafka}/eos/venv)
-and runs itself again in it.
+Exit status 0 or 1. Needs confluent-kafka: the script runs itself again in conformance/needs.py's
+venv (${DOZE_KAFKA_CACHE:-~/.cache/doze-kafka}/eos/venv), made if missing.
 """
 import argparse
 import collections
@@ -57,33 +56,10 @@ CACHE = os.environ.get("DOZE_KAFKA_CACHE", os.path.join(os.path.expanduser("~"),
 # --- the venv (the one conformance/clients/run sets up) ------------------------
 
 def ensure_venv():
-    try:
-        import confluent_kafka  # noqa: F401
-        return
-    except ImportError:
-        pass
-    if os.environ.get("DOZE_SOAK_IN_VENV"):
-        sys.exit("soak: confluent_kafka is missing even in the venv")
-    venv = os.path.join(CACHE, "eos", "venv")
-    req = os.path.join(HERE, "..", "clients", "eos", "requirements.txt")
-    py = os.path.join(venv, "bin", "python")
-    stamp = os.path.join(venv, ".requirements.txt")
-
-    def same():
-        try:
-            with open(req, "rb") as a, open(stamp, "rb") as b:
-                return a.read() == b.read()
-        except OSError:
-            return False
-    if not os.access(py, os.X_OK) or not same():
-        print(f"setting up {venv}", file=sys.stderr)
-        os.makedirs(os.path.dirname(venv), exist_ok=True)
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-        subprocess.check_call([os.path.join(venv, "bin", "pip"), "install", "-q",
-                               "--disable-pip-version-check", "-r", req], stdout=sys.stderr)
-        shutil.copy(req, stamp)
-    os.environ["DOZE_SOAK_IN_VENV"] = "1"
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+    """The client libraries: in conformance/needs.py's venv (run again there)."""
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import needs
+    needs.venv()
 
 
 # --- raw Kafka protocol (request header v1, response header v0) -----------------

@@ -32,6 +32,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import needs  # noqa: E402
+needs.venv()                                  # confluent-kafka: in the conformance venv
 from confluent_kafka import Consumer, Producer, TopicPartition, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
