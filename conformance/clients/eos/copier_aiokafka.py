@@ -7,10 +7,18 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security  # noqa: E402
 
 import aiokafka  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
+from aiokafka.helpers import create_ssl_context  # noqa: E402
+
+
+def secure():
+    s = security()
+    return {} if s is None else dict(security_protocol=s["protocol"], sasl_mechanism=s["mechanism"],
+                                     sasl_plain_username=s["username"], sasl_plain_password=s["password"],
+                                     ssl_context=create_ssl_context(cafile=s["cafile"]))
 
 T = 30
 
@@ -22,7 +30,7 @@ async def main():
                                 client_id="eos-aiokafka-c%d" % a.attempt,
                                 isolation_level="read_committed", enable_auto_commit=False,
                                 auto_offset_reset="earliest", session_timeout_ms=10000,
-                                heartbeat_interval_ms=2000)
+                                heartbeat_interval_ms=2000, **secure())
     while True:
         try:
             await asyncio.wait_for(consumer.start(), T)
@@ -41,7 +49,7 @@ async def main():
             p = AIOKafkaProducer(bootstrap_servers=a.bootstrap, transactional_id=a.txn_id,
                                  client_id="eos-aiokafka-p%d" % a.attempt,
                                  enable_idempotence=True, transaction_timeout_ms=30000,
-                                 request_timeout_ms=15000)
+                                 request_timeout_ms=15000, **secure())
             try:
                 await asyncio.wait_for(p.start(), T)     # start() runs InitProducerId
                 log("producer started (InitProducerId ok)")

@@ -19,6 +19,10 @@ Every copier, in any language, follows the same contract:
   "aborted" only the on-purpose aborts the client confirmed.
 * It runs until killed (the runner sends SIGTERM once the group's committed offsets cover
   the whole input).
+* Secure mode (the runner's --secure): the environment variable EOS_SECURITY holds JSON
+  {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username", "password",
+  "cafile": PEM of the CA that signed the broker's certificate}; the copier's consumer and
+  producer connect with it (and check the broker's name, 127.0.0.1, against the certificate).
 """
 import argparse
 import faulthandler
@@ -29,6 +33,12 @@ import signal
 import time
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)   # the runner dumps stacks of a hung copier
+
+
+def security():
+    """EOS_SECURITY as a dict (see above), or None: plaintext."""
+    text = os.environ.get("EOS_SECURITY")
+    return json.loads(text) if text else None
 
 
 def parse_args(argv=None):

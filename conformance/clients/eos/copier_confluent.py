@@ -5,7 +5,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security  # noqa: E402
 
 import confluent_kafka  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -18,6 +18,13 @@ def dbg(conf):
     if os.environ.get("EOS_RDKAFKA_DEBUG"):
         conf["debug"] = os.environ["EOS_RDKAFKA_DEBUG"]
     return conf
+
+
+def secure():
+    s = security()
+    return {} if s is None else {"security.protocol": s["protocol"], "sasl.mechanism": s["mechanism"],
+                                 "sasl.username": s["username"], "sasl.password": s["password"],
+                                 "ssl.ca.location": s["cafile"]}
 
 
 def main():
@@ -33,7 +40,7 @@ def main():
                          # can hang send_offsets_to_transaction()/the group forever
                          # (confluentinc/librdkafka#5511); a single broker that restarts
                          # needs no re-bootstrap.
-                         "metadata.recovery.strategy": "none"})
+                         "metadata.recovery.strategy": "none", **secure()})
     consumer.subscribe([a.input])
 
     def new_producer():
@@ -41,7 +48,7 @@ def main():
             p = Producer(dbg({"bootstrap.servers": a.bootstrap, "transactional.id": a.txn_id,
                           "client.id": "eos-confluent-p%d" % a.attempt,
                           "transaction.timeout.ms": 30000, "message.timeout.ms": 30000,
-                          "metadata.recovery.strategy": "none"}))
+                          "metadata.recovery.strategy": "none", **secure()}))
             try:
                 p.init_transactions(T)
                 log("init_transactions ok")

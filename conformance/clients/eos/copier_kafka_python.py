@@ -15,11 +15,18 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security  # noqa: E402
 
 import kafka  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka.structs import OffsetAndMetadata  # noqa: E402
+
+
+def secure():
+    s = security()
+    return {} if s is None else dict(security_protocol=s["protocol"], sasl_mechanism=s["mechanism"],
+                                     sasl_plain_username=s["username"], sasl_plain_password=s["password"],
+                                     ssl_cafile=s["cafile"])
 
 
 class Hung(Exception):
@@ -50,7 +57,7 @@ def main():
                              client_id="eos-kafka-python-c%d" % a.attempt,
                              isolation_level="read_committed", enable_auto_commit=False,
                              auto_offset_reset="earliest", session_timeout_ms=10000,
-                             heartbeat_interval_ms=2000)
+                             heartbeat_interval_ms=2000, **secure())
 
     def new_producer(old=None):
         if old is not None:
@@ -62,7 +69,7 @@ def main():
             try:
                 p = KafkaProducer(bootstrap_servers=a.bootstrap, transactional_id=a.txn_id,
                                   client_id="eos-kafka-python-p%d" % a.attempt,
-                                  transaction_timeout_ms=30000, acks="all")
+                                  transaction_timeout_ms=30000, acks="all", **secure())
                 call(p.init_transactions)
                 log("init_transactions ok")
                 return p

@@ -16,6 +16,17 @@ group's committed offsets (OffsetFetch with require_stable) and
                 which must pick up from the committed offsets;
 and stops the copier (SIGTERM) once the committed offsets cover the whole input. Then
 conformance/clients/verify.py checks the output. Exit 1 if any job fails.
+
+--secure: the broker (doze, or Kafka with --kafka, from the same settings) gets a
+SASL_SSL listener (SCRAM-SHA-512, a certificate of a throwaway CA) beside the
+PLAINTEXT one, and Kafka's StandardAuthorizer with User:ANONYMOUS as the only
+super user: the runner's own clients (setup, monitor, verify) stay on PLAINTEXT
+as that super user. Each job makes a SCRAM user for its copier (AlterUserScram-
+Credentials) and grants it exactly what a copier needs: READ on the input topic
+and the group, WRITE on the output topic and the transactional id. The copier
+connects over SASL_SSL (EOS_SECURITY, see copier_common.py). One more fault,
+noacl, grants everything but WRITE on the transactional id: the copier must fail
+with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and write nothing.
 """
 import argparse
 import json
@@ -35,6 +46,7 @@ REPO = os.path.dirname(os.path.dirname(CLIENTS_DIR))
 DOZE = os.path.join(REPO, "doze_kafka.py")
 sys.path.insert(0, CLIENTS_DIR)
 sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
+sys.path.insert(0, os.path.join(REPO, "conformance"))
 
 import verify as verify_mod  # noqa: E402
 
@@ -42,6 +54,19 @@ CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.c
 ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
                "streams", "spring", "flink"]
 ALL_FAULTS = ["none", "broker", "client"]
+SECURE_FAULTS = ALL_FAULTS + ["noacl"]
+COPIER_USER, COPIER_PASSWORD = "copier", "copier-secret"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def secure_settings(keystore):
+    """The broker settings of --secure, in Kafka's names (doze takes the same)."""
+    return {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+            "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"}
 IN, OUT = "eos-in", "eos-out"
 
 
@@ -150,20 +175,34 @@ def wait_api(port, limit, proc=None, logpath=None):
 class Doze:
     name = "doze"
 
-    def __init__(self, dir):
+    def __init__(self, dir, settings=None):
         self.dir, self.port, self.proc = dir, free_port(), None
         self.data = os.path.join(dir, "data")
+        self.settings = dict(settings or {})
+        self.secure_port = None
+        if settings:
+            self.secure_port = free_port()
+            self.settings["listeners"] = "PLAINTEXT://127.0.0.1:%d,SASL_SSL://127.0.0.1:%d" % (
+                self.port, self.secure_port)
 
     @property
     def bootstrap(self):
         return "127.0.0.1:%d" % self.port
 
+    @property
+    def client_bootstrap(self):
+        """Where the copier connects: the SASL_SSL listener under --secure."""
+        return "127.0.0.1:%d" % (self.secure_port or self.port)
+
     def start(self):
         logf = open(os.path.join(self.dir, "broker.log"), "a")
         logf.write("==== start %s\n" % time.strftime("%H:%M:%S"))
         logf.flush()
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port", str(self.port),
-                                      "--override", "group.initial.rebalance.delay.ms=0"],
+        overrides = []
+        for k, v in dict(self.settings, **{"group.initial.rebalance.delay.ms": "0"}).items():
+            overrides += ["--override", "%s=%s" % (k, v)]
+        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port", str(self.port)]
+                                     + overrides,
                                      stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
         wait_api(self.port, 60, self.proc, os.path.join(self.dir, "broker.log"))
 
@@ -190,14 +229,18 @@ class Kafka:
     """A real Kafka 4.3.1 via realkafka.py; restarted after kill -9 on the same data dir."""
     name = "kafka"
 
-    def __init__(self, dir):
+    def __init__(self, dir, settings=None):
         from realkafka import RealKafka
         self.dir = os.path.join(dir, "kafka")
-        self.k = RealKafka(port=free_port(), dir=self.dir, keep=True)
+        self.k = RealKafka(port=free_port(), dir=self.dir, keep=True, extra_props=settings)
 
     @property
     def bootstrap(self):
         return self.k.bootstrap
+
+    @property
+    def client_bootstrap(self):
+        return self.k.bootstraps.get("SASL_SSL", self.k.bootstrap)
 
     @property
     def port(self):
@@ -260,6 +303,56 @@ def setup_topics(bootstrap, n):
         raise RuntimeError("%d input records not delivered" % left)
 
 
+def grant_copier(bootstrap, group, txn_id, txn_write=True):
+    """--secure: the copier's SCRAM user and exactly the ACLs a copier needs (made
+    by the super user over PLAINTEXT); without txn_write no WRITE on its transactional id."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    made = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        COPIER_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), COPIER_PASSWORD.encode())])
+    for f in made.values():
+        f.result(30)
+    grants = [(ResourceType.TOPIC, IN, AclOperation.READ), (ResourceType.TOPIC, OUT, AclOperation.WRITE),
+              (ResourceType.GROUP, group, AclOperation.READ)]
+    if txn_write:
+        grants.append((ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE))
+    for f in admin.create_acls([AclBinding(rt, name, ResourcePatternType.LITERAL, "User:" + COPIER_USER, "*", op,
+                                           AclPermissionType.ALLOW) for rt, name, op in grants]).values():
+        f.result(30)
+
+
+TXN_ID_DENIED = re.compile(r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED|Transactional ?Id authorization failed|"
+                           r"TransactionalIdAuthorization", re.I)
+
+
+def output_records(bootstrap):
+    """Records in the output topic, committed or not (its high watermarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-runner-count", "log_level": 0})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(OUT, p), timeout=10)[1] for p in range(3))
+    finally:
+        c.close()
+
+
+def wait_denied(statuses, limit_s):
+    """noacl: the copier's last_error once it names the transactional id's denial, or None."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        for p in statuses:
+            try:
+                with open(p) as fh:
+                    err = json.load(fh).get("last_error") or ""
+            except (OSError, ValueError):
+                continue
+            if TXN_ID_DENIED.search(err):
+                return err
+        time.sleep(0.2)
+    return None
+
+
 class Monitor:
     """Reads the group's committed offsets (OffsetFetch, require_stable) without joining it."""
 
@@ -287,7 +380,7 @@ def run_job(client, fault, broker_cls, args, root):
     row = {"client": client, "version": CLIENTS[client][1](), "fault": fault, "inputs": args.records,
            "commits": 0, "aborts": 0, "result": "FAIL", "seconds": 0.0, "notes": [], "dir": jdir,
            "broker": broker_cls.name}
-    broker = broker_cls(jdir)
+    broker = broker_cls(jdir, secure_settings(args.keystore) if args.secure else None)
     copier = None
     t_start = time.time()
     try:
@@ -296,6 +389,11 @@ def run_job(client, fault, broker_cls, args, root):
         setup_topics(broker.bootstrap, args.records)
         group = "eos-%s-%s" % (client, fault)
         txn_id = "eos-%s-%s" % (client, fault)
+        security = None
+        if args.secure:
+            grant_copier(broker.bootstrap, group, txn_id, txn_write=fault != "noacl")
+            security = json.dumps({"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": COPIER_USER,
+                                   "password": COPIER_PASSWORD, "cafile": args.cafile})
         statuses = []
         rnd = random.Random(args.seed)
 
@@ -303,18 +401,22 @@ def run_job(client, fault, broker_cls, args, root):
             st = os.path.join(jdir, "status-%d.json" % attempt)
             statuses.append(st)
             logf = open(os.path.join(jdir, "copier-%d.log" % attempt), "w")
-            full = cmd + ["--bootstrap", broker.bootstrap, "--input", IN, "--output", OUT, "--group", group,
+            full = cmd + ["--bootstrap", broker.client_bootstrap, "--input", IN, "--output", OUT, "--group", group,
                           "--txn-id", txn_id, "--attempt", str(attempt), "--status", st,
                           "--seed", str(rnd.randrange(1 << 30))]
             logf.write("$ %s\n" % " ".join(full))
             logf.flush()
             env = dict(os.environ, NODE_PATH=os.path.join(CACHE, "node", "node_modules"))
+            if security:
+                env["EOS_SECURITY"] = security
             return subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
 
         t0 = time.time()
         attempt = 1
         copier = start_copier(attempt)
+        if fault == "noacl":
+            return finish_noacl(row, copier, statuses, broker)
         mon = Monitor(broker.bootstrap, group)
         kill_at = {"broker": [0.2, 0.55], "client": [0.4], "none": []}[fault]
         done = False
@@ -422,7 +524,24 @@ def run_job(client, fault, broker_cls, args, root):
             row["notes"].append("broker stop: %s" % e)
         if row["result"] == "PASS" and not args.keep:
             broker.cleanup()
-    row["seconds"] = round(time.time() - t_start, 1)
+        row["seconds"] = round(time.time() - t_start, 1)
+    return row
+
+
+def finish_noacl(row, copier, statuses, broker):
+    """noacl: PASS when the copier reports TRANSACTIONAL_ID_AUTHORIZATION_FAILED within
+    60 s and the output topic holds no record, committed or not."""
+    denied = wait_denied(statuses, 60)
+    os.killpg(copier.pid, signal.SIGTERM)
+    try:
+        copier.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(copier.pid, signal.SIGKILL)
+        copier.wait()
+    written = output_records(broker.bootstrap)
+    row["notes"].append("denied: %s" % (denied or "no authorization error seen")[:120])
+    row["notes"].append("%d records in %s" % (written, OUT))
+    row["result"] = "PASS" if denied and written == 0 else "FAIL"
     return row
 
 
@@ -436,13 +555,14 @@ EXTERNAL = {
 }
 
 
-def run_external(client, fault, kafka, root):
+def run_external(client, fault, kafka, root, secure=False):
     """One fault of a framework's own check (conformance/clients/<folder>/run)."""
     folder, version, faults = EXTERNAL[client]
     row = {"client": client, "version": version, "fault": fault, "inputs": "-", "commits": "-",
            "aborts": "-", "result": "FAIL", "seconds": 0.0, "notes": [], "broker": "kafka" if kafka else "doze"}
-    if fault not in faults:
-        row["result"], row["notes"] = "NOT RUN", ["this check has no %s fault yet" % fault]
+    if fault not in faults or secure:
+        row["result"], row["notes"] = "NOT RUN", ["this check has no %s%s yet" % (
+            "secure mode" if secure else fault, "" if secure else " fault")]
         return row
     jroot = os.path.join(root, "%s-%s-%s" % (row["broker"], client, fault))
     os.makedirs(jroot, exist_ok=True)
@@ -488,24 +608,33 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep broker data of passing jobs")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--secure", action="store_true", help="copiers over SASL_SSL with exactly their ACLs; "
+                    "adds the noacl fault (see the top of this file)")
     a = ap.parse_args()
     clients = [c for c in a.clients.split(",") if c]
     faults = [f for f in a.faults.split(",") if f]
     for c in clients:
         if c not in CLIENTS and c not in EXTERNAL:
             ap.error("unknown client %r (have %s)" % (c, ", ".join(ALL_CLIENTS)))
+    known = SECURE_FAULTS if a.secure else ALL_FAULTS
+    if a.secure and a.faults == ",".join(ALL_FAULTS):
+        faults = list(SECURE_FAULTS)
     for f in faults:
-        if f not in ALL_FAULTS:
-            ap.error("unknown fault %r (have %s)" % (f, ", ".join(ALL_FAULTS)))
+        if f not in known:
+            ap.error("unknown fault %r (have %s)" % (f, ", ".join(known)))
     root = a.workdir or os.path.join(CACHE, "runs", time.strftime("%Y%m%d-%H%M%S") + ("-kafka" if a.kafka else "-doze"))
     os.makedirs(root, exist_ok=True)
+    if a.secure:
+        from certs import make_certs
+        os.makedirs(os.path.join(root, "certs"), exist_ok=True)
+        a.keystore, a.cafile = make_certs(os.path.join(root, "certs"))
     log("job directories under %s" % root)
     broker_cls = Kafka if a.kafka else Doze
     rows = []
     for c in clients:
         for f in faults:
             log("---- %s / %s / %s" % (broker_cls.name, c, f))
-            row = run_external(c, f, a.kafka, root) if c in EXTERNAL else run_job(c, f, broker_cls, a, root)
+            row = run_external(c, f, a.kafka, root, a.secure) if c in EXTERNAL else run_job(c, f, broker_cls, a, root)
             log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"],
                                               "; ".join(row["notes"])))
             rows.append(row)

@@ -75,11 +75,19 @@ class Status {
   }
 }
 
+// The runner's --secure (EOS_SECURITY, see ../copier_common.py): SASL_SSL with SCRAM.
+function secure () {
+  if (!process.env.EOS_SECURITY) return {}
+  const s = JSON.parse(process.env.EOS_SECURITY)
+  return { ssl: { ca: [fs.readFileSync(s.cafile, 'utf8')] },
+    sasl: { mechanism: s.mechanism.toLowerCase(), username: s.username, password: s.password } }
+}
+
 async function main () {
   const a = parseArgs()
   const st = new Status(a)
   const kafka = new Kafka({ clientId: 'eos-kafkajs-' + a.attempt, brokers: [a.bootstrap], logLevel: logLevel.WARN,
-    retry: { retries: 10, initialRetryTime: 300, maxRetryTime: 5000 } })
+    retry: { retries: 10, initialRetryTime: 300, maxRetryTime: 5000 }, ...secure() })
   const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
   let producer = null

@@ -11,14 +11,29 @@ import (
 	"dozekafka/eos/common"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
+
+// secure: the SASL_SSL options of the runner's --secure (EOS_SECURITY), else none.
+func secure() []kgo.Opt {
+	s := common.LoadSecurity()
+	if s == nil {
+		return nil
+	}
+	auth := scram.Auth{User: s.Username, Pass: s.Password}
+	mechanism := auth.AsSha512Mechanism()
+	if s.Mechanism == "SCRAM-SHA-256" {
+		mechanism = auth.AsSha256Mechanism()
+	}
+	return []kgo.Opt{kgo.SASL(mechanism), kgo.DialTLSConfig(s.TLSConfig())}
+}
 
 func main() {
 	a := common.ParseArgs()
 	st := common.NewStatus(a, "franz-go", "franz-go "+common.ModVersion("github.com/twmb/franz-go"))
 	newSession := func() *kgo.GroupTransactSession {
 		for {
-			s, err := kgo.NewGroupTransactSession(
+			s, err := kgo.NewGroupTransactSession(append(secure(),
 				kgo.SeedBrokers(a.Bootstrap),
 				kgo.ClientID(fmt.Sprintf("eos-franz-%d", a.Attempt)),
 				kgo.TransactionalID(a.TxnID),
@@ -29,7 +44,7 @@ func main() {
 				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 				kgo.SessionTimeout(10*time.Second),
 				kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)),
-			)
+			)...)
 			if err == nil {
 				return s
 			}

@@ -174,7 +174,23 @@ public class EosCopier {
         c.put(ConsumerConfig.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
         c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        secure(c);
         consumer = new KafkaConsumer<>(c);
+    }
+
+    /** The runner's --secure (EOS_SECURITY, see ../eos/copier_common.py): SASL_SSL with SCRAM, the CA as a PEM truststore. */
+    static void secure(Properties props) {
+        String text = System.getenv("EOS_SECURITY");
+        if (text == null || text.isEmpty()) return;
+        Map<String, String> s = new HashMap<>();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
+        while (m.find()) s.put(m.group(1), m.group(2));
+        props.put("security.protocol", s.get("protocol"));
+        props.put("sasl.mechanism", s.get("mechanism"));
+        props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
+        props.put("ssl.truststore.type", "PEM");
+        props.put("ssl.truststore.location", s.get("cafile"));
     }
 
     KafkaProducer<byte[], byte[]> newProducer() {
@@ -198,6 +214,7 @@ public class EosCopier {
             p.put(ProducerConfig.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
             p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
             p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            secure(p);
             KafkaProducer<byte[], byte[]> pr = null;
             try {
                 pr = new KafkaProducer<>(p);
