@@ -56,6 +56,8 @@ import base64
 import collections
 import copy
 import datetime
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -364,6 +366,8 @@ def find_refs(template, out=None):
     if isinstance(template, dict):
         if "$ref" in template:
             out.append(template["$ref"].split(".")[0])
+        elif "$scram_final" in template:
+            out.append(template["$scram_final"]["first"])
         else:
             for v in template.values():
                 find_refs(v, out)
@@ -373,9 +377,13 @@ def find_refs(template, out=None):
     return out
 
 
-def resolve(template, responses):
-    """-> (the template with each ref's "value" filled in, the plain resolved value)."""
+def resolve(template, responses, scram=None):
+    """-> (the template with each ref's "value" filled in, the plain resolved value).
+    scram: a Runner's Scram, for {"$scram_final": ...} (computed anew on every run,
+    so shown without its value)."""
     if isinstance(template, dict):
+        if "$scram_final" in template and scram is not None:
+            return template, scram.client_final(template["$scram_final"])
         if "$ref" in template:
             value = lookup(responses, template["$ref"])
             if "add" in template:
@@ -385,10 +393,10 @@ def resolve(template, responses):
             return shown, value
         shown, plain = {}, {}
         for k, v in template.items():
-            shown[k], plain[k] = resolve(v, responses)
+            shown[k], plain[k] = resolve(v, responses, scram)
         return shown, plain
     if isinstance(template, list):
-        pairs = [resolve(v, responses) for v in template]
+        pairs = [resolve(v, responses, scram) for v in template]
         return [p[0] for p in pairs], [p[1] for p in pairs]
     return template, template
 
@@ -441,6 +449,60 @@ def apply_keep(keep, response):
                             if str(e.get(keep["field"], "")).startswith(keep["prefix"])]
 
 
+# --- SCRAM (RFC 5802) as a client does it ------------------------------------------
+# A scenario's client-first message is fixed (its nonce is the client's choice); the
+# server-first answer holds the broker's random nonce, so the client-final request is
+# computed on every run ({"$scram_final": {"first": STEP, "user", "password",
+# "mechanism", "client_nonce"[, "tamper": "nonce" | "proof"]}}), and the answers are
+# recorded in a form that holds on every run ("scram": "server-first" or
+# "server-final" on the step): the broker's nonce part and its signature are checked
+# here, then written as what was found.
+
+class Scram:
+    HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+    def __init__(self):
+        self.server_first = {}                    # step id -> the server-first text as sent
+        self.pending = None                       # the v= the last client-final should get
+
+    def client_final(self, spec):
+        h = self.HASHES[spec["mechanism"]]
+        first = self.server_first.get(spec["first"])
+        if first is None:                         # the client-first failed: the broker closes
+            self.pending = None
+            return b"c=biws,r=" + spec["client_nonce"].encode() + b",p="
+        attrs = dict(kv.split("=", 1) for kv in first.split(",") if "=" in kv)
+        salted = hashlib.pbkdf2_hmac(h, spec["password"].encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = hmac.new(salted, b"Client Key", h).digest()
+        nonce = attrs["r"] + ("x" if spec.get("tamper") == "nonce" else "")
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"n={spec['user']},r={spec['client_nonce']},{first},{without_proof}".encode()
+        proof = bytes(a ^ b for a, b in zip(client_key, hmac.new(hashlib.new(h, client_key).digest(), auth,
+                                                                  h).digest()))
+        if spec.get("tamper") == "proof":
+            proof = bytes([proof[0] ^ 1]) + proof[1:]
+        self.pending = base64.b64encode(hmac.new(hmac.new(salted, b"Server Key", h).digest(), auth,
+                                                 h).digest()).decode()
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def normalise(self, role, record, response):
+        """Keep the server-first text for the next step; record the checked form."""
+        data = response.get("auth_bytes") if isinstance(response, dict) else None
+        if not isinstance(data, dict) or "$hex" not in data or not data["$hex"]:
+            return
+        text = bytes.fromhex(data["$hex"]).decode("utf-8", "replace")
+        if role == "server-first":
+            self.server_first[record["step"]] = text
+            attrs = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+            nonce = record.get("scram_client_nonce", "")
+            ours = attrs.get("r", "").startswith(nonce) and len(attrs.get("r", "")) > len(nonce)
+            response["auth_bytes"] = {"$scram": "r=%s+(the broker's part),s=%s,i=%s" % (
+                nonce, attrs.get("s"), attrs.get("i")) if ours else "r=(not the client's nonce) " + text}
+        elif role == "server-final":
+            verified = self.pending is not None and text == "v=" + self.pending
+            response["auth_bytes"] = {"$scram": "v=(the server signature verifies)" if verified else text}
+
+
 # --- connections ----------------------------------------------------------------
 
 class Closed(Exception):
@@ -448,8 +510,9 @@ class Closed(Exception):
 
 
 class Connection:
-    def __init__(self, bootstrap):
+    def __init__(self, bootstrap, tls=None):
         self.bootstrap = bootstrap
+        self.tls = tls                           # an ssl.SSLContext for SSL and SASL_SSL listeners
         self.sock = None
         self.correlation_id = 0
         self.pending = collections.deque()      # (correlation_id, step dict)
@@ -458,6 +521,8 @@ class Connection:
         host, port = self.bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=STEP_TIMEOUT_S)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            self.sock = self.tls.wrap_socket(self.sock, server_hostname=host)
 
     def close(self):
         if self.sock:
@@ -504,24 +569,39 @@ class Connection:
 
 # --- running a scenario -----------------------------------------------------------
 
+def tls_listener_names(settings):
+    """Listener names that settings' listener.security.protocol.map makes SSL or SASL_SSL."""
+    mapping = settings.get("listener.security.protocol.map", "")
+    pairs = [e.split(":", 1) for e in mapping.split(",") if ":" in e]
+    return {n.strip() for n, proto in pairs if proto.strip() in ("SSL", "SASL_SSL")}
+
+
 class Runner:
     """Runs steps against one broker. Used by the recorder and by replay.
     bootstrap: host:port, or {listener name: host:port} for scenarios whose
-    steps name the listener their connection goes to ("listener": "SASL_PLAINTEXT")."""
+    steps name the listener their connection goes to ("listener": "SASL_PLAINTEXT").
+    settings: the scenario's broker settings; the listeners its protocol map makes
+    SSL or SASL_SSL are reached over TLS, trusting certs.RECORDING_CA."""
 
-    def __init__(self, bootstrap):
+    def __init__(self, bootstrap, settings=None):
+        self.tls_listeners = tls_listener_names(settings or {})
         self.bootstraps = bootstrap if isinstance(bootstrap, dict) else {"PLAINTEXT": bootstrap}
         self.bootstrap = self.bootstraps["PLAINTEXT"]
         self.conns = {}
         self.responses = {}                       # step id -> JSON response
         self.waiting = {}                         # step id -> (conn, record)
+        self.scram = Scram()
 
     def conn(self, n, listener=None):
         if n not in self.conns:
             where = self.bootstraps.get(listener or "PLAINTEXT")
             if where is None:
                 raise RecordingError(f"connection {n}: no listener {listener} (have {sorted(self.bootstraps)})")
-            self.conns[n] = Connection(where)
+            tls = None
+            if (listener or "PLAINTEXT") in self.tls_listeners:
+                from certs import recording_client_context
+                tls = recording_client_context()
+            self.conns[n] = Connection(where, tls)
         return self.conns[n]
 
     def close(self):
@@ -558,6 +638,8 @@ class Runner:
             record["response"] = {"decode_error": str(e), "raw": {"$hex": body.hex()}}
         if "keep" in record:
             apply_keep(record["keep"], record["response"])
+        if "scram" in record:
+            self.scram.normalise(record["scram"], record, record["response"])
         self.responses[record["step"]] = record["response"]
         self.waiting.pop(record["step"], None)
 
@@ -574,7 +656,7 @@ class Runner:
         template = step.get("req", {}) if template is None else template
         for dep in find_refs(template):
             self.await_step(dep)
-        shown, plain = resolve(template, self.responses)
+        shown, plain = resolve(template, self.responses, self.scram)
         raw_body = bytes.fromhex(step["body_hex"]) if "body_hex" in step else None
         msg = msg_from_json(spec.request, plain) if raw_body is None else None
         record = {"step": step["id"], "conn": step.get("conn", 1), "api_key": spec.key,
@@ -583,7 +665,7 @@ class Runner:
             record["body_version"] = body_version
         if "decode_version" in step:
             record["decode_version"] = step["decode_version"]
-        for k in ("nowait", "delay_ms", "until", "keep", "retry", "listener"):
+        for k in ("nowait", "delay_ms", "until", "keep", "retry", "listener", "scram", "scram_client_nonce"):
             if k in step:
                 record[k] = step[k]
         record["request"] = shown
@@ -660,7 +742,7 @@ def record_scenario(name, bootstrap, broker=KAFKA_BROKER):
     import scenarios
     sc = scenarios.get(name)
     steps = step_ids(copy.deepcopy(sc["steps"]))
-    runner = Runner(bootstrap)
+    runner = Runner(bootstrap, sc.get("broker_settings", {}))
     records = []
     try:
         for step in steps:

@@ -376,7 +376,7 @@ def _as_step(rec):
     if "listener" in rec:
         step["listener"] = rec["listener"]
     for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry",
-              "body_hex", "note"):
+              "body_hex", "note", "scram", "scram_client_nonce"):
         if k in rec:
             step[k] = rec[k]
     return step
@@ -401,7 +401,7 @@ def replay(recording, bootstrap):
 def replay_full(recording, bootstrap):
     res = Result(recording.get("scenario", "?"))
     known = known_differences(recording)
-    runner = recorder.Runner(bootstrap)
+    runner = recorder.Runner(bootstrap, recording.get("broker_settings", {}))
     mapper = Mapper()
     actual = []
     try:

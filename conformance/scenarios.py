@@ -3059,3 +3059,123 @@ def _acls_matrix(S):
         *denied,
         *granted,
     ]
+
+
+# --- SASL: SCRAM users, logins over SASL_PLAINTEXT and SASL_SSL, and failures ----------
+
+import base64 as _base64    # noqa: E402
+import hashlib as _hashlib  # noqa: E402
+
+from certs import RECORDING_TLS_SETTINGS  # noqa: E402
+
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+SASL_SETTINGS = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin;User:ANONYMOUS",          # ANONYMOUS: conn 1 and the controller's link
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                      "SASL_SSL:SASL_SSL",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    **{f"listener.name.{listener}.{mechanism}.sasl.jaas.config": SASL_USERS_JAAS if mechanism == "plain"
+       else SCRAM_MODULE
+       for listener in ("sasl_plaintext", "sasl_ssl") for mechanism in ("plain", "scram-sha-256", "scram-sha-512")},
+    **RECORDING_TLS_SETTINGS,
+}
+CLIENT_NONCE = "fyko+d2lbbFgONRv9qkxdawL"           # RFC 5802's example: the client picks it
+SCRAM_SALT = b"doze-conformance-salt"
+
+
+def salted_password(password, mechanism, iterations):
+    return _hashlib.pbkdf2_hmac({1: "sha256", 2: "sha512"}[mechanism], password.encode(), SCRAM_SALT, iterations)
+
+
+def scram_upsertion(name, mechanism, password, iterations=4096):
+    return {"name": name, "mechanism": mechanism, "iterations": iterations, "salt": {"$hex": SCRAM_SALT.hex()},
+            "salted_password": {"$hex": salted_password(password, mechanism, iterations).hex()}}
+
+
+def scram_login(prefix, conn, listener, user, password, mechanism="SCRAM-SHA-256", tamper=None):
+    """SaslHandshake, client-first, client-final (computed from the broker's server-first)."""
+    on = {"conn": conn, "listener": listener}
+    final = {"first": f"{prefix}-first", "user": user, "password": password, "mechanism": mechanism,
+             "client_nonce": CLIENT_NONCE}
+    if tamper:
+        final["tamper"] = tamper
+    return [step(f"{prefix}-handshake", "SaslHandshake", 1, {"mechanism": mechanism}, **on),
+            step(f"{prefix}-first", "SaslAuthenticate", 2, {"auth_bytes": {"$utf8": f"n,,n={user},r={CLIENT_NONCE}"}},
+                 scram="server-first", scram_client_nonce=CLIENT_NONCE, **on),
+            step(f"{prefix}-final", "SaslAuthenticate", 2, {"auth_bytes": {"$scram_final": final}},
+                 scram="server-final", **on)]
+
+
+def plain_login(prefix, conn, listener, user, password):
+    token = f"\0{user}\0{password}".encode().hex()
+    on = {"conn": conn, "listener": listener}
+    return [step(f"{prefix}-handshake", "SaslHandshake", 1, {"mechanism": "PLAIN"}, **on),
+            step(f"{prefix}-authenticate", "SaslAuthenticate", 2, {"auth_bytes": {"$hex": token}}, **on)]
+
+
+@scenario("sasl-scram", broker_settings=SASL_SETTINGS)
+def _sasl_scram(S):
+    """SCRAM users made, described and deleted (AlterUserScramCredentials with Kafka's
+    errors, DescribeUserScramCredentials) by a super user on conn 1; then logins: SCRAM
+    over SASL_PLAINTEXT and over SASL_SSL (TLS with the recordings' certificate), PLAIN
+    over SASL_SSL, each followed by a request; a non-super user asking for credentials;
+    and failures, each on a connection of its own: a wrong password, a tampered nonce, a
+    tampered proof, a deleted user's mechanism, a wrong PLAIN password, an unknown
+    mechanism, a request before authentication (on each SASL listener), SaslAuthenticate
+    before SaslHandshake. After a failure the next request shows whether the connection
+    was closed."""
+    bob, carol = f"{S}-bob", f"{S}-carol"
+    poll = {"timeout_ms": 30000, "interval_ms": 100}
+    md = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+    def after(id, conn, listener):
+        return step(id, "Metadata", 12, md, conn=conn, listener=listener)
+
+    return [
+        step("describe-before", "DescribeUserScramCredentials", 0, {"users": [{"name": bob}]}),
+        step("upsert", "AlterUserScramCredentials", 0, {"deletions": [], "upsertions": [
+            scram_upsertion(bob, 1, "bob-secret"), scram_upsertion(carol, 1, "carol-secret")]}),
+        step("upsert-512", "AlterUserScramCredentials", 0, {"deletions": [], "upsertions": [
+            scram_upsertion(bob, 2, "bob-512", 8192)]}),
+        step("upsert-errors", "AlterUserScramCredentials", 0, {"deletions": [{"name": f"{S}-nobody", "mechanism": 1}],
+                                                               "upsertions": [
+            scram_upsertion(f"{S}-few", 1, "x", iterations=4095), scram_upsertion(f"{S}-many", 2, "x", 16385),
+            dict(scram_upsertion(f"{S}-unknown", 1, "x"), mechanism=0), scram_upsertion("", 1, "x"),
+            scram_upsertion(f"{S}-twice", 1, "x"), scram_upsertion(f"{S}-twice", 2, "x")]}),
+        step("describe", "DescribeUserScramCredentials", 0, {"users": [{"name": bob}, {"name": carol},
+                                                                        {"name": f"{S}-nobody"}]},
+             until={"path": "results.0.credential_infos.*", "count": 2, **poll}),
+        step("describe-twice", "DescribeUserScramCredentials", 0, {"users": [{"name": bob}, {"name": bob}]}),
+        step("api-versions", "ApiVersions", 3, {"client_software_name": "doze-conformance",
+                                                 "client_software_version": "1"}, conn=2, listener="SASL_PLAINTEXT"),
+        *scram_login("bob", 2, "SASL_PLAINTEXT", bob, "bob-secret"),
+        after("bob-metadata", 2, "SASL_PLAINTEXT"),
+        step("bob-describe", "DescribeUserScramCredentials", 0, {"users": [{"name": bob}]}, conn=2,
+             listener="SASL_PLAINTEXT"),
+        *scram_login("bob-512-ssl", 3, "SASL_SSL", bob, "bob-512", mechanism="SCRAM-SHA-512"),
+        after("bob-512-ssl-metadata", 3, "SASL_SSL"),
+        *plain_login("admin-ssl", 4, "SASL_SSL", "admin", "admin-secret"),
+        step("admin-ssl-describe", "DescribeUserScramCredentials", 0, {"users": [{"name": carol}]}, conn=4,
+             listener="SASL_SSL"),
+        *scram_login("wrong-password", 5, "SASL_PLAINTEXT", bob, "not-bobs"),
+        after("wrong-password-after", 5, "SASL_PLAINTEXT"),
+        *scram_login("wrong-nonce", 6, "SASL_PLAINTEXT", bob, "bob-secret", tamper="nonce"),
+        after("wrong-nonce-after", 6, "SASL_PLAINTEXT"),
+        *scram_login("wrong-proof", 7, "SASL_SSL", carol, "carol-secret", tamper="proof"),
+        after("wrong-proof-after", 7, "SASL_SSL"),
+        step("delete", "AlterUserScramCredentials", 0, {"deletions": [{"name": bob, "mechanism": 2}],
+                                                        "upsertions": []}),
+        step("describe-after-delete", "DescribeUserScramCredentials", 0, {"users": [{"name": bob}]},
+             until={"path": "results.0.credential_infos.*", "count": 1, **poll}),
+        *scram_login("deleted", 8, "SASL_PLAINTEXT", bob, "bob-512", mechanism="SCRAM-SHA-512"),
+        after("deleted-after", 8, "SASL_PLAINTEXT"),
+        *plain_login("plain-wrong", 9, "SASL_PLAINTEXT", "alice", "not-alices"),
+        after("plain-wrong-after", 9, "SASL_PLAINTEXT"),
+        step("unknown-mechanism", "SaslHandshake", 1, {"mechanism": "GSSAPI"}, conn=10, listener="SASL_PLAINTEXT"),
+        after("unknown-mechanism-after", 10, "SASL_PLAINTEXT"),
+        after("before-authentication", 11, "SASL_PLAINTEXT"),
+        after("before-authentication-ssl", 12, "SASL_SSL"),
+        step("authenticate-before-handshake", "SaslAuthenticate", 2, {"auth_bytes": {"$utf8": "n,,n=x,r=y"}},
+             conn=13, listener="SASL_PLAINTEXT"),
+    ]

@@ -450,7 +450,8 @@ class RealKafka:
         d = dict(props)
         d.update(self.extra_props)
         order = [k for k, _ in props] + [k for k in self.extra_props if k not in dict(props)]
-        return "".join("%s=%s\n" % (k, d[k]) for k in order)
+        # a value of several lines (an inline PEM) in Java's properties syntax: \n escapes
+        return "".join("%s=%s\n" % (k, str(d[k]).replace("\n", "\\n")) for k in order)
 
     def start(self):
         t0 = time.time()
