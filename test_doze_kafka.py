@@ -4418,6 +4418,99 @@ def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
         assert c.metadata(None).brokers[0].port == sasl_port(broker)
 
 
+def port_of(broker, protocol):
+    [port] = [b.port for b in broker.listening if b.listener.protocol == protocol]
+    return port
+
+
+def hostile_sasl_and_tls(case, broker):
+    """One misbehaving client of test_sasl_and_tls_hostile_clients_leave_others_alone;
+    it must be closed (or answered with its error, then closed)."""
+    plain, tls = port_of(broker, "SASL_PLAINTEXT"), ssl_port(broker)
+    if case in ("TLS garbage", "TLS closed mid-handshake"):
+        with socket.create_connection(("127.0.0.1", tls)) as s:
+            s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE) if case == "TLS garbage"
+                      else b"\x16\x03\x01\x00\xff")
+            if case == "TLS garbage":
+                s.settimeout(5)
+                try:
+                    assert s.recv(100) == b""
+                except ConnectionResetError:
+                    pass
+        return
+    with RawClient(plain) as c:
+        scram = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
+        if case == "wrong password":
+            assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "nope")])[0].error_code == 58
+        elif case == "unknown mechanism":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="GSSAPI").error_code == 33
+        elif case == "request before authentication":
+            c.send(ApiKey.METADATA, None, topics=None)
+        elif case == "out of order":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+            c.send(ApiKey.METADATA, None, topics=None)
+        elif case == "garbage token":
+            assert sasl_authenticate(c, "SCRAM-SHA-256", [b"\xff\xfe garbage"])[0].error_code == 58
+        elif case == "oversized token":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+            c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
+        elif case == "wrong nonce":
+            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
+            bad = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=scram.final(bytes(first.auth_bytes), "forged"))
+            assert bad.error_code == 58
+        elif case == "replayed client-final":
+            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
+            final = scram.final(bytes(first.auth_bytes))
+            assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
+            with RawClient(plain) as other:
+                other_first = sasl_authenticate(other, "SCRAM-SHA-256", [scram.first()])[0]
+                assert other_first.error_code == 0
+                assert other.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 58
+                assert other.is_closed_by_broker(3)
+            return
+        assert c.is_closed_by_broker(3)
+
+
+HOSTILE_SASL_AND_TLS = {   # case -> what the broker's log says about it
+    "wrong password": "SASL PLAIN authentication failed",
+    "unknown mechanism": "SASL mechanism 'GSSAPI' is not enabled",
+    "request before authentication": "METADATA before SASL authentication",
+    "out of order": "while authenticating with PLAIN: only SaslAuthenticate",
+    "garbage token": "SASL SCRAM-SHA-256 authentication failed",
+    "oversized token": "larger than socket.request.max.bytes (4096)",
+    "wrong nonce": "SASL SCRAM-SHA-256 authentication failed",
+    "replayed client-final": "SASL SCRAM-SHA-256 authentication failed",
+    "TLS garbage": "TLS handshake failed",
+    "TLS closed mid-handshake": "TLS handshake failed",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_SASL_AND_TLS))
+def test_sasl_and_tls_hostile_clients_leave_others_alone(start_broker, pem, caplog, case):
+    """A client authenticated with SCRAM over SASL_SSL produces before and after each
+    misbehaving client, whose connection alone closes with a log line that says why."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    settings = {**tls_settings(pem), **sasl_settings(sasl_server_max_receive_size=4096)}
+    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0," \
+                            "SSL://127.0.0.1:0"
+    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
+    broker = start_broker(settings)
+    add_scram_user(broker, "bob", "bob-secret")
+    add_scram_user(broker, "carol", "carol-secret", "SCRAM-SHA-512")
+    with TlsClient(port_of(broker, "SASL_SSL")) as bystander:
+        scram = ScramClient("SCRAM-SHA-512", "carol", "carol-secret")
+        first = sasl_authenticate(bystander, "SCRAM-SHA-512", [scram.first()])[0]
+        assert bystander.call(ApiKey.SASL_AUTHENTICATE, 2,
+                              auth_bytes=scram.final(bytes(first.auth_bytes))).error_code == 0
+        bystander.create_topic("calm")
+        assert bystander.produce("calm", 0, make_batch([b"before"])).base_offset == 0
+        hostile_sasl_and_tls(case, broker)
+        assert wait_until(lambda: HOSTILE_SASL_AND_TLS[case] in caplog.text), caplog.text[-2000:]
+        assert bystander.produce("calm", 0, make_batch([b"after"])).base_offset == 1
+        assert bystander.fetch("calm", 0, 0).high_watermark == 2
+    assert "Traceback" not in caplog.text and "bob-secret" not in caplog.text
+
+
 def scram_upsertion(name, mechanism, password, iterations=4096, salt=b"salt-from-the-client"):
     digest = {1: "sha256", 2: "sha512"}[mechanism] if mechanism in (1, 2) else "sha256"
     return Msg(name=name, mechanism=mechanism, iterations=iterations, salt=salt,
