@@ -7253,6 +7253,7 @@ SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC, SOUR
 SOURCE_GROUP = 8
 DYNAMIC_PREFIX = "broker.config."        # meta.db settings rows: cluster-wide dynamic broker configs
 NODE_PREFIX = "broker.config.node."      # ... and this broker's own
+SECRET_NOT_KEPT = "(a secret: doze keeps no copy)"   # what meta.db holds for a sensitive one
 # A KRaft cluster writes min.insync.replicas as a cluster-wide dynamic config
 # when it is formatted (checked by the describe-configs recording).
 KRAFT_CLUSTER_DEFAULTS = {"min.insync.replicas": "1"}
@@ -7640,7 +7641,9 @@ def alter_topic_configs(ctx, res, validate_only, incremental):
 def alter_broker_configs(ctx, res, validate_only, incremental):
     """Kafka's rules: a read-only setting cannot change; a per-broker one only
     for the broker's id; a bad value is INVALID_REQUEST (not INVALID_CONFIG, as
-    for topics); a name Kafka does not know is accepted and stored."""
+    for topics); a name Kafka does not know is accepted and stored. The value of
+    a sensitive one (a password, a key, a JAAS config) is not kept: doze does
+    not act on it and DescribeConfigs shows none, so meta.db holds a marker."""
     check_broker_resource(ctx, res.resource_name, alter=True)
     node = res.resource_name != ""
     check_null_values(res, incremental)
@@ -7674,6 +7677,9 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if validate_only:
         return
+    for name in changed:                # never read back (DescribeConfigs shows them as null)
+        if checked.get(name) is not None and broker_config_sensitive(name):
+            checked[name] = SECRET_NOT_KEPT
     prefix = NODE_PREFIX if node else DYNAMIC_PREFIX
     ctx.store.set_settings({prefix + n: checked.get(n) for n in changed})
     for name in sorted(changed):

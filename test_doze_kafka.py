@@ -4274,11 +4274,24 @@ def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
         first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
         assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))) \
             .error_code == 0
+    with RawClient(broker.port) as admin:                 # a dynamic secret: described, never kept
+        secret = "listener.name.sasl_plaintext.ssl.key.password"
+        r = admin.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=4, resource_name="1", configs=[Msg(name=secret, config_operation=0,
+                                                             value="dynamic-key-secret")])])
+        assert r.responses[0].error_code == 0
     broker.stop()
     for name in os.listdir(tmp_path / "data"):
         if name.startswith("meta.db"):
             data = open(tmp_path / "data" / name, "rb").read()
             assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
+            assert b"dynamic-key-secret" not in data
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as admin:
+        d = admin.call(ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                       resources=[Msg(resource_type=4, resource_name="1", configuration_keys=[secret])])
+        [entry] = d.results[0].configs
+        assert (entry.value, entry.is_sensitive, entry.config_source) == (None, True, 2)   # DYNAMIC_BROKER_CONFIG
 
 
 def plain_v0(c, password):
