@@ -3063,7 +3063,6 @@ def _acls_matrix(S):
 
 # --- SASL: SCRAM users, logins over SASL_PLAINTEXT and SASL_SSL, and failures ----------
 
-import base64 as _base64    # noqa: E402
 import hashlib as _hashlib  # noqa: E402
 
 from certs import RECORDING_TLS_SETTINGS  # noqa: E402

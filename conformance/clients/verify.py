@@ -26,6 +26,7 @@ Exit 0 if all pass, 1 otherwise.
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 import uuid

@@ -35,7 +35,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,35 +48,19 @@ sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 sys.path.insert(0, os.path.join(REPO, "conformance"))
 
 import verify as verify_mod  # noqa: E402
+from brokers import Doze, Kafka  # noqa: E402
+from secure import Security  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
 ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
                "streams", "spring", "flink"]
 ALL_FAULTS = ["none", "broker", "client"]
 SECURE_FAULTS = ALL_FAULTS + ["noacl"]
-COPIER_USER, COPIER_PASSWORD = "copier", "copier-secret"
-STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-
-
-def secure_settings(keystore):
-    """The broker settings of --secure, in Kafka's names (doze takes the same)."""
-    return {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
-            "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"}
 IN, OUT = "eos-in", "eos-out"
 
 
 def log(msg):
     print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- clients
@@ -157,128 +140,9 @@ CLIENTS = {
 
 # --------------------------------------------------------------------------- brokers
 
-def wait_api(port, limit, proc=None, logpath=None):
-    from realkafka import api_versions
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = open(logpath, errors="replace").read()[-600:] if logpath else ""
-            raise RuntimeError("broker exited with %s at start-up: %s" % (proc.returncode, tail.strip()))
-        try:
-            api_versions("127.0.0.1", port)
-            return
-        except (OSError, Exception):
-            time.sleep(0.1)
-    raise RuntimeError("broker on port %d not answering after %ds" % (port, limit))
-
-
-class Doze:
-    name = "doze"
-
-    def __init__(self, dir, settings=None):
-        self.dir, self.port, self.proc = dir, free_port(), None
-        self.data = os.path.join(dir, "data")
-        self.settings = dict(settings or {})
-        self.secure_port = None
-        if settings:
-            self.secure_port = free_port()
-            self.settings["listeners"] = "PLAINTEXT://127.0.0.1:%d,SASL_SSL://127.0.0.1:%d" % (
-                self.port, self.secure_port)
-
-    @property
-    def bootstrap(self):
-        return "127.0.0.1:%d" % self.port
-
-    @property
-    def client_bootstrap(self):
-        """Where the copier connects: the SASL_SSL listener under --secure."""
-        return "127.0.0.1:%d" % (self.secure_port or self.port)
-
-    def start(self):
-        logf = open(os.path.join(self.dir, "broker.log"), "a")
-        logf.write("==== start %s\n" % time.strftime("%H:%M:%S"))
-        logf.flush()
-        overrides = []
-        for k, v in dict(self.settings, **{"group.initial.rebalance.delay.ms": "0"}).items():
-            overrides += ["--override", "%s=%s" % (k, v)]
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port", str(self.port)]
-                                     + overrides,
-                                     stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
-        wait_api(self.port, 60, self.proc, os.path.join(self.dir, "broker.log"))
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        with open(os.path.join(self.dir, "broker.log"), "a") as f:
-            f.write("==== kill -9 %s\n" % time.strftime("%H:%M:%S"))
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def cleanup(self):
-        shutil.rmtree(self.data, ignore_errors=True)
-
-
-class Kafka:
-    """A real Kafka 4.3.1 via realkafka.py; restarted after kill -9 on the same data dir."""
-    name = "kafka"
-
-    def __init__(self, dir, settings=None):
-        from realkafka import RealKafka
-        self.dir = os.path.join(dir, "kafka")
-        self.k = RealKafka(port=free_port(), dir=self.dir, keep=True, extra_props=settings)
-
-    @property
-    def bootstrap(self):
-        return self.k.bootstrap
-
-    @property
-    def client_bootstrap(self):
-        return self.k.bootstraps.get("SASL_SSL", self.k.bootstrap)
-
-    @property
-    def port(self):
-        return self.k.port
-
-    def start(self):
-        if self.k.controller_port is None:
-            self.k.start()          # formats the storage (first start only)
-            return
-        # Restart without re-formatting (RealKafka.start wipes data/): same command line.
-        import realkafka as rk
-        props = os.path.join(self.dir, "server.properties")
-        logfile = os.path.join(self.dir, "server.log")
-        cmd = ([rk.java_bin(), "-Xmx" + self.k.heap, "-Xms" + self.k.heap] + rk.JVM_COMMON
-               + ["-Dlog4j2.configurationFile=" + os.path.join(self.dir, "log4j2.properties"),
-                  "-Dkafka.logs.dir=" + self.dir, "-cp", rk._classpath(), "kafka.Kafka", props])
-        t0 = time.time()
-        with open(logfile, "ab") as out:
-            out.write(b"==== restart\n")
-            out.flush()
-            self.k.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                           cwd=self.dir, start_new_session=True)
-        self.k.pid = self.k.proc.pid
-        with open(os.path.join(self.dir, "kafka.pid"), "w") as f:
-            f.write("%d\n" % self.k.pid)
-        self.k._wait_ready(t0, logfile)
-
-    def kill9(self):
-        self.k.proc.send_signal(signal.SIGKILL)
-        self.k.proc.wait()
-        with open(os.path.join(self.dir, "server.log"), "a") as f:
-            f.write("==== kill -9 %s\n" % time.strftime("%H:%M:%S"))
-
-    def stop(self):
-        self.k.stop()
-
-    def cleanup(self):
-        shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
+def client_bootstrap(broker):
+    """Where the copier connects: the SASL_SSL listener under --secure."""
+    return broker.bootstraps.get("SASL_SSL", broker.bootstrap)
 
 
 # --------------------------------------------------------------------------- one job
@@ -303,24 +167,14 @@ def setup_topics(bootstrap, n):
         raise RuntimeError("%d input records not delivered" % left)
 
 
-def grant_copier(bootstrap, group, txn_id, txn_write=True):
+def grant_copier(sec, bootstrap, group, txn_id, txn_write=True):
     """--secure: the copier's SCRAM user and exactly the ACLs a copier needs (made
     by the super user over PLAINTEXT); without txn_write no WRITE on its transactional id."""
-    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
-                                       ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
-                                       UserScramCredentialUpsertion)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    made = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-        COPIER_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), COPIER_PASSWORD.encode())])
-    for f in made.values():
-        f.result(30)
-    grants = [(ResourceType.TOPIC, IN, AclOperation.READ), (ResourceType.TOPIC, OUT, AclOperation.WRITE),
-              (ResourceType.GROUP, group, AclOperation.READ)]
+    sec.add_user(bootstrap)
+    grants = [("TOPIC", IN, "LITERAL", "READ"), ("TOPIC", OUT, "LITERAL", "WRITE"), ("GROUP", group, "LITERAL", "READ")]
     if txn_write:
-        grants.append((ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE))
-    for f in admin.create_acls([AclBinding(rt, name, ResourcePatternType.LITERAL, "User:" + COPIER_USER, "*", op,
-                                           AclPermissionType.ALLOW) for rt, name, op in grants]).values():
-        f.result(30)
+        grants.append(("TRANSACTIONAL_ID", txn_id, "LITERAL", "WRITE"))
+    sec.grant(bootstrap, grants)
 
 
 TXN_ID_DENIED = re.compile(r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED|Transactional ?Id authorization failed|"
@@ -380,7 +234,8 @@ def run_job(client, fault, broker_cls, args, root):
     row = {"client": client, "version": CLIENTS[client][1](), "fault": fault, "inputs": args.records,
            "commits": 0, "aborts": 0, "result": "FAIL", "seconds": 0.0, "notes": [], "dir": jdir,
            "broker": broker_cls.name}
-    broker = broker_cls(jdir, secure_settings(args.keystore) if args.secure else None)
+    sec = Security(jdir) if args.secure else None
+    broker = broker_cls(jdir, sec.settings if sec else None)
     copier = None
     t_start = time.time()
     try:
@@ -389,11 +244,8 @@ def run_job(client, fault, broker_cls, args, root):
         setup_topics(broker.bootstrap, args.records)
         group = "eos-%s-%s" % (client, fault)
         txn_id = "eos-%s-%s" % (client, fault)
-        security = None
-        if args.secure:
-            grant_copier(broker.bootstrap, group, txn_id, txn_write=fault != "noacl")
-            security = json.dumps({"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": COPIER_USER,
-                                   "password": COPIER_PASSWORD, "cafile": args.cafile})
+        if sec:
+            grant_copier(sec, broker.bootstrap, group, txn_id, txn_write=fault != "noacl")
         statuses = []
         rnd = random.Random(args.seed)
 
@@ -401,14 +253,14 @@ def run_job(client, fault, broker_cls, args, root):
             st = os.path.join(jdir, "status-%d.json" % attempt)
             statuses.append(st)
             logf = open(os.path.join(jdir, "copier-%d.log" % attempt), "w")
-            full = cmd + ["--bootstrap", broker.client_bootstrap, "--input", IN, "--output", OUT, "--group", group,
+            full = cmd + ["--bootstrap", client_bootstrap(broker), "--input", IN, "--output", OUT, "--group", group,
                           "--txn-id", txn_id, "--attempt", str(attempt), "--status", st,
                           "--seed", str(rnd.randrange(1 << 30))]
             logf.write("$ %s\n" % " ".join(full))
             logf.flush()
             env = dict(os.environ, NODE_PATH=os.path.join(CACHE, "node", "node_modules"))
-            if security:
-                env["EOS_SECURITY"] = security
+            if sec:
+                env["EOS_SECURITY"] = sec.client_json
             return subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
 
@@ -624,10 +476,6 @@ def main():
             ap.error("unknown fault %r (have %s)" % (f, ", ".join(known)))
     root = a.workdir or os.path.join(CACHE, "runs", time.strftime("%Y%m%d-%H%M%S") + ("-kafka" if a.kafka else "-doze"))
     os.makedirs(root, exist_ok=True)
-    if a.secure:
-        from certs import make_certs
-        os.makedirs(os.path.join(root, "certs"), exist_ok=True)
-        a.keystore, a.cafile = make_certs(os.path.join(root, "certs"))
     log("job directories under %s" % root)
     broker_cls = Kafka if a.kafka else Doze
     rows = []
