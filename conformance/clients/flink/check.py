@@ -26,6 +26,9 @@ Kafka through conformance/kafka/realkafka.py), or on --bootstrap H:P (then fault
   fault=broker: kill -9 the broker at the same point and start it again on the same data (and port);
      the clients retry through the outage (open transactions must survive it); should a task fail,
      the job restarts inside its JVM from its last checkpoint (fixed-delay restart strategy).
+--secure: the job connects over SASL_SSL as a SCRAM user with exactly its ACLs (READ on the input and
+on its group flink-eos-<prefix>, WRITE on the output and on transactional ids prefixed <prefix>); the
+producer and the verifier stay on PLAINTEXT.
 Logs (job-*.log, produce.log, verify.log, broker log) and result.json are in the job's directory.
 Exit 1 if a job fails. Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG. Job log level: FLINK_LOG=info.
 """
@@ -44,6 +47,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(REPO, "conformance"))
 sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 JAR = os.path.join(HERE, "target", "flink-eos-check-1.0.jar")
+from brokers import Doze, Kafka  # noqa: E402
+from secure import Security  # noqa: E402
+import needs  # noqa: E402
 
 
 def log(msg):
@@ -63,43 +69,6 @@ def java(cls, *args, level="warn", heap="384m"):
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
             "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozeflink." + cls] + list(args)
-
-
-class DozeBroker:
-    def __init__(self, d):
-        from dozeproc import DozeProcess
-        self.p = DozeProcess(d, "--override", "group.initial.rebalance.delay.ms=0")
-        self.bootstrap = self.p.bootstrap
-
-    def start(self):
-        self.p.start()
-
-    def kill9(self):
-        self.p.kill9()
-
-    def stop(self):
-        if self.p.proc and self.p.proc.poll() is None:
-            self.p.stop()
-
-
-class KafkaBroker:
-    def __init__(self, d):
-        from realkafka import RealKafka
-        self.k = RealKafka(dir=os.path.join(d, "kafka"), keep=True, keep_data=True)
-        self.bootstrap = self.k.bootstrap
-
-    def start(self):
-        self.k.start()
-
-    def kill9(self):
-        self.k.proc.send_signal(signal.SIGKILL)
-        self.k.proc.wait()
-        self.k.proc = self.k.pid = None
-        os.remove(os.path.join(self.k.dir, "kafka.pid"))
-
-    def stop(self):
-        if self.k.proc:
-            self.k.stop()
 
 
 class Proc:
@@ -166,12 +135,14 @@ def run_job(fault, args, root, broker_cls, idx):
     broker, jobs = None, []
     t0 = time.time()
     try:
+        sec = None
         if args.bootstrap:
-            bootstrap = args.bootstrap
+            bootstrap = job_bootstrap = args.bootstrap
         else:
-            broker = broker_cls(jdir)
+            sec = Security(jdir) if args.secure else None
+            broker = broker_cls(jdir, sec.settings if sec else None)
             broker.start()
-            bootstrap = broker.bootstrap
+            bootstrap = job_bootstrap = broker.bootstrap
         suffix = "%s-%d" % (fault, int(time.time()))
         tin, tout, prefix = "fl-in-" + suffix, "fl-out-" + suffix, "fl-tx-" + suffix
         cpdir = os.path.join(jdir, "checkpoints")
@@ -179,10 +150,17 @@ def run_job(fault, args, root, broker_cls, idx):
         run_tool(jdir, "produce.log", "produce", "--bootstrap", bootstrap, "--input", tin, "--output", tout,
                  "--records", str(args.records))
         log("%s: produced %d records to %s" % (name, args.records, tin))
+        if sec:        # the job over SASL_SSL with exactly what it needs
+            sec.add_user(bootstrap)
+            sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
+                                  ("GROUP", "flink-eos-" + prefix, "LITERAL", "READ"),
+                                  ("TRANSACTIONAL_ID", prefix, "PREFIXED", "WRITE")])
+            os.environ["EOS_SECURITY"] = sec.client_json
+            job_bootstrap = broker.bootstraps["SASL_SSL"]
 
         def start_job(restore=None):
             extra = ["--restore", restore] if restore else []
-            p = Proc(java("FlinkJob", "--bootstrap", bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
+            p = Proc(java("FlinkJob", "--bootstrap", job_bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
                           "--checkpoint-dir", cpdir, "--parallelism", str(args.parallelism),
                           "--delay-ms", str(args.delay_ms), *extra,
                           level=os.environ.get("FLINK_LOG", "info"), heap="768m"),
@@ -269,12 +247,16 @@ def main():
     ap.add_argument("--settle-s", type=int, default=5,
                     help="after a restore, stop the job this long after the committed output is complete")
     ap.add_argument("--workdir")
+    ap.add_argument("--secure", action="store_true", help="the job over SASL_SSL with exactly its ACLs "
+                    "(conformance/secure.py)")
     args = ap.parse_args()
+    if args.secure:
+        needs.venv()                  # secure.py makes the user and the ACLs with confluent-kafka
     build()
     root = args.workdir or tempfile.mkdtemp(prefix="flink-eos-")
     os.makedirs(root, exist_ok=True)
     log("work dir %s" % root)
-    broker_cls = KafkaBroker if args.kafka else DozeBroker
+    broker_cls = Kafka if args.kafka else Doze
     rows = []
     for idx, fault in enumerate(args.faults.split(","), 1):
         if fault == "broker" and args.bootstrap:

@@ -19,6 +19,9 @@ One job per fault, each on a fresh broker (doze via conformance/dozeproc.py, Kaf
      its input value; in sp-side every batch complete (5 records, each once), no aborted batch, every
      SIDE-COMMITTED batch present, and unlogged batches only from a killed run (its last one);
      and that each partition's read_committed end (LSO) equals its high watermark.
+--secure: the app connects over SASL_SSL as a SCRAM user with exactly its ACLs (READ on the input
+and the group, WRITE on the outputs and on transactional ids prefixed spr-<group>-); the setup and
+the checks stay on PLAINTEXT.
 Logs (app-*.log, broker.log) and result.json are in the job's directory. Exit 1 if a job fails.
 Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG.
 """
@@ -43,6 +46,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(REPO, "conformance"))
 sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 JAR = os.path.join(HERE, "target", "spring-eos-check-1.0.jar")
+from brokers import Doze, Kafka  # noqa: E402
+from secure import Security  # noqa: E402
 
 
 def log(msg):
@@ -55,43 +60,6 @@ def build():
     if not os.path.exists(JAR) or os.path.getmtime(JAR) < max(os.path.getmtime(f) for f in srcs):
         log("mvn package in %s" % HERE)
         subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
-
-
-class DozeBroker:
-    def __init__(self, d):
-        from dozeproc import DozeProcess
-        self.p = DozeProcess(d, "--override", "group.initial.rebalance.delay.ms=0")
-        self.bootstrap = self.p.bootstrap
-
-    def start(self):
-        self.p.start()
-
-    def kill9(self):
-        self.p.kill9()
-
-    def stop(self):
-        if self.p.proc and self.p.proc.poll() is None:
-            self.p.stop()
-
-
-class KafkaBroker:
-    def __init__(self, d):
-        from realkafka import RealKafka
-        self.k = RealKafka(dir=os.path.join(d, "kafka"), keep=True, keep_data=True)
-        self.bootstrap = self.k.bootstrap
-
-    def start(self):
-        self.k.start()              # keep_data: a restart reuses the data (no format)
-
-    def kill9(self):
-        self.k.proc.send_signal(signal.SIGKILL)
-        self.k.proc.wait()
-        self.k.proc = self.k.pid = None
-        os.remove(os.path.join(self.k.dir, "kafka.pid"))
-
-    def stop(self):
-        if self.k.proc:
-            self.k.stop()
 
 
 class App:
@@ -175,9 +143,10 @@ def run_job(fault, args, root, broker_cls, idx):
     broker, apps = None, []
     t0 = time.time()
     try:
-        broker = broker_cls(jdir)
+        sec = Security(jdir) if args.secure else None
+        broker = broker_cls(jdir, sec.settings if sec else None)
         broker.start()
-        bs = broker.bootstrap
+        bs = app_bs = broker.bootstrap
         sfx = "%s-%d" % (fault, int(time.time()))
         t = {"in": "sp-in-" + sfx, "out": "sp-out-" + sfx, "side": "sp-side-" + sfx, "group": "sp-app-" + sfx}
         admin = AdminClient({"bootstrap.servers": bs})
@@ -192,8 +161,15 @@ def run_job(fault, args, root, broker_cls, idx):
         if p.flush(60):
             raise RuntimeError("input producer did not flush")
         log("%s: %d input records written" % (name, args.records))
+        if sec:        # the app over SASL_SSL with exactly what it needs
+            sec.add_user(bs)
+            sec.grant(bs, [("TOPIC", t["in"], "LITERAL", "READ"), ("TOPIC", t["out"], "LITERAL", "WRITE"),
+                           ("TOPIC", t["side"], "LITERAL", "WRITE"), ("GROUP", t["group"], "LITERAL", "READ"),
+                           ("TRANSACTIONAL_ID", "spr-%s-" % t["group"], "PREFIXED", "WRITE")])
+            os.environ["EOS_SECURITY"] = sec.client_json
+            app_bs = broker.bootstraps["SASL_SSL"]
         run = 1
-        apps.append(App(args, bs, t, run, jdir))
+        apps.append(App(args, app_bs, t, run, jdir))
         kill_at = int(args.records * args.kill_at) if fault in ("client", "broker") else None
         deadline = time.time() + args.job_timeout
         done = 0
@@ -218,7 +194,7 @@ def run_job(fault, args, root, broker_cls, idx):
                 kill_at = None
                 time.sleep(1)
                 run += 1
-                apps.append(App(args, bs, t, run, jdir))
+                apps.append(App(args, app_bs, t, run, jdir))
                 continue
             if apps[-1].p.poll() is not None:
                 raise RuntimeError("app run%d exited rc=%s" % (run, apps[-1].p.returncode))
@@ -308,6 +284,8 @@ def main():
     ap.add_argument("--kill-at", type=float, default=0.4)
     ap.add_argument("--job-timeout", type=int, default=300)
     ap.add_argument("--workdir")
+    ap.add_argument("--secure", action="store_true", help="the app over SASL_SSL with exactly its ACLs "
+                    "(conformance/secure.py)")
     args = ap.parse_args()
     build()
     root = args.workdir or tempfile.mkdtemp(prefix="spring-eos-")
@@ -316,7 +294,7 @@ def main():
     rows = []
     for idx, fault in enumerate(args.faults.split(","), 1):
         log("job %s ..." % fault)
-        row = run_job(fault, args, root, KafkaBroker if args.kafka else DozeBroker, idx)
+        row = run_job(fault, args, root, Kafka if args.kafka else Doze, idx)
         rows.append(row)
         res = row.get("result") or {}
         log("job %s: %s in %.0fs; %s; %s" % (fault, "PASS" if row["ok"] else "FAIL", row["seconds"],

@@ -16,6 +16,9 @@ Kafka through conformance/kafka/realkafka.py), or on --bootstrap H:P (then fault
      the end that the LSO equals the high watermark on every output partition.
   fault=client: kill -9 instance A at ~40% (--kill-at) of the output and start it again on the same state dir;
   fault=broker: kill -9 the broker at ~40% and start it again on the same data (and port).
+--secure: the instances connect over SASL_SSL as a SCRAM user with exactly Streams' ACLs (READ on the
+input, WRITE on the output, ALL on topics prefixed with the application.id, READ on its group, WRITE
+on transactional ids prefixed with it); the producer, the watcher and the setup stay on PLAINTEXT.
 The instances' logs, the broker log and result.json are in the job's directory. Exit 1 if a job fails.
 Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG.
 """
@@ -35,6 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(REPO, "conformance"))
 sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
 JAR = os.path.join(HERE, "target", "streams-eos-check-1.0.jar")
+from brokers import Doze, Kafka  # noqa: E402
+from secure import Security  # noqa: E402
+import needs  # noqa: E402
 
 
 def log(msg):
@@ -53,43 +59,6 @@ def java(cls, *args):
     return ["java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("STREAMS_LOG", "warn"),
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozestreams." + cls] + list(args)
-
-
-class DozeBroker:
-    def __init__(self, d):
-        from dozeproc import DozeProcess
-        self.p = DozeProcess(d, "--override", "group.initial.rebalance.delay.ms=0")
-        self.bootstrap = self.p.bootstrap
-
-    def start(self):
-        self.p.start()
-
-    def kill9(self):
-        self.p.kill9()
-
-    def stop(self):
-        if self.p.proc and self.p.proc.poll() is None:
-            self.p.stop()
-
-
-class KafkaBroker:
-    def __init__(self, d):
-        from realkafka import RealKafka
-        self.k = RealKafka(dir=os.path.join(d, "kafka"), keep=True, keep_data=True)
-        self.bootstrap = self.k.bootstrap
-
-    def start(self):
-        self.k.start()              # keep_data: a restart reuses the data (no format)
-
-    def kill9(self):
-        self.k.proc.send_signal(signal.SIGKILL)
-        self.k.proc.wait()
-        self.k.proc = self.k.pid = None
-        os.remove(os.path.join(self.k.dir, "kafka.pid"))
-
-    def stop(self):
-        if self.k.proc:
-            self.k.stop()
 
 
 class Proc:
@@ -140,18 +109,27 @@ def run_job(fault, args, root, broker_cls, idx):
     procs = []
     t0 = time.time()
     try:
+        sec = None
         if args.bootstrap:
-            bootstrap = args.bootstrap
+            bootstrap = app_bootstrap = args.bootstrap
         else:
-            broker = broker_cls(jdir)
+            sec = Security(jdir) if args.secure else None
+            broker = broker_cls(jdir, sec.settings if sec else None)
             broker.start()
-            bootstrap = broker.bootstrap
+            bootstrap = app_bootstrap = broker.bootstrap
         suffix = "%s-%d" % (fault, int(time.time()))
         tin, tout, app_id = "st-in-" + suffix, "st-out-" + suffix, "st-app-" + suffix
         r = subprocess.run(java("Tool", "topics", "--bootstrap", bootstrap, "--input", tin, "--output", tout),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         if r.returncode:
             raise RuntimeError("topics: " + r.stdout[-2000:])
+        if sec:        # the instances over SASL_SSL with exactly what Streams needs
+            sec.add_user(bootstrap)
+            sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
+                                  ("TOPIC", app_id, "PREFIXED", "ALL"), ("GROUP", app_id, "LITERAL", "READ"),
+                                  ("TRANSACTIONAL_ID", app_id, "PREFIXED", "WRITE")])
+            os.environ["EOS_SECURITY"] = sec.client_json
+            app_bootstrap = broker.bootstraps["SASL_SSL"]
         lines = queue.Queue()
         watch = Proc(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
                           str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
@@ -163,7 +141,7 @@ def run_job(fault, args, root, broker_cls, idx):
         procs.append(prod)
 
         def app(inst):
-            return Proc(java("App", "--bootstrap", bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
+            return Proc(java("App", "--bootstrap", app_bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
                              "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
                         os.path.join(jdir, "app-%s.log" % inst))
         apps = {"A": app("A"), "B": app("B")}
@@ -235,12 +213,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="stream threads per instance")
     ap.add_argument("--job-timeout", type=int, default=300)
     ap.add_argument("--workdir")
+    ap.add_argument("--secure", action="store_true", help="the instances over SASL_SSL with exactly their ACLs "
+                    "(conformance/secure.py)")
     args = ap.parse_args()
+    if args.secure:
+        needs.venv()                  # secure.py makes the user and the ACLs with confluent-kafka
     build()
     root = args.workdir or tempfile.mkdtemp(prefix="streams-eos-")
     os.makedirs(root, exist_ok=True)
     log("work dir %s" % root)
-    broker_cls = KafkaBroker if args.kafka else DozeBroker
+    broker_cls = Kafka if args.kafka else Doze
     rows = []
     for idx, fault in enumerate(args.faults.split(","), 1):
         if fault == "broker" and args.bootstrap:

@@ -26,6 +26,24 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  *            [--restore DIR] [--parallelism 2] [--delay-ms 4] [--interval-ms 1000] [--group G]
  */
 public class FlinkJob {
+    /** The check's --secure: EOS_SECURITY ({"protocol", "mechanism", "username", "password", "cafile"},
+     *  see conformance/secure.py) as Kafka client settings: SASL_SSL with SCRAM, the CA as a PEM truststore. */
+    static Map<String, String> security() {
+        Map<String, String> out = new HashMap<>();
+        String text = System.getenv("EOS_SECURITY");
+        if (text == null || text.isEmpty()) return out;
+        Map<String, String> s = new HashMap<>();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
+        while (m.find()) s.put(m.group(1), m.group(2));
+        out.put("security.protocol", s.get("protocol"));
+        out.put("sasl.mechanism", s.get("mechanism"));
+        out.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
+        out.put("ssl.truststore.type", "PEM");
+        out.put("ssl.truststore.location", s.get("cafile"));
+        return out;
+    }
+
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = Tool.parse(argv);
         String bootstrap = a.get("bootstrap");
@@ -51,7 +69,10 @@ public class FlinkJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(parallelism);
 
+        java.util.Properties secure = new java.util.Properties();
+        secure.putAll(security());
         KafkaSource<String> source = KafkaSource.<String>builder()
+                .setProperties(secure)
                 .setBootstrapServers(bootstrap)
                 .setTopics(a.get("input"))
                 .setGroupId(a.getOrDefault("group", "flink-eos-" + a.get("prefix")))
@@ -62,6 +83,7 @@ public class FlinkJob {
                 .build();
 
         KafkaSink<String> sink = KafkaSink.<String>builder()
+                .setKafkaProducerConfig(secure)
                 .setBootstrapServers(bootstrap)
                 .setRecordSerializer(KafkaRecordSerializationSchema.builder()
                         .setTopic(a.get("output"))

@@ -39,6 +39,24 @@ public class App {
         System.out.flush();
     }
 
+    /** The check's --secure: EOS_SECURITY ({"protocol", "mechanism", "username", "password", "cafile"},
+     *  see conformance/secure.py) as Kafka client settings: SASL_SSL with SCRAM, the CA as a PEM truststore. */
+    static Map<String, String> security() {
+        Map<String, String> out = new HashMap<>();
+        String text = System.getenv("EOS_SECURITY");
+        if (text == null || text.isEmpty()) return out;
+        Map<String, String> s = new HashMap<>();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
+        while (m.find()) s.put(m.group(1), m.group(2));
+        out.put("security.protocol", s.get("protocol"));
+        out.put("sasl.mechanism", s.get("mechanism"));
+        out.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
+        out.put("ssl.truststore.type", "PEM");
+        out.put("ssl.truststore.location", s.get("cafile"));
+        return out;
+    }
+
     public static void main(String[] args) throws Exception {
         Map<String, String> a = parse(args);
         String name = a.getOrDefault("name", "app");
@@ -65,6 +83,7 @@ public class App {
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 10000);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 10000);
+        p.putAll(security());
         say(name, "topology " + topo.describe().toString().replace('\n', ' '));
 
         KafkaStreams ks = new KafkaStreams(topo, p);
