@@ -9,13 +9,15 @@ Spring and Flink checks, against doze or Kafka alike (brokers.py).
     broker.start()
     sec.add_user(broker.bootstrap)          # the SCRAM user, made by the super user
     sec.grant(broker.bootstrap, [("TOPIC", "in", "LITERAL", "READ"), ...])
-    env["EOS_SECURITY"] = sec.client_json   # how the client under test connects
+    env.update(sec.env)                     # how the client under test connects
     client_bootstrap = broker.bootstraps["SASL_SSL"]
 
 The runner's own clients (setup, progress, verification) stay on PLAINTEXT,
 whose User:ANONYMOUS is the only super user. The client under test reads
 EOS_SECURITY: {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512",
-"username", "password", "cafile"}. Needs confluent-kafka (conformance/needs.py).
+"username", "password", "cafile"}; the Java ones read the same as client
+properties from the file EOS_CLIENT_PROPERTIES names. Needs confluent-kafka
+(conformance/needs.py).
 """
 import json
 import os
@@ -42,6 +44,18 @@ class Security:
             "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"}
         self.client_json = json.dumps({"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": user,
                                        "password": password, "cafile": self.cafile})
+        self.client_properties = os.path.join(certs, "client.properties")    # the same, for Java clients
+        with open(self.client_properties, "w") as f:
+            f.write("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="{user}" password="{password}";\n'
+                    f"ssl.truststore.type=PEM\nssl.truststore.location={self.cafile}\n")
+
+    @property
+    def env(self):
+        """What the client under test is started with: EOS_SECURITY (JSON) and
+        EOS_CLIENT_PROPERTIES (a Kafka client properties file, read by the Java ones)."""
+        return {"EOS_SECURITY": self.client_json, "EOS_CLIENT_PROPERTIES": self.client_properties}
 
     def add_user(self, bootstrap):
         """The client's SCRAM-SHA-512 credential (AlterUserScramCredentials)."""

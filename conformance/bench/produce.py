@@ -29,15 +29,19 @@ def rss_kib(pid):
     return -1
 
 
-def produce(port, topic, records, size):
-    from confluent_kafka import Producer
+def create_topic(port, topic):
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
     for f in admin.create_topics([NewTopic(topic, 3, 1)]).values():
         f.result()
-    p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all",
-                  "linger.ms": 5, "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
-                  "compression.type": "none"})
+
+
+def produce(conf, topic, records, size):
+    """records of size random bytes with librdkafka (acks=all, no compression) over
+    conf (its bootstrap and security settings) -> (MB/s, records/s)."""
+    from confluent_kafka import Producer
+    p = Producer(dict(conf, **{"acks": "all", "linger.ms": 5, "batch.size": 1000000,
+                               "queue.buffering.max.messages": 1000000, "compression.type": "none"}))
     value = os.urandom(size)
     errors = []
     t0 = time.perf_counter()
@@ -51,10 +55,10 @@ def produce(port, topic, records, size):
                 p.poll(0.01)
         if i % 10000 == 0:
             p.poll(0)
-    p.flush(120)
+    left = p.flush(120)
     elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    if errors or left:
+        raise RuntimeError(f"{len(errors)} delivery errors ({left} not delivered), first: {errors[:1]}")
     return records * size / elapsed / 1e6, records / elapsed
 
 
@@ -74,7 +78,9 @@ def main():
                 time.sleep(0.5)
                 rss.append(rss_kib(broker.proc.pid))
                 try:
-                    rates.append(produce(broker.port, f"bench{run}", args.records, args.size))
+                    create_topic(broker.port, f"bench{run}")
+                    rates.append(produce({"bootstrap.servers": broker.bootstrap}, f"bench{run}", args.records,
+                                         args.size))
                 finally:
                     broker.stop()
         mbs = statistics.median(r[0] for r in rates)

@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import needs  # noqa: E402
 from certs import make_certs  # noqa: E402
 from dozeproc import DozeProcess, free_port, wait_port  # noqa: E402
+sys.path.insert(0, HERE)
+from produce import produce  # noqa: E402
 
 USER, PASSWORD = "bench", "bench-secret"
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
@@ -63,30 +65,6 @@ def client_conf(listener, ports, ca):
     if listener.endswith("SSL"):
         conf["ssl.ca.location"] = ca
     return conf
-
-
-def produce(conf, topic, records, size):
-    from confluent_kafka import Producer
-    p = Producer(dict(conf, **{"acks": "all", "linger.ms": 5, "batch.size": 1000000,
-                               "queue.buffering.max.messages": 1000000, "compression.type": "none"}))
-    value = os.urandom(size)
-    errors = []
-    t0 = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, value=value, key=str(i).encode(),
-                          on_delivery=lambda err, msg: err and errors.append(err))
-                break
-            except BufferError:
-                p.poll(0.01)
-        if i % 10000 == 0:
-            p.poll(0)
-    left = p.flush(120)
-    elapsed = time.perf_counter() - t0
-    if errors or left:
-        raise RuntimeError(f"{len(errors)} delivery errors ({left} left), first: {errors[:1]}")
-    return records * size / elapsed / 1e6
 
 
 def setup(ports, topics):
@@ -145,7 +123,7 @@ def main():
             for r in range(a.runs):
                 order = LISTENERS[r % 3:] + LISTENERS[:r % 3]
                 for n in order:
-                    rates[n].append(produce(client_conf(n, ports, ca), f"bench-{r}-{n}", a.records, a.size))
+                    rates[n].append(produce(client_conf(n, ports, ca), f"bench-{r}-{n}", a.records, a.size)[0])
                     print(f"round {r + 1} {n:15s} {rates[n][-1]:6.1f} MB/s", flush=True)
             base = statistics.median(rates["PLAINTEXT"])
             print(f"\nproduce, librdkafka, {a.size} B records, acks=all, 3 partitions, {a.records} records, "

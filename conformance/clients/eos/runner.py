@@ -262,7 +262,7 @@ def run_job(client, fault, broker_cls, args, root):
             logf.flush()
             env = dict(os.environ, NODE_PATH=os.path.join(CACHE, "node", "node_modules"))
             if sec:
-                env["EOS_SECURITY"] = sec.client_json
+                env.update(sec.env)
             return subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
 

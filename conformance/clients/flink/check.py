@@ -155,7 +155,7 @@ def run_job(fault, args, root, broker_cls, idx):
             sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
                                   ("GROUP", "flink-eos-" + prefix, "LITERAL", "READ"),
                                   ("TRANSACTIONAL_ID", prefix, "PREFIXED", "WRITE")])
-            os.environ["EOS_SECURITY"] = sec.client_json
+            os.environ.update(sec.env)
             job_bootstrap = broker.bootstraps["SASL_SSL"]
 
         def start_job(restore=None):

@@ -166,7 +166,7 @@ def run_job(fault, args, root, broker_cls, idx):
             sec.grant(bs, [("TOPIC", t["in"], "LITERAL", "READ"), ("TOPIC", t["out"], "LITERAL", "WRITE"),
                            ("TOPIC", t["side"], "LITERAL", "WRITE"), ("GROUP", t["group"], "LITERAL", "READ"),
                            ("TRANSACTIONAL_ID", "spr-%s-" % t["group"], "PREFIXED", "WRITE")])
-            os.environ["EOS_SECURITY"] = sec.client_json
+            os.environ.update(sec.env)
             app_bs = broker.bootstraps["SASL_SSL"]
         run = 1
         apps.append(App(args, app_bs, t, run, jdir))

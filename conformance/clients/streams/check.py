@@ -128,7 +128,7 @@ def run_job(fault, args, root, broker_cls, idx):
             sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
                                   ("TOPIC", app_id, "PREFIXED", "ALL"), ("GROUP", app_id, "LITERAL", "READ"),
                                   ("TRANSACTIONAL_ID", app_id, "PREFIXED", "WRITE")])
-            os.environ["EOS_SECURITY"] = sec.client_json
+            os.environ.update(sec.env)
             app_bootstrap = broker.bootstraps["SASL_SSL"]
         lines = queue.Queue()
         watch = Proc(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",

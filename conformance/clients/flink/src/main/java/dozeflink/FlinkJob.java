@@ -1,6 +1,7 @@
 package dozeflink;
 
 import java.util.HashMap;
+import java.util.Properties;
 import java.util.Map;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
@@ -26,22 +27,14 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  *            [--restore DIR] [--parallelism 2] [--delay-ms 4] [--interval-ms 1000] [--group G]
  */
 public class FlinkJob {
-    /** The check's --secure: EOS_SECURITY ({"protocol", "mechanism", "username", "password", "cafile"},
-     *  see conformance/secure.py) as Kafka client settings: SASL_SSL with SCRAM, the CA as a PEM truststore. */
-    static Map<String, String> security() {
-        Map<String, String> out = new HashMap<>();
-        String text = System.getenv("EOS_SECURITY");
-        if (text == null || text.isEmpty()) return out;
-        Map<String, String> s = new HashMap<>();
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
-        while (m.find()) s.put(m.group(1), m.group(2));
-        out.put("security.protocol", s.get("protocol"));
-        out.put("sasl.mechanism", s.get("mechanism"));
-        out.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
-                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
-        out.put("ssl.truststore.type", "PEM");
-        out.put("ssl.truststore.location", s.get("cafile"));
-        return out;
+    /** The check's --secure: client settings (SASL_SSL, SCRAM, a PEM truststore) from the file
+     *  EOS_CLIENT_PROPERTIES names (conformance/secure.py writes it); none without. */
+    static Properties security() {
+        Properties p = new Properties();
+        String file = System.getenv("EOS_CLIENT_PROPERTIES");
+        if (file != null) try (java.io.Reader r = new java.io.FileReader(file)) { p.load(r); }
+        catch (java.io.IOException e) { throw new java.io.UncheckedIOException(e); }
+        return p;
     }
 
     public static void main(String[] argv) throws Exception {
@@ -69,8 +62,7 @@ public class FlinkJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(parallelism);
 
-        java.util.Properties secure = new java.util.Properties();
-        secure.putAll(security());
+        Properties secure = security();
         KafkaSource<String> source = KafkaSource.<String>builder()
                 .setProperties(secure)
                 .setBootstrapServers(bootstrap)

@@ -178,19 +178,12 @@ public class EosCopier {
         consumer = new KafkaConsumer<>(c);
     }
 
-    /** The runner's --secure (EOS_SECURITY, see ../eos/copier_common.py): SASL_SSL with SCRAM, the CA as a PEM truststore. */
+    /** The runner's --secure: the client settings (SASL_SSL, SCRAM, a PEM truststore) in the
+     *  properties file EOS_CLIENT_PROPERTIES names (conformance/secure.py writes it). */
     static void secure(Properties props) {
-        String text = System.getenv("EOS_SECURITY");
-        if (text == null || text.isEmpty()) return;
-        Map<String, String> s = new HashMap<>();
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
-        while (m.find()) s.put(m.group(1), m.group(2));
-        props.put("security.protocol", s.get("protocol"));
-        props.put("sasl.mechanism", s.get("mechanism"));
-        props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
-                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
-        props.put("ssl.truststore.type", "PEM");
-        props.put("ssl.truststore.location", s.get("cafile"));
+        String file = System.getenv("EOS_CLIENT_PROPERTIES");
+        if (file != null) try (Reader r = new FileReader(file)) { props.load(r); }
+        catch (IOException e) { throw new UncheckedIOException(e); }
     }
 
     KafkaProducer<byte[], byte[]> newProducer() {

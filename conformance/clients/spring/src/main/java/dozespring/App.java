@@ -1,6 +1,7 @@
 package dozespring;
 
 import java.util.HashMap;
+import java.util.Properties;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -66,7 +67,7 @@ public class App {
             p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
             p.put(ProducerConfig.ACKS_CONFIG, "all");
             p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, 20000);
-            p.putAll(security());
+            security().forEach((k, v) -> p.put((String) k, v));
             DefaultKafkaProducerFactory<String, String> pf = new DefaultKafkaProducerFactory<>(p);
             // stable across restarts, so a restarted app fences its killed predecessor's transactional ids
             pf.setTransactionIdPrefix("spr-" + arg("group", null) + "-");
@@ -93,7 +94,7 @@ public class App {
             c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
             c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 100);
-            c.putAll(security());
+            security().forEach((k, v) -> c.put((String) k, v));
             return new DefaultKafkaConsumerFactory<>(c);
         }
 
@@ -142,22 +143,14 @@ public class App {
         }
     }
 
-    /** The check's --secure: EOS_SECURITY ({"protocol", "mechanism", "username", "password", "cafile"},
-     *  see conformance/secure.py) as Kafka client settings: SASL_SSL with SCRAM, the CA as a PEM truststore. */
-    static Map<String, String> security() {
-        Map<String, String> out = new HashMap<>();
-        String text = System.getenv("EOS_SECURITY");
-        if (text == null || text.isEmpty()) return out;
-        Map<String, String> s = new HashMap<>();
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"(\\w+)\"\\s*:\\s*\"([^\"]*)\"").matcher(text);
-        while (m.find()) s.put(m.group(1), m.group(2));
-        out.put("security.protocol", s.get("protocol"));
-        out.put("sasl.mechanism", s.get("mechanism"));
-        out.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
-                + s.get("username") + "\" password=\"" + s.get("password") + "\";");
-        out.put("ssl.truststore.type", "PEM");
-        out.put("ssl.truststore.location", s.get("cafile"));
-        return out;
+    /** The check's --secure: client settings (SASL_SSL, SCRAM, a PEM truststore) from the file
+     *  EOS_CLIENT_PROPERTIES names (conformance/secure.py writes it); none without. */
+    static Properties security() {
+        Properties p = new Properties();
+        String file = System.getenv("EOS_CLIENT_PROPERTIES");
+        if (file != null) try (java.io.Reader r = new java.io.FileReader(file)) { p.load(r); }
+        catch (java.io.IOException e) { throw new java.io.UncheckedIOException(e); }
+        return p;
     }
 
     public static void main(String[] argv) throws Exception {
