@@ -4832,11 +4832,33 @@ class ScramServer:
         return b"v=" + base64.b64encode(server_signature), self.user
 
 
+def java_hash_order(names, presized=False):
+    """names (in insertion order) in the order a java.util.HashMap<String, _>
+    or HashSet iterates them, which Kafka's answers inherit: by bucket of
+    String.hashCode (over UTF-16 code units) spread as HashMap.hash does, then
+    insertion order. A map grows from 16 buckets; presized: a HashSet made from
+    a collection (`new HashSet<>(c)`), its table sized for them at once
+    (SaslHandshake's mechanisms: `new ArrayList<>(new HashSet<>(enabled))`)."""
+    names = list(dict.fromkeys(names))
+    capacity, n = 16, len(names)
+    while capacity < int(n / 0.75) + 1 if presized else n > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name):
+        units = name.encode("utf-16-be")
+        h = 0
+        for unit in struct.unpack(f">{len(units) // 2}H", units):
+            h = (31 * h + unit) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+    return sorted(names, key=bucket)         # sorted is stable: insertion order within a bucket
+
+
 class SaslSession:
     """One connection's SASL state (Kafka's SaslServerAuthenticator states)."""
 
     def __init__(self, mechanisms, plain_users, lookup_scram, listener, max_reauth_ms=0):
-        self.mechanisms, self.plain_users, self.lookup_scram = mechanisms, plain_users, lookup_scram
+        self.plain_users, self.lookup_scram = plain_users, lookup_scram
+        self.mechanisms = java_hash_order(mechanisms, presized=True)    # as SaslHandshake lists them
         self.listener = listener
         self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms (KIP-368): 0 = no limit
         self.state = "start"              # start, versions, authenticate, complete
@@ -7999,24 +8021,6 @@ def client_quota_filter_error(components):
 
 # --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
 
-def java_hash_order(names):
-    """names in the order a java.util.HashMap<String, _> iterates them (bucket
-    of String.hashCode spread as HashMap.hash does, then insertion order):
-    the order Kafka's tools print what Kafka answers from such a map."""
-    names = list(dict.fromkeys(names))
-    capacity = 16
-    while len(names) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(name):
-        units = name.encode("utf-16-be")                 # Java strings are UTF-16 code units
-        h = 0
-        for unit in struct.unpack(f">{len(units) // 2}H", units):
-            h = (31 * h + unit) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-    return sorted(names, key=bucket)         # sorted is stable: insertion order within a bucket
-
-
 @api("""
 DescribeUserScramCredentials  key=50  versions=0-0  flexible=0+     # KIP-554
   request
@@ -8095,9 +8099,9 @@ def handle_alter_user_scram_credentials(ctx, req):
     """
     try:
         ctx.check_cluster(AclOperation.ALTER)
-    except KafkaError as e:
-        return Msg(results=[Msg(user=op.name, error_code=e.code, error_message=e.detail)
-                            for op in list(req.deletions) + list(req.upsertions)])
+    except KafkaError as e:                       # each user once, sorted (getErrorResponse)
+        return Msg(results=[Msg(user=name, error_code=e.code, error_message=e.detail)
+                            for name in sorted({op.name for op in list(req.deletions) + list(req.upsertions)})])
     errors, deletions, upsertions = {}, {}, {}
     for op, kind in [(d, "delete") for d in req.deletions] + [(u, "upsert") for u in req.upsertions]:
         if op.name in errors:
@@ -8116,9 +8120,9 @@ def handle_alter_user_scram_credentials(ctx, req):
         [(u.name, SCRAM_OF_TYPE[u.mechanism], (u.salt, *scram_keys(SCRAM_OF_TYPE[u.mechanism],
                                                                   bytes(u.salted_password)), u.iterations))
          for u in upsertions.values()])
-    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)
-                        for n in list(deletions) + list(upsertions)] +
-               [Msg(user=n, error_code=code, error_message=text) for n, (code, text) in errors.items()])
+    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)      # Kafka's HashMaps'
+                        for n in java_hash_order(deletions) + java_hash_order(upsertions)] +   # order
+               [Msg(user=n, error_code=errors[n][0], error_message=errors[n][1]) for n in java_hash_order(errors)])
 
 
 def scram_alteration_error(ctx, op, kind):
@@ -9019,11 +9023,18 @@ class _Listener:
                     log.warning("TLS on a connection from %s failed: %s", ip, e)
                     sock.close()
                     continue
-            conn = Connection(sock, addr, broker, self.listener, self.tls)
-            if self.sasl:
-                mechanisms, users, max_reauth_ms = self.sasl
-                conn.sasl = SaslSession(mechanisms, users, broker.store.scram_credential, self.listener.name,
-                                        max_reauth_ms)
+            try:
+                conn = Connection(sock, addr, broker, self.listener, self.tls)
+                if self.sasl:
+                    mechanisms, users, max_reauth_ms = self.sasl
+                    conn.sasl = SaslSession(mechanisms, users, broker.store.scram_credential, self.listener.name,
+                                            max_reauth_ms)
+            except Exception as e:                # a bug in doze: this one connection is refused
+                log.error("a connection from %s on listener %s: %s: a bug in doze", ip, self.listener.name,
+                          where(e))
+                with contextlib.suppress(OSError):
+                    sock.close()
+                continue
             broker.ip_counts[ip] += 1
             broker.connections.add(conn)
             conn.update_interest()
@@ -9387,7 +9398,10 @@ class Broker:
                 self.turns = self.config["queued.max.requests"]
                 self.pass_deadline = began + PASS_REQUESTS_S
                 for key, mask in events:
-                    key.data.on_event(mask)
+                    try:
+                        key.data.on_event(mask)
+                    except Exception as e:         # a bug in doze: that socket's client alone pays
+                        self._event_failed(key.data, e)
                 while self._calls:
                     self._calls.popleft()()
                 self._run_timers()
@@ -9612,6 +9626,16 @@ class Broker:
         size = sum(len(c) for c in chunks) - 4
         chunks[0] = I32.pack(size) + chunks[0][4:]
         return chunks
+
+    def _event_failed(self, source, e):
+        """A socket's event handler raised: log it as the bug it is; close that
+        connection (a listener or the waker goes on as it is)."""
+        log.error("%s %s: %s: a bug in doze", type(source).__name__.strip("_"), getattr(source, "name", ""),
+                  where(e))
+        log.debug("the traceback", exc_info=e)
+        if isinstance(source, Connection) and not source.closed:
+            with contextlib.suppress(Exception):
+                source.close(f"a bug in doze: {where(e)}")
 
     def _sasl_admits(self, conn, api_key):
         """May this request of a SASL connection go on? Before authentication

@@ -4121,7 +4121,7 @@ def test_sasl_plain_authenticates_then_serves_everything(start_broker):
     with RawClient(sasl_port(broker)) as c:
         assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
         h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
-        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"])   # Java's HashSet order
         a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("alice", "alice-secret"))
         assert (a.error_code, a.error_message, bytes(a.auth_bytes)) == (0, "", b"")   # Kafka's "" default
         assert principals(broker) == ["User:alice"]
@@ -4498,6 +4498,29 @@ HOSTILE_SASL_AND_TLS = {   # case -> what the broker's log says about it
 }
 
 
+def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, monkeypatch, caplog):
+    """A handler that raises (a bug, made here on purpose) costs its own client
+    the connection, with a log line; the loop, the listeners and the others go on."""
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander:
+        real = doze.SaslSession.__init__
+        monkeypatch.setattr(doze.SaslSession, "__init__", lambda *a, **k: 1 / 0)
+        with RawClient(sasl_port(broker)) as refused:                   # the accept path
+            assert refused.is_closed_by_broker(3)
+        monkeypatch.setattr(doze.SaslSession, "__init__", real)
+        with RawClient(broker.port) as victim:
+            victim.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            monkeypatch.setattr(doze.Connection, "process_frames", lambda self: {}["a bug"])
+            victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            assert victim.is_closed_by_broker(3)                        # a connection's own event
+            monkeypatch.undo()
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        with RawClient(sasl_port(broker)) as later:
+            assert later.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+    assert "ZeroDivisionError: division by zero" in caplog.text and "KeyError: 'a bug'" in caplog.text
+    assert caplog.text.count("a bug in doze") >= 2
+
+
 @pytest.mark.parametrize("case", list(HOSTILE_SASL_AND_TLS))
 def test_sasl_and_tls_hostile_clients_leave_others_alone(start_broker, pem, caplog, case):
     """A client authenticated with SCRAM over SASL_SSL produces before and after each
@@ -4856,6 +4879,25 @@ def test_authorizer_super_users_and_allow_everyone(authorizer):
 ])
 def test_authorizer_any_topic_kip_679(authorizer, acls, allowed):
     assert authorizer(*acls).allowed_on_any("User:alice", "127.0.0.1", A.WRITE, R.TOPIC) is allowed
+
+
+def doze_string_hash(s):
+    """java.lang.String.hashCode, unsigned."""
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) % 2 ** 32
+    return h
+
+
+@pytest.mark.parametrize("names, java", [           # what Kafka 4.3.1's SaslHandshake answers with
+    (["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"]),
+    (["SCRAM-SHA-512", "PLAIN", "PLAIN"], ["SCRAM-SHA-512", "PLAIN"]),              # one bucket: as given
+    (["PLAIN", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512"]),
+    ([f"M{i}" for i in range(20)], sorted([f"M{i}" for i in range(20)], key=lambda n: (
+        (doze_string_hash(n) ^ (doze_string_hash(n) >> 16)) & 31))),          # 20 names: a table of 32
+])
+def test_java_hash_order_as_kafkas_sasl_handshake_lists_mechanisms(names, java):
+    assert doze.java_hash_order(names, presized=True) == java
 
 
 def test_java_host_address_prints_ipv6_as_java_does():
