@@ -1,8 +1,9 @@
 """A throwaway CA and a server certificate for localhost / 127.0.0.1, made with
 the openssl command, for the scripts that start TLS listeners.
 
-    from certs import make_certs
+    from certs import make_certs, make_client_cert
     keystore, ca = make_certs(directory)   # keystore: key + chain (PEM), ca: the CA (PEM)
+    cert, key = make_client_cert(directory, "alice")   # signed by that CA, subject CN=alice
 """
 import ssl
 import subprocess
@@ -22,6 +23,20 @@ def make_certs(d, days=2):
     with open(f"{d}/keystore.pem", "w") as f:
         f.write(open(f"{d}/server.key").read() + open(f"{d}/server.pem").read())
     return f"{d}/keystore.pem", f"{d}/ca.pem"
+
+
+def make_client_cert(d, name, days=2):
+    """A client certificate (CN=name) signed by make_certs' CA in d -> (cert, key) paths;
+    d/<name>-keystore.pem holds both (a Java client's PEM keystore)."""
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                    f"{d}/{name}.key", "-out", f"{d}/{name}.csr", "-subj", f"/CN={name}"], check=True,
+                   capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.pem", "-CAkey",
+                    f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/{name}.pem", "-days", str(days)], check=True,
+                   capture_output=True)
+    with open(f"{d}/{name}-keystore.pem", "w") as f:
+        f.write(open(f"{d}/{name}.key").read() + open(f"{d}/{name}.pem").read())
+    return f"{d}/{name}.pem", f"{d}/{name}.key"
 
 
 # The recordings' TLS listeners (scenarios with an SSL or SASL_SSL listener): one

@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
 
 import aiokafka  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
@@ -15,10 +15,13 @@ from aiokafka.helpers import create_ssl_context  # noqa: E402
 
 
 def secure():
-    s = security()
-    return {} if s is None else dict(security_protocol=s["protocol"], sasl_mechanism=s["mechanism"],
-                                     sasl_plain_username=s["username"], sasl_plain_password=s["password"],
-                                     ssl_context=create_ssl_context(cafile=s["cafile"]))
+    out = security_options({"protocol": "security_protocol", "mechanism": "sasl_mechanism",
+                            "username": "sasl_plain_username", "password": "sasl_plain_password",
+                            "cafile": "cafile", "certfile": "certfile", "keyfile": "keyfile"})
+    tls = {k: out.pop(k) for k in ("cafile", "certfile", "keyfile") if k in out}
+    if tls:
+        out["ssl_context"] = create_ssl_context(**tls)
+    return out
 
 T = 30
 

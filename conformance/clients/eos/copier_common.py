@@ -19,10 +19,12 @@ Every copier, in any language, follows the same contract:
   "aborted" only the on-purpose aborts the client confirmed.
 * It runs until killed (the runner sends SIGTERM once the group's committed offsets cover
   the whole input).
-* Secure mode (the runner's --secure): the environment variable EOS_SECURITY holds JSON
-  {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username", "password",
-  "cafile": PEM of the CA that signed the broker's certificate}; the copier's consumer and
-  producer connect with it (and check the broker's name, 127.0.0.1, against the certificate).
+* Secure modes (the runner's --secure and --auth): the environment variable EOS_SECURITY
+  holds JSON {"protocol": SASL_SSL, SASL_PLAINTEXT or SSL, "mechanism": PLAIN or
+  SCRAM-SHA-512 and "username", "password" (SASL), "cafile": PEM of the CA that signed the
+  broker's certificate (TLS), "certfile", "keyfile": the client's own certificate (SSL)};
+  the copier's consumer and producer connect with it (and check the broker's name,
+  127.0.0.1, against its certificate).
 """
 import argparse
 import faulthandler
@@ -39,6 +41,14 @@ def security():
     """EOS_SECURITY as a dict (see above), or None: plaintext."""
     text = os.environ.get("EOS_SECURITY")
     return json.loads(text) if text else None
+
+
+def security_options(names):
+    """EOS_SECURITY in one client library's option names: names maps each field
+    (protocol, mechanism, username, password, cafile, certfile, keyfile) to the
+    library's; the fields this mode has, nothing else."""
+    s = security() or {}
+    return {names[k]: v for k, v in s.items() if k in names}
 
 
 def parse_args(argv=None):

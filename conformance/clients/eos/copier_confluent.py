@@ -5,7 +5,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
 
 import confluent_kafka  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -21,10 +21,9 @@ def dbg(conf):
 
 
 def secure():
-    s = security()
-    return {} if s is None else {"security.protocol": s["protocol"], "sasl.mechanism": s["mechanism"],
-                                 "sasl.username": s["username"], "sasl.password": s["password"],
-                                 "ssl.ca.location": s["cafile"]}
+    return security_options({"protocol": "security.protocol", "mechanism": "sasl.mechanism",
+                             "username": "sasl.username", "password": "sasl.password", "cafile": "ssl.ca.location",
+                             "certfile": "ssl.certificate.location", "keyfile": "ssl.key.location"})
 
 
 def main():

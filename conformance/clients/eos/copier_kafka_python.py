@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
 
 import kafka  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
@@ -23,10 +23,9 @@ from kafka.structs import OffsetAndMetadata  # noqa: E402
 
 
 def secure():
-    s = security()
-    return {} if s is None else dict(security_protocol=s["protocol"], sasl_mechanism=s["mechanism"],
-                                     sasl_plain_username=s["username"], sasl_plain_password=s["password"],
-                                     ssl_cafile=s["cafile"])
+    return security_options({"protocol": "security_protocol", "mechanism": "sasl_mechanism",
+                             "username": "sasl_plain_username", "password": "sasl_plain_password",
+                             "cafile": "ssl_cafile", "certfile": "ssl_certfile", "keyfile": "ssl_keyfile"})
 
 
 class Hung(Exception):

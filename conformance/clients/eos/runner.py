@@ -29,6 +29,11 @@ noacl, grants everything but WRITE on the transactional id: the copier must fail
 with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and write nothing. The Streams, Spring
 and Flink checks run with their own --secure (each grants what its framework
 needs; conformance/secure.py makes the certificate, the user and the ACLs).
+
+--auth scram-ssl,scram,plain-ssl,plain,cert: each copier once per mode (fault
+none, the same exact ACLs): SCRAM-SHA-512 or PLAIN over SASL_SSL or
+SASL_PLAINTEXT, or TLS with a client certificate whose subject is the
+principal (User:CN=eos-client). The frameworks' checks are left out.
 """
 import argparse
 import json
@@ -51,7 +56,7 @@ sys.path.insert(0, os.path.join(REPO, "conformance"))
 
 import verify as verify_mod  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
-from secure import Security  # noqa: E402
+from secure import MODES, Security  # noqa: E402
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
 ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
@@ -142,9 +147,9 @@ CLIENTS = {
 
 # --------------------------------------------------------------------------- brokers
 
-def client_bootstrap(broker):
-    """Where the copier connects: the SASL_SSL listener under --secure."""
-    return broker.bootstraps.get("SASL_SSL", broker.bootstrap)
+def client_bootstrap(broker, sec):
+    """Where the copier connects: the secure mode's listener, or PLAINTEXT."""
+    return broker.bootstraps[sec.listener] if sec else broker.bootstrap
 
 
 # --------------------------------------------------------------------------- one job
@@ -194,17 +199,26 @@ def output_records(bootstrap):
 
 
 def wait_denied(statuses, limit_s):
-    """noacl: the copier's last_error once it names the transactional id's denial, or None."""
+    """noacl: the copier's report of the transactional id's denial once it shows, or
+    None. Its status file's last_error, or else its log, where the client library
+    logs the broker's answer (kafkajs reports the denied FindCoordinator only as
+    "Failed to find group coordinator", and logs the error it got)."""
     deadline = time.time() + limit_s
     while time.time() < deadline:
         for p in statuses:
+            texts = []
             try:
                 with open(p) as fh:
-                    err = json.load(fh).get("last_error") or ""
+                    texts.append(json.load(fh).get("last_error") or "")
+                with open(p.replace("status-", "copier-").replace(".json", ".log"), errors="replace") as fh:
+                    texts.append(fh.read())
             except (OSError, ValueError):
                 continue
-            if TXN_ID_DENIED.search(err):
-                return err
+            for text in texts:
+                found = TXN_ID_DENIED.search(text)
+                if found:
+                    line = text[text.rfind("\n", 0, found.start()) + 1:].split("\n", 1)[0]
+                    return line.strip()
         time.sleep(0.2)
     return None
 
@@ -229,14 +243,15 @@ class Monitor:
         self.c.close()
 
 
-def run_job(client, fault, broker_cls, args, root):
-    name = "%s-%s-%s" % (broker_cls.name, client, fault)
+def run_job(client, fault, broker_cls, args, root, mode=None):
+    """One copy job; mode: a secure.MODES name (--secure, --auth), None for plaintext."""
+    name = "%s-%s-%s%s" % (broker_cls.name, client, fault, "-" + mode if mode else "")
     jdir = os.path.join(root, name)
     os.makedirs(jdir)
     row = {"client": client, "version": CLIENTS[client][1](), "fault": fault, "inputs": args.records,
            "commits": 0, "aborts": 0, "result": "FAIL", "seconds": 0.0, "notes": [], "dir": jdir,
-           "broker": broker_cls.name}
-    sec = Security(jdir) if args.secure else None
+           "broker": broker_cls.name, "auth": mode or "plaintext"}
+    sec = Security(jdir, mode) if mode else None
     broker = broker_cls(jdir, sec.settings if sec else None)
     copier = None
     t_start = time.time()
@@ -255,7 +270,7 @@ def run_job(client, fault, broker_cls, args, root):
             st = os.path.join(jdir, "status-%d.json" % attempt)
             statuses.append(st)
             logf = open(os.path.join(jdir, "copier-%d.log" % attempt), "w")
-            full = cmd + ["--bootstrap", client_bootstrap(broker), "--input", IN, "--output", OUT, "--group", group,
+            full = cmd + ["--bootstrap", client_bootstrap(broker, sec), "--input", IN, "--output", OUT, "--group", group,
                           "--txn-id", txn_id, "--attempt", str(attempt), "--status", st,
                           "--seed", str(rnd.randrange(1 << 30))]
             logf.write("$ %s\n" % " ".join(full))
@@ -412,7 +427,8 @@ EXTERNAL = {
 def run_external(client, fault, kafka, root, secure=False):
     """One fault of a framework's own check (conformance/clients/<folder>/run)."""
     folder, version, faults = EXTERNAL[client]
-    row = {"client": client, "version": version, "fault": fault, "inputs": "-", "commits": "-",
+    row = {"client": client, "version": version, "auth": "scram-ssl" if secure else "plaintext", "fault": fault,
+           "inputs": "-", "commits": "-",
            "aborts": "-", "result": "FAIL", "seconds": 0.0, "notes": [], "broker": "kafka" if kafka else "doze"}
     if fault not in faults:
         row["result"], row["notes"] = "NOT RUN", ["this check has no %s fault yet" % fault]
@@ -442,7 +458,7 @@ def run_external(client, fault, kafka, root, secure=False):
 
 
 def print_table(rows, out=sys.stdout):
-    cols = ["client", "version", "fault", "inputs", "commits", "aborts", "result", "seconds", "notes"]
+    cols = ["client", "version", "auth", "fault", "inputs", "commits", "aborts", "result", "seconds", "notes"]
     cells = [[str(r[c]) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
     w = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)), file=out)
@@ -465,15 +481,23 @@ def main():
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--secure", action="store_true", help="copiers over SASL_SSL with exactly their ACLs; "
                     "adds the noacl fault (see the top of this file)")
+    ap.add_argument("--auth", help="authentication modes to run each copier in, with fault none "
+                    "(a list of: %s); the frameworks' checks are left out" % ", ".join(MODES))
     a = ap.parse_args()
     clients = [c for c in a.clients.split(",") if c]
     faults = [f for f in a.faults.split(",") if f]
     for c in clients:
         if c not in CLIENTS and c not in EXTERNAL:
             ap.error("unknown client %r (have %s)" % (c, ", ".join(ALL_CLIENTS)))
-    known = SECURE_FAULTS if a.secure else ALL_FAULTS
+    modes = [m for m in (a.auth or "").split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            ap.error("unknown authentication mode %r (have %s)" % (m, ", ".join(MODES)))
+    known = SECURE_FAULTS if a.secure or modes else ALL_FAULTS
     if a.secure and a.faults == ",".join(ALL_FAULTS):
         faults = list(SECURE_FAULTS)
+    elif modes and a.faults == ",".join(ALL_FAULTS):
+        faults = ["none"]
     for f in faults:
         if f not in known:
             ap.error("unknown fault %r (have %s)" % (f, ", ".join(known)))
@@ -482,17 +506,16 @@ def main():
     log("job directories under %s" % root)
     broker_cls = Kafka if a.kafka else Doze
     rows = []
-    for c in clients:
-        for f in faults:
-            if f == "noacl" and c in EXTERNAL:
-                continue                      # the frameworks' checks have no noacl job: copiers only
-            log("---- %s / %s / %s" % (broker_cls.name, c, f))
-            row = run_external(c, f, a.kafka, root, a.secure) if c in EXTERNAL else run_job(c, f, broker_cls, a, root)
-            log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"],
-                                              "; ".join(row["notes"])))
-            rows.append(row)
-            with open(a.json or os.path.join(root, "results.json"), "w") as fh:
-                json.dump(rows, fh, indent=1)
+    jobs = [(c, f, m) for c in clients if not (modes and c in EXTERNAL)      # --auth: copiers only
+            for m in modes or ["scram-ssl" if a.secure else None]
+            for f in faults if not (f == "noacl" and c in EXTERNAL)]            # the checks have no noacl
+    for c, f, m in jobs:
+        log("---- %s / %s / %s%s" % (broker_cls.name, c, f, " / " + m if m else ""))
+        row = run_external(c, f, a.kafka, root, a.secure) if c in EXTERNAL else run_job(c, f, broker_cls, a, root, m)
+        log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"], "; ".join(row["notes"])))
+        rows.append(row)
+        with open(a.json or os.path.join(root, "results.json"), "w") as fh:
+            json.dump(rows, fh, indent=1)
     if a.kafka:
         print("broker: Apache Kafka 4.3.1 (conformance/kafka/realkafka.py)")
     else:

@@ -75,12 +75,15 @@ class Status {
   }
 }
 
-// The runner's --secure (EOS_SECURITY, see ../copier_common.py): SASL_SSL with SCRAM.
+// The runner's --secure and --auth (EOS_SECURITY, see ../copier_common.py): TLS, SASL or both.
 function secure () {
   if (!process.env.EOS_SECURITY) return {}
   const s = JSON.parse(process.env.EOS_SECURITY)
-  return { ssl: { ca: [fs.readFileSync(s.cafile, 'utf8')] },
-    sasl: { mechanism: s.mechanism.toLowerCase(), username: s.username, password: s.password } }
+  const read = f => fs.readFileSync(f, 'utf8')
+  const out = {}
+  if (s.cafile) out.ssl = s.certfile ? { ca: [read(s.cafile)], cert: read(s.certfile), key: read(s.keyfile) } : { ca: [read(s.cafile)] }
+  if (s.mechanism) out.sasl = { mechanism: s.mechanism.toLowerCase(), username: s.username, password: s.password }
+  return out
 }
 
 async function main () {

@@ -26,6 +26,8 @@ type Security struct {
 	Username  string `json:"username"`
 	Password  string `json:"password"`
 	CAFile    string `json:"cafile"`
+	CertFile  string `json:"certfile"`
+	KeyFile   string `json:"keyfile"`
 }
 
 func LoadSecurity() *Security {
@@ -40,8 +42,12 @@ func LoadSecurity() *Security {
 	return s
 }
 
-// TLSConfig trusts only the CA in CAFile; the broker's name is checked by the client.
+// TLSConfig trusts only the CA in CAFile (the broker's name is checked by the client)
+// and presents CertFile with KeyFile when the mode has a client certificate; nil: no TLS.
 func (s *Security) TLSConfig() *tls.Config {
+	if s.CAFile == "" {
+		return nil
+	}
 	pem, err := os.ReadFile(s.CAFile)
 	if err != nil {
 		log.Fatalf("EOS_SECURITY cafile: %v", err)
@@ -50,7 +56,15 @@ func (s *Security) TLSConfig() *tls.Config {
 	if !pool.AppendCertsFromPEM(pem) {
 		log.Fatalf("EOS_SECURITY cafile %s: no certificate", s.CAFile)
 	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	config := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if s.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			log.Fatalf("EOS_SECURITY certfile/keyfile: %v", err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return config
 }
 
 // ScramClient is the client side of SCRAM-SHA-256/512 (RFC 5802) with the standard

@@ -11,21 +11,29 @@ import (
 	"dozekafka/eos/common"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-// secure: the SASL_SSL options of the runner's --secure (EOS_SECURITY), else none.
+// secure: the options of the runner's --secure and --auth (EOS_SECURITY): TLS, SASL or both.
 func secure() []kgo.Opt {
 	s := common.LoadSecurity()
 	if s == nil {
 		return nil
 	}
-	auth := scram.Auth{User: s.Username, Pass: s.Password}
-	mechanism := auth.AsSha512Mechanism()
-	if s.Mechanism == "SCRAM-SHA-256" {
-		mechanism = auth.AsSha256Mechanism()
+	var opts []kgo.Opt
+	switch s.Mechanism {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
 	}
-	return []kgo.Opt{kgo.SASL(mechanism), kgo.DialTLSConfig(s.TLSConfig())}
+	if config := s.TLSConfig(); config != nil {
+		opts = append(opts, kgo.DialTLSConfig(config))
+	}
+	return opts
 }
 
 func main() {

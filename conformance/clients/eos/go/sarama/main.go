@@ -204,12 +204,16 @@ func main() {
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Group.Session.Timeout = 10 * time.Second
 	cfg.Consumer.Group.Heartbeat.Interval = 2 * time.Second
-	if s := common.LoadSecurity(); s != nil { // the runner's --secure: SASL_SSL with SCRAM
-		cfg.Net.TLS.Enable, cfg.Net.TLS.Config = true, s.TLSConfig()
-		cfg.Net.SASL.Enable, cfg.Net.SASL.Handshake = true, true
-		cfg.Net.SASL.Mechanism = sarama.SASLMechanism(s.Mechanism)
-		cfg.Net.SASL.User, cfg.Net.SASL.Password = s.Username, s.Password
-		cfg.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return common.NewScramClient(s.Mechanism) }
+	if s := common.LoadSecurity(); s != nil { // the runner's --secure and --auth: TLS, SASL or both
+		if config := s.TLSConfig(); config != nil {
+			cfg.Net.TLS.Enable, cfg.Net.TLS.Config = true, config
+		}
+		if s.Mechanism != "" {
+			cfg.Net.SASL.Enable, cfg.Net.SASL.Handshake = true, true
+			cfg.Net.SASL.Mechanism = sarama.SASLMechanism(s.Mechanism)
+			cfg.Net.SASL.User, cfg.Net.SASL.Password = s.Username, s.Password
+			cfg.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return common.NewScramClient(s.Mechanism) }
+		}
 	}
 	log.Printf("sarama config version %s", cfg.Version)
 	c := &copier{a: a, st: st, cfg: cfg, local: map[int32]int64{}}
