@@ -69,8 +69,14 @@ SCENARIO_BROKERS = {
 }
 # What 0081's CreateAcls/DescribeAcls/DeleteAcls subtests need of the broker: an
 # authorizer, and the tests' PLAINTEXT connections (User:ANONYMOUS) allowed to use it.
-ACL_BROKER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-              "super.users": "User:ANONYMOUS"}
+# 0109's unauthorized topic is a DENY for User:* on it, which a super user passes:
+# it needs a broker that lets everyone do what no ACL names, and no super user.
+ACL_BROKERS = {
+    "super": {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"},
+    "open": {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+             "allow.everyone.if.no.acl.found": "true"},
+}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -240,8 +246,10 @@ def main(argv=None):
     ap.add_argument("--patch-rf", action="store_true", help="change the tests' replication factor 3 to 1 "
                     "in the tree (then --build)")
     ap.add_argument("--build", action="store_true", help="configure and make the tree, then go on")
-    ap.add_argument("--acls", action="store_true", help="doze with Kafka's StandardAuthorizer and "
-                    "User:ANONYMOUS a super user (0081's ACL subtests need an authorizer)")
+    ap.add_argument("--acls", nargs="?", const="super", choices=sorted(ACL_BROKERS),
+                    help="doze with Kafka's StandardAuthorizer: super (the default), User:ANONYMOUS a "
+                    "super user (0081's ACL subtests); open, allow.everyone.if.no.acl.found and no super "
+                    "user (0109's denied topic)")
     ap.add_argument("--out", help="results directory (default: a new temp dir)")
     a = ap.parse_args(argv)
 
@@ -297,7 +305,7 @@ def main(argv=None):
                         units.append((n, s))
             else:
                 units.append((n, None))
-        with Broker(a.bootstrap, dict(SCENARIO_BROKERS[scenario], **(ACL_BROKER if a.acls else {})), a.doze_log_level,
+        with Broker(a.bootstrap, dict(SCENARIO_BROKERS[scenario], **(ACL_BROKERS[a.acls] if a.acls else {})), a.doze_log_level,
                     keep_dir=os.path.join(out, f"doze-{scenario}")) as b:
             conf = os.path.join(out, f"test-{scenario}.conf")
             with open(conf, "w") as f:
