@@ -8394,12 +8394,11 @@ def handle_describe_topic_partitions(ctx, req):
                                partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
     node_id, topics, cursor = ctx.node(ctx.conn)[0], [], None
+    described = topics_allowed(ctx, AclOperation.DESCRIBE, names)
     refused = [] if everything else [
         Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=UUID_ZERO, is_internal=False,
-            partitions=[]) for n in names if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
-    if refused or everything:
-        names = [n for n in names if all(r.name != n for r in refused)
-                 and (not everything or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n))]
+            partitions=[]) for n in names if n not in described]
+    names = [n for n in names if n in described]
     for name in names:
         if remaining == 0:
             cursor = Msg(topic_name=name, partition_index=0)
@@ -8505,6 +8504,8 @@ def java_host_address(ip):
     with contextlib.suppress(ValueError):
         return ":".join(format(int(g, 16), "x") for g in ipaddress.IPv6Address(ip.split("%")[0]).exploded.split(":"))
     return ip
+
+
 TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
 TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
 RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
