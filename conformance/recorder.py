@@ -569,11 +569,15 @@ class Connection:
 
 # --- running a scenario -----------------------------------------------------------
 
+# What a step may carry besides its request, kept as it is in its record (and so
+# given back to the Runner by replay.py).
+STEP_OPTIONS = ("nowait", "delay_ms", "until", "keep", "retry", "listener", "scram", "scram_client_nonce")
+
+
 def tls_listener_names(settings):
     """Listener names that settings' listener.security.protocol.map makes SSL or SASL_SSL."""
-    mapping = settings.get("listener.security.protocol.map", "")
-    pairs = [e.split(":", 1) for e in mapping.split(",") if ":" in e]
-    return {n.strip() for n, proto in pairs if proto.strip() in ("SSL", "SASL_SSL")}
+    from realkafka import protocol_map
+    return {n for n, protocol in protocol_map(settings).items() if protocol in ("SSL", "SASL_SSL")}
 
 
 class Runner:
@@ -665,7 +669,7 @@ class Runner:
             record["body_version"] = body_version
         if "decode_version" in step:
             record["decode_version"] = step["decode_version"]
-        for k in ("nowait", "delay_ms", "until", "keep", "retry", "listener", "scram", "scram_client_nonce"):
+        for k in STEP_OPTIONS:
             if k in step:
                 record[k] = step[k]
         record["request"] = shown

@@ -373,10 +373,7 @@ def _strip_values(template):
 
 def _as_step(rec):
     step = {"id": rec["step"], "api": rec["api"], "v": rec["version"], "conn": rec["conn"]}
-    if "listener" in rec:
-        step["listener"] = rec["listener"]
-    for k in ("body_version", "decode_version", "nowait", "delay_ms", "until", "keep", "retry",
-              "body_hex", "note", "scram", "scram_client_nonce"):
+    for k in ("body_version", "decode_version", "body_hex", "note") + recorder.STEP_OPTIONS:
         if k in rec:
             step[k] = rec[k]
     return step

@@ -389,13 +389,18 @@ def _tail(path, n=40):
         return "(no %s)" % path
 
 
+def protocol_map(settings):
+    """settings' listener.security.protocol.map as {listener name: protocol}, in its order."""
+    mapping = settings.get("listener.security.protocol.map", "")
+    pairs = (e.split(":", 1) for e in mapping.split(",") if ":" in e)
+    return {name.strip(): protocol.strip() for name, protocol in pairs}
+
+
 def extra_listener_names(settings):
     """The listeners besides PLAINTEXT (and the controller's) that settings'
     listener.security.protocol.map names: each gets a port of its own (also
     when replay.py starts doze with the same settings)."""
-    mapping = settings.get("listener.security.protocol.map", "")
-    names = [e.split(":", 1)[0].strip() for e in mapping.split(",") if ":" in e]
-    return [n for n in names if n not in ("PLAINTEXT", "CONTROLLER")]
+    return [n for n in protocol_map(settings) if n not in ("PLAINTEXT", "CONTROLLER")]
 
 
 class RealKafka:
