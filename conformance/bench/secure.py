@@ -31,18 +31,14 @@ import needs  # noqa: E402
 from certs import make_certs  # noqa: E402
 from dozeproc import DozeProcess, free_port, wait_port  # noqa: E402
 sys.path.insert(0, HERE)
-from produce import produce  # noqa: E402
+from produce import produce, rss_kib  # noqa: E402
 
 USER, PASSWORD = "bench", "bench-secret"
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return -1.0
+    return rss_kib(pid) / 1024
 
 
 def settled_rss(pid, limit_s=10):
