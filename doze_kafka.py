@@ -1642,6 +1642,37 @@ def read_struct(r, plan, flexible):
     return msg
 
 
+class Memo:
+    """A struct array whose encoding depends only on `key`: the encoder writes
+    it from a small cache and calls build() for its elements only on a miss.
+    Metadata's partitions of a topic are alike on one node, so 10,000 of them
+    cost a cache lookup, not 10,000 structs built and dropped per request
+    (which also kept CPython's allocator from giving that memory back)."""
+    __slots__ = ("key", "build")
+
+    def __init__(self, key, build):
+        self.key, self.build = key, build
+
+
+_MEMO = collections.OrderedDict()
+MEMO_MAX_BYTES = 4 << 20
+_memo_bytes = [0]
+
+
+def _memo_encoded(write_array, w, child, flexible, memo, fix_error):
+    """write_array's output for memo's elements, from the cache or made once."""
+    key = (child, flexible, memo.key)
+    data = _MEMO.get(key)
+    if data is None:
+        sub = Writer()
+        write_array(sub, memo.build(), fix_error)
+        data = _MEMO[key] = bytes(sub.out)
+        _memo_bytes[0] += len(data)
+        while _memo_bytes[0] > MEMO_MAX_BYTES and len(_MEMO) > 1:
+            _memo_bytes[0] -= len(_MEMO.popitem(last=False)[1])
+    w.out += data
+
+
 def _writer(f, child, nullable, flexible):
     """One field's writer: (w, value, fix_error) -> None, with its type,
     nullability and the encoding decided once (fix_error: an older version's
@@ -1669,6 +1700,8 @@ def _writer(f, child, nullable, flexible):
         def write_structs(w, v, fix_error):
             if v is None:
                 return null(w)
+            if type(v) is Memo:
+                return _memo_encoded(write_structs, w, child, flexible, v, fix_error)
             w.length(flexible, I32, len(v))
             for item in v:
                 write_struct(w, child, item, flexible, fix_error)
@@ -2411,30 +2444,42 @@ INDEX_HEADER = struct.Struct(">6sqqI")      # magic, covered log bytes, entries,
 
 
 class Segment:
-    """One .log file and the batch index over it."""
-    __slots__ = ("files", "open_files", "base_offset", "path", "index_path", "bases", "lasts", "positions",
+    """One .log file and the batch index over it. A segment that never took a
+    batch holds no arrays and no paths of its own (a topic of 10,000 unused
+    partitions costs little, and its memory goes back when it is deleted)."""
+    __slots__ = ("files", "open_files", "base_offset", "directory", "bases", "lasts", "positions",
                  "max_timestamps", "running_max", "size", "fd", "reader", "unsynced", "born_ms")
 
     def __init__(self, files, directory, base_offset, open_files):
         self.files = files
         self.open_files = open_files
         self.base_offset = base_offset
-        self.path = os.path.join(directory, segment_name(base_offset))
-        self.index_path = os.path.join(directory, segment_name(base_offset, ".index"))
-        self.bases = array.array("q")       # first offset of each batch
-        self.lasts = array.array("q")       # last offset of each batch
-        self.positions = array.array("q")   # byte position of each batch
-        self.max_timestamps = array.array("q")
-        self.running_max = array.array("q") # the largest max_timestamp so far: sorted, so bisectable
+        self.directory = directory
+        # bases: first offset of each batch; lasts: last offset of each batch; positions:
+        # byte position of each batch; running_max: the largest max_timestamp so far (sorted,
+        # so bisectable). Empty tuples until the first batch (_new_arrays).
+        self.bases = self.lasts = self.positions = self.max_timestamps = self.running_max = ()
         self.size = 0
         self.fd = None                      # append descriptor: the active segment, on demand
         self.reader = None                  # ReadHandle, on demand
         self.unsynced = False
         self.born_ms = 0                    # when this segment started taking appends (segment.ms)
 
+    @property
+    def path(self):
+        return os.path.join(self.directory, segment_name(self.base_offset))
+
+    @property
+    def index_path(self):
+        return os.path.join(self.directory, segment_name(self.base_offset, ".index"))
+
+    def _new_arrays(self):
+        self.bases, self.lasts, self.positions, self.max_timestamps, self.running_max = (
+            array.array("q") for _ in range(5))
+
     def create(self):
-        self.fd = self.files.open_append(self.path, create=True)
-        self.open_files.touch(self, "append")
+        """The empty file; its append descriptor is opened by the first append."""
+        self.files.close(self.files.open_append(self.path, create=True))
 
     def open_existing(self):
         """Load the index (cache, then a scan of what it does not cover); cut a torn tail."""
@@ -2458,13 +2503,14 @@ class Segment:
         if magic != INDEX_MAGIC or covered > file_size or len(body) != count * 32 \
                 or zlib.crc32(body) != crc:
             return 0
+        self._new_arrays()
         for i, arr in enumerate((self.bases, self.lasts, self.positions, self.max_timestamps)):
             arr.frombytes(body[i * count * 8:(i + 1) * count * 8])   # native order: a cache
         self.running_max = array.array("q", itertools.accumulate(self.max_timestamps, max))
         return covered
 
     def save_index_cache(self):
-        arrays = b"".join(a.tobytes() for a in (self.bases, self.lasts, self.positions,
+        arrays = b"".join(bytes(a) for a in (self.bases, self.lasts, self.positions,
                                                  self.max_timestamps))
         head = INDEX_HEADER.pack(INDEX_MAGIC, self.size, len(self.bases), zlib.crc32(arrays))
         with contextlib.suppress(OSError):
@@ -2496,7 +2542,11 @@ class Segment:
         return pos
 
     def _add(self, base, last, position, max_timestamp):
-        self.bases.append(base)
+        try:
+            self.bases.append(base)
+        except AttributeError:                   # the first batch
+            self._new_arrays()
+            self.bases.append(base)
         self.lasts.append(last)
         self.positions.append(position)
         self.max_timestamps.append(max_timestamp)
@@ -3202,8 +3252,9 @@ class LogManager:
         starts = self.store.load_log_start_offsets()
         for name, (topic_id, n, configs) in self.store.load_topics().items():
             self.topics[name] = Msg(name=name, topic_id=topic_id, partitions=n, configs=configs)
+            view = functools.partial(self.topic_config, name)
             for p in range(n):
-                plog = self._new_log(name, p)
+                plog = self._new_log(name, p, view)
                 if os.path.isdir(plog.dir):
                     plog.open(starts.get((name, p), 0))
                 else:                                    # created in meta.db, dir lost: recreate
@@ -3220,11 +3271,12 @@ class LogManager:
                 self.files.rmtree(path)
         self.flush_dirty()
 
-    def _new_log(self, topic, partition):
+    def _new_log(self, topic, partition, view=None):
+        """A partition's log (not yet opened); `view`, its topic's configs looked
+        up live, is shared by the partitions made together."""
         directory = os.path.join(self.config.data_dir, f"{topic}-{partition}")
         return PartitionLog(topic, partition, directory, self.files,
-                            lambda name, t=topic: self.topic_config(t, name), self.clock,
-                            self.open_files)
+                            view or functools.partial(self.topic_config, topic), self.clock, self.open_files)
 
     # --- topic configs ---
     def topic_config(self, topic, name):
@@ -3358,9 +3410,10 @@ class LogManager:
 
     def _make_partitions(self, name, numbers):
         new_logs = []
+        view = functools.partial(self.topic_config, name)
         try:
             for i, p in enumerate(numbers):
-                plog = self._new_log(name, p)
+                plog = self._new_log(name, p, view)
                 self.removing.pop(plog.dir, None)
                 if os.path.exists(plog.dir):            # leftover of a deleted topic
                     self.files.rmtree(plog.dir)
@@ -5889,10 +5942,11 @@ def describe_topic(ctx, wanted, may_create, node_id, create_denied=None):
                 create_denied.append(denied)
             return denied
         return auto_create(ctx, name, internal)
+    count = topic.partitions
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
-               partitions=[Msg(partition_index=p, leader_id=node_id, leader_epoch=0,
-                               replica_nodes=[node_id], isr_nodes=[node_id])
-                           for p in range(topic.partitions)])
+               partitions=Memo(("metadata", count, node_id), lambda: [
+                   Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id],
+                       isr_nodes=[node_id]) for p in range(count)]))
 
 
 def auto_create(ctx, name, internal):

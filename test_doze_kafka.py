@@ -21,6 +21,7 @@ A test marked "# BUG:" exposes a broker bug and fails until doze_kafka.py is fix
 """
 
 import base64
+import collections
 import contextlib
 import errno
 import hashlib
@@ -588,6 +589,37 @@ def test_schema_flexible_versions_use_compact_encoding():
     assert v9.hex() == "02" "07" + b"orders".hex() + "00" "01" "00" "00" "00"
 
 
+def test_memo_array_encodes_as_its_elements_and_builds_them_once(monkeypatch):
+    """A Memo struct array is written exactly as its elements would be, in
+    classic and compact versions; a second use of its key comes from the
+    cache without building them; the cache keeps under its byte bound."""
+    spec = doze.HANDLERS[ApiKey.METADATA][0]
+    monkeypatch.setattr(doze, "_MEMO", collections.OrderedDict())
+    monkeypatch.setattr(doze, "_memo_bytes", [0])
+    monkeypatch.setattr(doze, "MEMO_MAX_BYTES", 2000)
+
+    def partitions(n):
+        return [Msg(partition_index=p, leader_id=7, leader_epoch=0, replica_nodes=[7], isr_nodes=[7])
+                for p in range(n)]
+
+    def response(parts):
+        return Msg(brokers=[], cluster_id="c", controller_id=7, topics=[
+            Msg(error_code=0, name="t", topic_id=doze.UUID_ZERO, is_internal=False, partitions=parts)])
+    builds = []
+
+    def build(n):
+        builds.append(n)
+        return partitions(n)
+    for version in (1, 9, 12):
+        for n in (0, 3, 40):
+            plain = b"".join(doze.encode_body(spec, version, "response", response(partitions(n))).finish())
+            for _ in range(2):
+                memo = doze.Memo(("test", n), lambda n=n: build(n))
+                assert b"".join(doze.encode_body(spec, version, "response", response(memo)).finish()) == plain
+    assert builds == [0, 3, 40] * 3                     # once per (version, key), not per use
+    assert doze._memo_bytes[0] <= 2000 and doze._memo_bytes[0] == sum(map(len, doze._MEMO.values()))
+
+
 def test_schema_tagged_field_is_written_only_when_not_default():
     spec = doze.HANDLERS[ApiKey.FETCH][0]
     base = dict(max_wait_ms=0, min_bytes=0, topics=[], forgotten_topics_data=[], rack_id="")
@@ -1016,6 +1048,24 @@ def test_storage_segment_roll_by_broker_setting(open_logs):
     for i in range(6):
         append(logs, plog, [b"v%d" % i + bytes(400_000)])
     assert len(plog.segments) >= 3
+
+
+def test_storage_unwritten_partitions_hold_no_descriptor_and_no_index(open_logs):
+    """A topic of many partitions nobody writes costs a file each on disk, but
+    no open descriptor and no index arrays; the first append opens one
+    descriptor for its own partition only, and the topic survives a restart."""
+    logs = open_logs()
+    plog = new_topic(logs, partitions=300)
+    assert len(logs.open_files.lru) == 0
+    assert all(seg.bases == () for p in range(300) for seg in logs.get("t", p).segments)
+    assert all(log_files(logs.get("t", p)) == ["00000000000000000000.log"] for p in range(300))
+    append(logs, plog, [b"a", b"b"])
+    assert [seg for seg, kind in logs.open_files.lru if kind == "append"] == [plog.active]
+    assert list(plog.active.bases) == [0]
+    logs.close()
+    again = open_logs()
+    assert again.get("t", 299).next_offset == 0
+    assert [r[2] for r in batch_records(again.get("t", 0).read(0, 1 << 20, 10).read())] == [b"a", b"b"]
 
 
 def test_storage_restart_reopens_every_segment(open_logs):
