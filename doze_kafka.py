@@ -38,12 +38,14 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
   §10 request handlers; long ones run in steps (in_steps) so none holds the loop
-  §11 server loop: listeners, TLS on the loop (PEM stores, client certificates'
+  §11 console: a read-only web console on the same loop (HTML and JSON twins of
+     the transactions, producers, LSOs and topics the broker holds), and its safety
+  §12 server loop: listeners, TLS on the loop (PEM stores, client certificates'
      principals), connections, their limits, back-pressure, group commit
-  §12 CLI
+  §13 CLI
 To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
-Hostile input and overload: §4's Reader, §6's check_records, §11's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
 """
 
 ###############################################################################
@@ -57,6 +59,7 @@ import bisect
 import collections
 import contextlib
 import dataclasses
+import datetime
 import decimal
 import enum
 import errno
@@ -65,6 +68,7 @@ import gc
 import hashlib
 import heapq
 import hmac
+import html
 import ipaddress
 import itertools
 import json
@@ -88,6 +92,7 @@ import tempfile
 import threading
 import time
 import types
+import urllib.parse
 import uuid
 import zlib
 
@@ -171,9 +176,11 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §11)
+    "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §11)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §12)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -1196,6 +1203,17 @@ def error_for_version(api_key, version, code):
     return code if version >= first_version else fallback
 
 
+def where(e):
+    """An exception in one line: its type and text, and the doze line it came from."""
+    tb, place = e.__traceback__, ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == __file__:
+            place = f" (at line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name})"
+        tb = tb.tb_next
+    return f"{type(e).__name__}: {e}{place}"
+
+
+
 ###############################################################################
 # 4. WIRE CODEC -- primitive types, frames
 ###############################################################################
@@ -1655,7 +1673,7 @@ class Memo:
 
 
 _MEMO = collections.OrderedDict()
-MEMO_MAX_BYTES = 4 << 20
+MEMO_MAX_BYTES = 1 << 20
 _memo_bytes = [0]
 
 
@@ -2056,9 +2074,25 @@ class RecordsError(ValueError):
     """The records of a batch do not decode."""
 
 
-def record_payload(batch):
-    """The records' bytes of an uncompressed or gzip batch (gzip inflated up to
-    MAX_INFLATED); RecordsError for other codecs or a broken payload."""
+def gunzip(data, limit=MAX_INFLATED):
+    """gzip-framed bytes inflated, at most `limit` of them (RecordsError past it)."""
+    try:
+        inflater = zlib.decompressobj(47)                 # gzip framing
+        out = inflater.decompress(data, limit)
+    except zlib.error as e:
+        raise RecordsError(f"gzip: {e}") from None
+    if inflater.unconsumed_tail:
+        raise RecordsError(f"gzip records inflate to more than {limit} bytes")
+    return out
+
+
+GZIP_ONLY = {1: gunzip}         # codec -> inflate(data, limit): what the broker's own readers decode
+
+
+def record_payload(batch, codecs=GZIP_ONLY):
+    """The records' bytes of a batch: uncompressed, or inflated by its codec in
+    `codecs` (the broker's own readers: gzip only, up to MAX_INFLATED);
+    RecordsError for another codec or a broken payload."""
     if len(batch) < BATCH_HEADER_SIZE:
         raise RecordsError(f"{len(batch)} bytes is shorter than a batch header")
     h = read_batch_header(batch)
@@ -2066,23 +2100,16 @@ def record_payload(batch):
     codec = h.attributes & ATTR_COMPRESSION
     if codec == 0:
         return h, data
-    if codec != 1:
+    if codec not in codecs:
         raise RecordsError(f"cannot decode {COMPRESSION_NAMES.get(codec, codec)} records")
-    try:
-        inflater = zlib.decompressobj(47)                 # gzip framing
-        out = inflater.decompress(data, MAX_INFLATED)
-    except zlib.error as e:
-        raise RecordsError(f"gzip: {e}") from None
-    if inflater.unconsumed_tail:
-        raise RecordsError(f"gzip records inflate to more than {MAX_INFLATED} bytes")
-    return h, memoryview(out)
+    return h, memoryview(codecs[codec](data, MAX_INFLATED))
 
 
-def decode_records(batch):
-    """Yield (offset_delta, timestamp_delta, key, value, headers) of an
-    uncompressed or gzip batch, as Kafka's DefaultRecord.readFrom reads them.
+def decode_records(batch, codecs=GZIP_ONLY):
+    """Yield (offset_delta, timestamp_delta, key, value, headers) of a batch
+    whose codec is in `codecs`, as Kafka's DefaultRecord.readFrom reads them.
     Raises RecordsError at the first record that does not decode."""
-    h, data = record_payload(batch)
+    h, data = record_payload(batch, codecs)
     if not 0 <= h.records_count <= len(data) // (MIN_RECORD_BODY + 1):
         raise RecordsError(f"{h.records_count} records cannot fit in {len(data)} bytes")
     r = Reader(data)
@@ -3531,6 +3558,35 @@ class LogManager:
 # always the coordinator, FindCoordinator always answers "me", and meta.db
 # stands in for both internal topics.
 #
+# --- The journal: what the coordinators did, for whoever watches ---------------
+# Each state change of a transaction, each marker written, each fence and
+# timeout is recorded as an event: numbered, timed, in a bounded ring. The
+# console's feed and Transaction page read it; nothing else depends on it.
+# An event is a small dict per transition or marker, never per record.
+
+JOURNAL_SIZE = 2000             # events the ring keeps
+TXN_HISTORY = 32                # transitions each transactional id keeps for its own page
+
+
+class Journal:
+    """The broker's own actions, newest last, with an id each; watchers (the
+    console) are called with each event as it is recorded."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.events = collections.deque(maxlen=JOURNAL_SIZE)
+        self.last_id = 0
+        self.watchers = []
+
+    def record(self, kind, **fields):
+        self.last_id += 1
+        event = {"id": self.last_id, "kind": kind, "at_ms": int(self.clock() * 1000), **fields}
+        self.events.append(event)
+        for watch in self.watchers:
+            watch(event)
+        return event
+
+
 # --- Producer state (idempotence) ---------------------------------------------
 # An idempotent producer (KIP-98) numbers its batches per partition: producer
 # id, epoch, and a sequence number that grows by the record count. The
@@ -4391,6 +4447,10 @@ class TransactionMetadata:
         self.last_update_ms = now_ms
         self.markers_needed = set()           # partitions still owed a marker
         self.marker_offsets = {}              # (topic, partition) -> offset of its marker
+        # In memory only, for the console: the recent transitions (journal
+        # events), and the last decided transaction's markers and offsets.
+        self.history = collections.deque(maxlen=TXN_HISTORY)
+        self.last_decision = None             # {"commit", "markers": {tp: offset}, "offsets": {group: {tp: entry}}}
 
     def row(self, **changes):
         """The meta.db row for this metadata with `changes` applied."""
@@ -4414,11 +4474,12 @@ class TransactionCoordinator:
     """Transactional ids and their transactions. Knows nothing of sockets;
     waiters are woken through notify(("txn", transactional_id))."""
 
-    def __init__(self, config, store, logs, groups, producer_state, producer_ids, notify):
+    def __init__(self, config, store, logs, groups, producer_state, producer_ids, notify, journal=None):
         self.config = config
         self.store = store
         self.logs = logs
         self.groups = groups
+        self.journal = journal or Journal(config.clock)
         self.producer_state = producer_state      # (topic, partition) -> ProducerStateTable
         self.producer_ids = producer_ids
         self.notify = notify
@@ -4447,9 +4508,10 @@ class TransactionCoordinator:
                          meta.transactional_id, meta.state.value)
                 self._write_markers(meta)
 
-    def _save(self, meta, **changes):
+    def _save(self, meta, cause=None, **changes):
         """Store the changed metadata, then adopt it: the state in memory never
-        runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR."""
+        runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR.
+        A new state or epoch is journaled with its cause."""
         if "state" in changes and changes["state"] != meta.state \
                 and meta.state not in VALID_PREVIOUS[changes["state"]]:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
@@ -4460,8 +4522,18 @@ class TransactionCoordinator:
         except sqlite3.Error as e:
             log.error("meta.db write for transaction %s failed: %s", meta.transactional_id, e)
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "meta.db write failed") from None
+        before = (meta.state, meta.producer_id, meta.producer_epoch)
         meta.adopt(row)
         self.txns[meta.transactional_id] = meta
+        if before != (meta.state, meta.producer_id, meta.producer_epoch):
+            self._journal_transition(meta, before[0], cause)
+
+    def _journal_transition(self, meta, before, cause):
+        event = self.journal.record(
+            "txn", transactional_id=meta.transactional_id, from_state=before.value, to_state=meta.state.value,
+            cause=cause, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            partitions=[f"{t}-{p}" for t, p in sorted(meta.partitions)][:20], partition_count=len(meta.partitions))
+        meta.history.append(event)
 
     def _index_staged(self, meta):
         for group, offsets in meta.offsets.items():
@@ -4540,14 +4612,14 @@ class TransactionCoordinator:
             pass                                  # KIP-360: a retry of a bump that succeeded
         else:
             raise KafkaError(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} is not current")
-        self._save(meta, **new)
+        self._save(meta, "InitProducerId", **new)
         return Msg(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
 
     def _fence_and_abort(self, meta, why):
         """Raise the epoch (fencing the producer) and abort its open transaction."""
         log.info("transaction %s: aborting its open transaction (%s); epoch %d -> %d",
                  meta.transactional_id, why, meta.producer_epoch, meta.producer_epoch + 1)
-        self._save(meta, state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
+        self._save(meta, f"fenced: {why}", state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
                    last_producer_epoch=-1, last_update_ms=self.now_ms())
         self._write_markers(meta)
 
@@ -4561,7 +4633,8 @@ class TransactionCoordinator:
                 (group is None or group in meta.groups):
             return                                 # a retry: nothing to write
         now = self.now_ms()
-        self._save(meta, state=TxnState.ONGOING, partitions=meta.partitions | tps,
+        self._save(meta, "AddOffsetsToTxn" if group else "AddPartitionsToTxn",
+                   state=TxnState.ONGOING, partitions=meta.partitions | tps,
                    groups=meta.groups | ({group} if group else set()), last_update_ms=now,
                    txn_start_ms=now if meta.state != TxnState.ONGOING else meta.txn_start_ms)
 
@@ -4592,7 +4665,8 @@ class TransactionCoordinator:
         if meta.state != TxnState.ONGOING:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              f"cannot {'commit' if commit else 'abort'} in state {meta.state.value}")
-        self._save(meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+        self._save(meta, f"EndTxn ({'commit' if commit else 'abort'})",
+                   state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
                    last_update_ms=self.now_ms())
         self._write_markers(meta)
         return True
@@ -4632,6 +4706,9 @@ class TransactionCoordinator:
                                                  base, now)
             meta.markers_needed.discard(tp)
             meta.marker_offsets[tp] = base
+            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
+                                offset=base, control="COMMIT" if commit else "ABORT",
+                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
 
     def progress(self):
         """After a group commit: finish every decided transaction whose markers
@@ -4660,7 +4737,11 @@ class TransactionCoordinator:
         for group, entries in offsets.items():
             self.groups.apply_committed(group, entries)
         self._unindex_staged(meta)
+        meta.last_decision = {"commit": commit, "markers": meta.marker_offsets, "offsets": meta.offsets,
+                              "partitions": meta.partitions, "at_ms": row["last_update_ms"]}
+        before = meta.state
         meta.adopt(row)
+        self._journal_transition(meta, before, "markers durable")
         meta.markers_needed, meta.marker_offsets = set(), {}
         self.completing.discard(meta.transactional_id)
         self.notify(("txn", meta.transactional_id))
@@ -4710,6 +4791,10 @@ class TransactionCoordinator:
                     and meta.last_update_ms < limit:
                 self.store.delete_txn(meta.transactional_id)
                 del self.txns[meta.transactional_id]
+                self.journal.record("txn", transactional_id=meta.transactional_id, from_state=meta.state.value,
+                                    to_state=TxnState.DEAD.value, cause="transactional.id.expiration.ms",
+                                    producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                    partitions=[], partition_count=0)
 
 
 ###############################################################################
@@ -5398,7 +5483,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §11).
+    connection of a client that sends one (see §12).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -5692,10 +5777,10 @@ def fetch_partitions(ctx, req, readable):
             except KafkaError as e:
                 part.error_code = e.code
                 continue
-            end = last_stable_offset(ctx, plog) if read_committed else plog.high_watermark
+            end = last_stable_offset(ctx.broker, plog) if read_committed else plog.high_watermark
             part.aborted_transactions = [] if read_committed else None
             part.high_watermark = plog.high_watermark
-            part.last_stable_offset = last_stable_offset(ctx, plog)
+            part.last_stable_offset = last_stable_offset(ctx.broker, plog)
             part.log_start_offset = plog.log_start_offset
             if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.next_offset:
                 part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -5724,10 +5809,10 @@ def check_leader_epoch(current_leader_epoch):
                      else ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch}")
 
 
-def last_stable_offset(ctx, plog):
+def last_stable_offset(broker, plog):
     """The LSO: below it every transaction is decided. Without transactions it
     is the high watermark."""
-    table = ctx.broker.producer_states.get((plog.topic, plog.partition))
+    table = broker.producer_states.get((plog.topic, plog.partition))
     return table.last_stable_offset(plog.high_watermark) if table else plog.high_watermark
 
 
@@ -5815,7 +5900,7 @@ def list_offsets(ctx, req):
 def list_offset(ctx, plog, timestamp, isolation_level):
     """-> (offset, timestamp) for one ListOffsets partition (a step generator)."""
     if timestamp == LATEST_TIMESTAMP:
-        return (last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark), -1
+        return (last_stable_offset(ctx.broker, plog) if isolation_level == 1 else plog.high_watermark), -1
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
@@ -5824,7 +5909,7 @@ def list_offset(ctx, plog, timestamp, isolation_level):
         found = yield from plog.offset_for_timestamp(timestamp)
     else:
         found = None                  # -5, -6: tiered-storage offsets; doze has no tiers
-    bound = last_stable_offset(ctx, plog) if isolation_level == 1 else plog.high_watermark
+    bound = last_stable_offset(ctx.broker, plog) if isolation_level == 1 else plog.high_watermark
     if found is None or found[0] >= bound:
         return -1, -1
     return found
@@ -8486,7 +8571,1338 @@ def partitions_page(topic, indexes, node_id, operations):
 
 
 ###############################################################################
-# 11. SERVER -- one selectors loop, every connection, every timer
+# 11. CONSOLE -- the broker in a browser: read-only HTTP on the same loop
+###############################################################################
+# doze.console.listener=HOST:PORT serves a small web console on the broker's
+# own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
+# leaves it off). It shows what Kafka's consoles cannot, because the broker
+# knows it: every transactional id with its state, the producers each
+# partition remembers, and which open transaction holds a partition's last
+# stable offset back. Every page is whole HTML without JavaScript, and has a
+# JSON twin under /api/ with Kafka's own field names.
+#
+# Read-only: GET and HEAD, nothing else; no answer changes the broker, so a
+# page elsewhere in the browser has nothing to forge. Any Kafka client can
+# write what the console shows (a transactional id, a client id, a record),
+# and the console usually runs on a learner's laptop, so:
+#   - the Host header must name the console itself (127.0.0.1, localhost,
+#     [::1], or a name in doze.console.hosts), which stops DNS rebinding: 421;
+#   - every value on a page goes through esc(), once, in the builders below
+#     (table cells, links, headings); characters that do not print (control,
+#     bidi overrides, zero-width) are shown as visible tokens;
+#   - every answer has a Content-Security-Policy that allows no inline script
+#     or style and nothing from elsewhere, so an escaping bug is a blocked
+#     violation rather than running code; no CORS header, ever;
+#   - every request is bounded: CONSOLE_MAX_CONNECTIONS connections, a
+#     request head of at most 8 KiB within CONSOLE_HEAD_TIMEOUT_S, one request
+#     a connection, at most CONSOLE_MAX_ROWS rows a table (the rest counted);
+#   - with an authorizer (ACLs), the data pages need a login that checks the
+#     broker's own SASL users and shows each only what its ACLs let it
+#     describe; until that login is built they answer 403.
+
+CONSOLE_CLI_ADDRESS = "127.0.0.1:8092"    # what python3 doze_kafka.py serves the console on
+CONSOLE_MAX_CONNECTIONS = 32
+CONSOLE_HEAD_MAX = 8192
+CONSOLE_HEAD_TIMEOUT_S = 10.0
+CONSOLE_SWEEP_S = 1.0
+CONSOLE_MAX_ROWS = 500
+CONSOLE_MAX_STREAMS = 8               # event streams (one a browser tab)
+CONSOLE_STREAM_BUFFER = 256 * 1024    # bytes a stream may have unread before it is let go
+CONSOLE_HEARTBEAT_S = 15.0
+CONSOLE_LINGER_S = 2.0                # an answered connection waits this long for its client to close
+CONSOLE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+     "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+    ("Connection", "close"))
+HTTP_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+                405: "Method Not Allowed", 408: "Request Timeout", 421: "Misdirected Request",
+                431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+# --- Markup ---------------------------------------------------------------------
+
+class Html(str):
+    """Markup the console made itself: written as it is. Any other value put
+    on a page is text, and esc() escapes it."""
+
+
+def esc(value):
+    """Text as markup: escaped, quotes too, and what does not print shown as
+    a visible token (U+202E and the like cannot reorder or hide a cell)."""
+    if isinstance(value, Html):
+        return value
+    text = "" if value is None else str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() or c in "\n\t" else f"\u27e8U+{ord(c):04X}\u27e9" for c in text)
+    return Html(html.escape(text, quote=True))
+
+
+def tag(element, content="", **attrs):
+    """<element attrs>content</element>; attribute values escaped (class_ for class)."""
+    attributes = "".join(f' {k.rstrip("_").replace("_", "-")}="{esc(v)}"'
+                         for k, v in attrs.items() if v is not None)
+    if element in VOID_ELEMENTS:
+        return Html(f"<{element}{attributes}>")
+    return Html(f"<{element}{attributes}>{join_html(content)}</{element}>")
+
+
+VOID_ELEMENTS = {"input", "meta", "link", "br"}
+
+
+def join_html(content):
+    """Content as markup: a list (nested or not) is its items in order."""
+    if isinstance(content, (list, tuple)):
+        return Html("".join(join_html(c) for c in content))
+    return esc(content)
+
+
+def console_path(*segments, **query):
+    """A console URL: each path segment and query value percent-encoded."""
+    path = "/" + "/".join(urllib.parse.quote(str(s), safe="") for s in segments)
+    pairs = [(k, v) for k, v in query.items() if v is not None]
+    return path + ("?" + urllib.parse.urlencode(pairs) if pairs else "")
+
+
+def link(text, *segments, **query):
+    return tag("a", text, href=console_path(*segments, **query))
+
+
+def table(caption, columns, rows, total=None, numeric=()):
+    """A table with a caption; a row's first cell is its header. total: the
+    rows there were before CONSOLE_MAX_ROWS cut them (said under the table)."""
+    head = tag("tr", [tag("th", c, scope="col", class_="num" if c in numeric else None) for c in columns])
+    body = []
+    for row in rows:
+        cells = [tag("th", row[0], scope="row")]
+        cells += [tag("td", cell, class_="num" if col in numeric else None)
+                  for col, cell in zip(columns[1:], row[1:])]
+        body.append(tag("tr", cells))
+    if not rows:
+        body.append(tag("tr", tag("td", "none", colspan=str(len(columns)), class_="empty")))
+    note = ""
+    if total is not None and total > len(rows):
+        note = tag("p", f"{len(rows)} of {total} shown.", class_="note")
+    return Html(tag("table", [tag("caption", caption), tag("thead", head), tag("tbody", body)]) + note)
+
+
+STATE_SYMBOLS = {"Empty": "\u25cb", "Ongoing": "\u25cf", "PrepareCommit": "\u25d0", "PrepareAbort": "\u25d0",
+                 "CompleteCommit": "\u2713", "CompleteAbort": "\u2717", "PrepareEpochFence": "\u2691",
+                 "Dead": "\u2020"}
+
+
+def state_badge(state):
+    """A transaction state as text with a symbol (never colour alone)."""
+    return tag("span", f"{STATE_SYMBOLS.get(state, '')} {state}", class_=f"state s-{state}")
+
+
+def time_text(ms):
+    """A timestamp (ms) as UTC text in a <time> element (-1: none)."""
+    if ms is None or ms < 0:
+        return "\u2014"
+    try:
+        when = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    return tag("time", when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC",
+               datetime=when.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+
+
+def age_text(ms):
+    if ms is None or ms < 0:
+        return "\u2014"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 7_200_000:
+        return f"{ms // 60_000} min"
+    return f"{ms // 3_600_000} h"
+
+
+CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("APIs", "/apis"))
+
+CONSOLE_CSS = """\
+:root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
+  --accent: #0b57d0; --warn: #8a4b00; --warn-bg: #fff3e0; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e6e6e6; --bg: #17181a; --muted: #a0a4a8;
+  --line: #3a3d41; --accent: #8ab4f8; --warn: #ffcc80; --warn-bg: #3b2a12; } }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+header, main, footer { padding: 0.6rem 1rem; max-width: 80rem; margin: 0 auto; }
+header { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; align-items: baseline; border-bottom: 1px solid var(--line); }
+header .brand { font-weight: 600; }
+nav ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
+a { color: var(--accent); }
+a[aria-current="page"] { font-weight: 600; text-decoration: none; }
+a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+.skip { position: absolute; left: -100rem; }
+header button { margin-left: auto; font: inherit; }
+.live { position: absolute; left: -100rem; }
+.skip:focus { left: 1rem; top: 0.5rem; }
+h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
+section { margin: 1.2rem 0; overflow-x: auto; }
+table { border-collapse: collapse; min-width: 50%; }
+caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
+th, td { text-align: left; padding: 0.2rem 0.7rem 0.2rem 0; border-bottom: 1px solid var(--line); vertical-align: top; }
+th[scope="row"] { font-weight: 500; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+.empty, .note, footer, .muted { color: var(--muted); }
+.hang { color: var(--warn); background: var(--warn-bg); padding: 0 0.3rem; }
+h2 { font-size: 1.05rem; margin: 0.4rem 0; }
+ol.machine { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; }
+ol.machine li { border: 1px solid var(--line); border-radius: 0.3rem; padding: 0.2rem 0.5rem; }
+ol.machine li.now { border: 2px solid var(--accent); }
+table.records td { font-family: ui-monospace, monospace; font-size: 0.9em; max-width: 32rem; overflow-wrap: anywhere; }
+table.records pre { margin: 0; white-space: pre-wrap; }
+tr.marker th { text-align: center; font-weight: 600; border-top: 2px solid var(--fg); border-bottom: 2px solid var(--fg); }
+tr.batch th { text-align: left; font-weight: 400; color: var(--muted); }
+tr.line th { text-align: left; color: var(--accent); border-bottom: 2px dashed var(--accent); }
+tr.aborted td { text-decoration: line-through; color: var(--muted); }
+tr.pending td { color: var(--warn); }
+form.browse { display: flex; flex-wrap: wrap; gap: 0.5rem 1rem; align-items: end; }
+form.browse fieldset { border: 1px solid var(--line); padding: 0.1rem 0.5rem; }
+nav.pager ul { display: flex; gap: 1rem; list-style: none; padding: 0; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: 0.1rem 1rem; }
+dl.facts dt { color: var(--muted); }
+dl.facts dd { margin: 0; }
+"""
+
+
+CONSOLE_JS = """\
+"use strict";
+// doze-kafka console: live updates over one event stream, local times, Pause.
+// Only same-origin requests; text goes in with textContent; the fresh page
+// comes from the console itself (escaped there) through DOMParser.
+(function () {
+  var live = document.getElementById("live");
+  var paused = false, pending = null, announced = 0;
+  function localTimes(root) {
+    var times = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var t = times[i], when = new Date(t.getAttribute("datetime"));
+      if (!isNaN(when.getTime()) && !t.title) { t.title = t.textContent; t.textContent = when.toLocaleString(); }
+    }
+  }
+  function refresh() {
+    if (paused || pending) return;
+    pending = setTimeout(function () {
+      fetch(location.href, {headers: {"Accept": "text/html"}, credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (text) {
+          pending = null;
+          if (text === null || paused) return;
+          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
+          var old = document.getElementById("main");
+          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); localTimes(document); }
+          document.body.setAttribute("data-refreshed", String(Date.now()));
+        })
+        .catch(function () { pending = null; });
+    }, 250);
+  }
+  function say(text) {
+    var now = Date.now();
+    if (live && now - announced > 3000) { live.textContent = text; announced = now; }
+  }
+  localTimes(document);
+  if (!window.EventSource) return;
+  var button = document.createElement("button");
+  button.type = "button";
+  button.textContent = "Pause live updates";
+  button.setAttribute("aria-pressed", "false");
+  button.addEventListener("click", function () {
+    paused = !paused;
+    button.textContent = paused ? "Resume live updates" : "Pause live updates";
+    button.setAttribute("aria-pressed", String(paused));
+    if (!paused) refresh();
+  });
+  document.querySelector("header").appendChild(button);
+  var source = new EventSource("/events");
+  source.addEventListener("open", function () { document.body.setAttribute("data-live", "open"); });
+  source.addEventListener("txn", function (e) {
+    var d = JSON.parse(e.data);
+    say(d.transactional_id + ": " + d.from_state + " to " + d.to_state);
+    refresh();
+  });
+  source.addEventListener("marker", refresh);
+  source.addEventListener("reset", refresh);
+})();
+"""
+
+
+def console_layout(title, heading, body, active, api):
+    """The one page layout: landmarks, the pages' navigation, the JSON twin's link."""
+    nav = tag("nav", tag("ul", [tag("li", tag("a", name, href=path,
+                                              aria_current="page" if path == active else None))
+                                for name, path in CONSOLE_PAGES]), aria_label="Pages")
+    top = tag("header", [tag("span", "doze-kafka", class_="brand"), nav])
+    main = tag("main", [tag("h1", heading), body], id="main")
+    foot = tag("footer", ["This page as JSON: ", tag("a", api, href=api), " \u00b7 read-only"])
+    return Html("<!DOCTYPE html>\n" + tag("html", [
+        tag("head", [Html('<meta charset="utf-8">'),
+                     Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
+                     tag("title", f"{title} \u00b7 doze-kafka"),
+                     Html('<link rel="stylesheet" href="/console.css">'),
+                     Html('<script src="/console.js" defer></script>')]),
+        tag("body", [Html('<a class="skip" href="#main">Skip to content</a>'), top, main,
+                     tag("p", "", id="live", role="status", aria_live="polite", class_="live"),
+                     tag("noscript", tag("p", "Live updates need JavaScript; reload the page for fresh figures.",
+                                         class_="note")),
+                     foot])], lang="en"))
+
+
+# --- Decoding compressed batches, for the console only ----------------------------
+# The produce and fetch paths never decompress. The console shows records, so
+# it reads snappy and lz4 with the small decoders below (the standard library
+# has neither) and zstd where the running Python has compression.zstd (3.14+).
+# Each refuses malformed input with RecordsError and stops at MAX_INFLATED.
+
+def _copy_back(out, distance, length):
+    """LZ77's back-reference: append `length` bytes starting `distance` back (overlap repeats)."""
+    if not 0 < distance <= len(out):
+        raise RecordsError(f"a back-reference {distance} bytes before {len(out)} bytes of output")
+    start = len(out) - distance
+    if distance >= length:
+        out += out[start:start + length]
+    else:
+        out += (out[start:] * (length // distance + 1))[:length]
+
+
+def snappy_block(data, limit):
+    """One raw snappy block (the format's own description, github.com/google/snappy)."""
+    r = Reader(data)
+    try:
+        size = r.uvarint() & 0xFFFFFFFF
+        if size > limit:
+            raise RecordsError(f"snappy block of {size} bytes, over {limit}")
+        out = bytearray()
+        while r.pos < r.end:
+            tag = r.take(1)[0]
+            kind = tag & 3
+            if kind == 0:                                     # literal
+                n = tag >> 2
+                if n >= 60:
+                    n = int.from_bytes(r.take(n - 59), "little")
+                out += r.take(n + 1)
+            elif kind == 1:
+                _copy_back(out, ((tag >> 5) << 8) | r.take(1)[0], ((tag >> 2) & 7) + 4)
+            else:
+                length = (tag >> 2) + 1
+                _copy_back(out, int.from_bytes(r.take(2 if kind == 2 else 4), "little"), length)
+            if len(out) > size:
+                raise RecordsError("snappy output longer than its header says")
+    except ProtocolError as e:
+        raise RecordsError(f"snappy: {e}") from None
+    if len(out) != size:
+        raise RecordsError(f"snappy: {len(out)} bytes, its header says {size}")
+    return out
+
+
+SNAPPY_XERIAL = b"\x82SNAPPY\x00"
+
+
+def unsnappy(data, limit):
+    """Kafka's snappy: xerial's framing (Java's SnappyOutputStream, librdkafka
+    too) -- a 16-byte header, then blocks each with a 4-byte length -- or one raw block."""
+    data = bytes(data)
+    if not data.startswith(SNAPPY_XERIAL):
+        return snappy_block(data, limit)
+    out, pos = bytearray(), 16
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise RecordsError("snappy: a torn block length")
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        out += snappy_block(data[pos + 4:pos + 4 + n], limit - len(out))
+        pos += 4 + n
+    return out
+
+
+def lz4_block(data, out, limit):
+    """One LZ4 block (lz4's Block format description), appended to out."""
+    r = Reader(data)
+    try:
+        while r.pos < r.end:
+            token = r.take(1)[0]
+            n = token >> 4
+            if n == 15:
+                n += _lz4_more(r)
+            out += r.take(n)
+            if r.pos == r.end:                                # the last sequence: literals only
+                break
+            distance = int.from_bytes(r.take(2), "little")
+            length = token & 15
+            if length == 15:
+                length += _lz4_more(r)
+            _copy_back(out, distance, length + 4)
+            if len(out) > limit:
+                raise RecordsError(f"lz4 records inflate to more than {limit} bytes")
+    except ProtocolError as e:
+        raise RecordsError(f"lz4: {e}") from None
+
+
+def _lz4_more(r):
+    total = 0
+    while True:
+        b = r.take(1)[0]
+        total += b
+        if b != 255:
+            return total
+
+
+def unlz4(data, limit):
+    """An LZ4 frame (lz4's Frame format description; Kafka's KafkaLZ4BlockOutputStream
+    writes one): header, blocks each with a 4-byte length (high bit: stored as
+    is), an end mark. Blocks may refer back into earlier ones, so all go to one output."""
+    r = Reader(bytes(data))
+    out = bytearray()
+    try:
+        if r.take(4) != b"\x04\x22\x4d\x18":
+            raise RecordsError("lz4: not an LZ4 frame")
+        flags = r.take(1)[0]
+        r.take(1)                                             # block size: the blocks say theirs
+        if flags & 0x08:
+            r.take(8)                                         # content size
+        if flags & 0x01:
+            r.take(4)                                         # dictionary id
+        r.take(1)                                             # header checksum
+        while True:
+            n = int.from_bytes(r.take(4), "little")
+            if n == 0:
+                return out
+            block = r.take(n & 0x7FFFFFFF)
+            if n & 0x80000000:
+                out += block
+            else:
+                lz4_block(block, out, limit)
+            if len(out) > limit:
+                raise RecordsError(f"lz4 records inflate to more than {limit} bytes")
+            if flags & 0x10:
+                r.take(4)                                     # block checksum
+    except ProtocolError as e:
+        raise RecordsError(f"lz4: {e}") from None
+
+
+def unzstd(data, limit):
+    """zstd through the standard library's compression.zstd (Python 3.14+)."""
+    try:
+        from compression import zstd
+    except ImportError:
+        raise RecordsError("zstd: this Python has no compression.zstd (3.14+)") from None
+    try:
+        d = zstd.ZstdDecompressor()
+        out = d.decompress(bytes(data), limit)
+    except zstd.ZstdError as e:
+        raise RecordsError(f"zstd: {e}") from None
+    if not d.eof:
+        raise RecordsError(f"zstd records inflate to more than {limit} bytes, or are cut short")
+    return out
+
+
+CONSOLE_CODECS = {1: gunzip, 2: unsnappy, 3: unlz4, 4: unzstd}
+
+
+# --- The message browser: one partition, three views ------------------------------
+# A page reads from one offset (or the batch a timestamp bisects to, or the end)
+# at most CONSOLE_READ_BYTES of log and CONSOLE_PAGE_ROWS records, so a 10 GiB
+# partition browses as fast as a small one. It classifies as a read_committed
+# consumer does: the aborted transactions over the page come from the producer
+# state (as a Fetch lists them), an ABORT marker ends one, and a transactional
+# batch at or past the LSO belongs to a transaction still open. Views: "log"
+# (everything as stored, markers as dividers, the LSO and high watermark as
+# lines), "uncommitted" and "committed" (the records that consumer gets).
+
+CONSOLE_READ_BYTES = 1 << 20        # log bytes one browser page reads, at most
+CONSOLE_PAGE_ROWS = 100             # records a browser page shows unless asked (at most CONSOLE_MAX_ROWS)
+BROWSER_VIEWS = ("log", "uncommitted", "committed")
+
+
+def bytes_item(prefix, data):
+    """A key, value or header value as JSON: exact (base64), and as text when it is UTF-8."""
+    if data is None:
+        return {f"{prefix}_b64": None}
+    item = {f"{prefix}_b64": base64.b64encode(data).decode()}
+    try:
+        item[f"{prefix}_text"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    return item
+
+
+def query_int(query, name, default):
+    try:
+        return int(query.get(name, default))
+    except (TypeError, ValueError):
+        return default
+
+
+class PartitionBrowser:
+    """One page of one partition's records, classified (see above)."""
+
+    def __init__(self, broker, plog, view):
+        self.broker, self.plog, self.view = broker, plog, view
+        self.lso = last_stable_offset(broker, plog)
+        self.table = broker.producer_states.get((plog.topic, plog.partition))
+        self.lso_drawn = False
+
+    def start_offset(self, query, limit):
+        """Where the page starts: ?offset=, ?timestamp= (ms), or ?at=end."""
+        plog = self.plog
+        if "timestamp" in query:
+            found = run_steps(plog.offset_for_timestamp(query_int(query, "timestamp", 0)))
+            return found[0] if found else plog.high_watermark
+        if query.get("at") == "end":
+            return max(plog.log_start_offset, plog.high_watermark - limit)
+        return min(max(query_int(query, "offset", plog.log_start_offset), plog.log_start_offset),
+                   plog.high_watermark)
+
+    def page(self, start, limit):
+        """-> (items, the offset the next page starts at)."""
+        plog, items, shown, read = self.plog, [], 0, 0
+        hw = plog.high_watermark
+        # As Java's consumer does: aborted transactions by first offset; a
+        # producer's records are dropped from its first offset to its ABORT marker.
+        aborts = sorted(self.table.aborted_between(start, hw), key=lambda a: a[1]) if self.table else []
+        aborting, k = set(), 0
+        following = start
+        for base, batch in plog.batches(start, hw):
+            h = read_batch_header(batch)
+            while k < len(aborts) and aborts[k][1] <= base:
+                aborting.add(aborts[k][0])
+                k += 1
+            if self.view == "committed" and base >= self.lso:
+                break                                      # where a read_committed consumer stops
+            read += len(batch)
+            following = base + h.last_offset_delta + 1
+            if h.attributes & ATTR_CONTROL:
+                if control_type(batch) == CONTROL_ABORT:
+                    aborting.discard(h.producer_id)
+                if self.view == "log" and base >= start:
+                    self.line_before(items, base)
+                    items.append(self.marker(h, batch))
+                continue
+            status = self.status(h, aborting)
+            for item in self.records(h, batch, status, start):
+                if self.view == "committed" and status == "aborted":
+                    continue
+                self.line_before(items, item["offset"])
+                items.append(item)
+                if item["kind"] == "record":
+                    shown += 1
+                    if shown >= limit:
+                        following = item["offset"] + 1
+                        break
+            if shown >= limit or read >= CONSOLE_READ_BYTES:
+                break
+        if following >= min(hw, self.lso) if self.view == "committed" else following >= hw:
+            self.line_before(items, hw)
+            items.append({"kind": "line", "name": "HW", "offset": hw})
+        return items, following
+
+    def line_before(self, items, offset):
+        """The LSO line, once, before the first item at or past it (when it is
+        below the high watermark; not in the read_uncommitted view)."""
+        if self.view != "uncommitted" and not self.lso_drawn and self.lso < self.plog.high_watermark \
+                and offset >= self.lso:
+            items.append({"kind": "line", "name": "LSO", "offset": self.lso})
+            self.lso_drawn = True
+
+    def status(self, h, aborting):
+        """A data batch's transaction: None (not transactional), aborted, pending (open), committed."""
+        if not h.attributes & ATTR_TRANSACTIONAL:
+            return None
+        if h.producer_id in aborting:
+            return "aborted"
+        entry = self.table.producers.get(h.producer_id) if self.table else None
+        if h.base_offset >= self.lso and entry is not None and 0 <= entry.txn_first_offset <= h.base_offset:
+            return "pending"
+        return "committed"
+
+    @staticmethod
+    def marker(h, batch):
+        return {"kind": "marker", "offset": h.base_offset, "timestamp": h.max_timestamp,
+                "control": "COMMIT" if control_type(batch) == CONTROL_COMMIT else "ABORT",
+                "producer_id": h.producer_id, "producer_epoch": h.producer_epoch}
+
+    def records(self, h, batch, status, start):
+        """The batch's record items from `start` on (one "batch" item when they cannot be read)."""
+        common = {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+                  "transactional": bool(h.attributes & ATTR_TRANSACTIONAL), "txn_status": status,
+                  "compression": COMPRESSION_NAMES.get(h.attributes & ATTR_COMPRESSION, "?"),
+                  "tstype": "log_append" if h.attributes & ATTR_LOG_APPEND_TIME else "create"}
+        try:
+            for off_delta, ts_delta, key, value, headers in decode_records(batch, CONSOLE_CODECS):
+                offset = h.base_offset + off_delta
+                if offset < start:
+                    continue
+                yield {"kind": "record", "offset": offset, "partition": self.plog.partition,
+                       "timestamp": h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME
+                       else h.base_timestamp + ts_delta,
+                       "sequence": -1 if h.base_sequence < 0 else next_sequence(h.base_sequence, off_delta),
+                       **common, **bytes_item("key", key), **bytes_item("value", value),
+                       "headers": [{**bytes_item("key", k), **bytes_item("value", v)} for k, v in headers]}
+        except RecordsError as e:
+            if h.base_offset + h.last_offset_delta >= start:
+                yield {"kind": "batch", "offset": h.base_offset, "last_offset": h.base_offset + h.last_offset_delta,
+                       "records_count": h.records_count, "note": str(e), **common}
+
+
+# --- What the pages show: the broker's state as JSON-ready data ----------------
+
+def marker_rows(offsets):
+    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
+
+
+def offset_rows(offsets):
+    """{group: {(topic, partition): OffsetEntry}} as rows."""
+    return [{"group": g, "topic": t, "partition": p, "offset": e.offset, "metadata": e.metadata}
+            for g, entries in sorted(offsets.items()) for (t, p), e in sorted(entries.items())]
+
+
+CONFIG_SOURCE_NAMES = {SOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROKER: "DYNAMIC_BROKER_CONFIG",
+                       SOURCE_DYNAMIC_DEFAULT: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                       SOURCE_STATIC: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG"}
+
+
+def cut(rows):
+    """At most CONSOLE_MAX_ROWS of rows, and how many there were."""
+    return rows[:CONSOLE_MAX_ROWS], len(rows)
+
+
+class ConsoleViews:
+    """The data each page shows, read from the broker as it is now (nothing
+    kept for the console): the same dicts the /api/ twins answer with."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def now_ms(self):
+        return int(self.broker.clock() * 1000)
+
+    def cluster(self):
+        b = self.broker
+        node_id, host, port = b.node(None)
+        txns, txn_total = cut(sorted(b.txns.txns.values(), key=lambda m: m.transactional_id))
+        by_producer = {m.producer_id: m for m in b.txns.txns.values()}
+        producers, producer_total = cut([
+            self.producer_row(tp, pid, e, by_producer.get(pid))
+            for tp, table in sorted(b.producer_states.items()) for pid, e in sorted(table.producers.items())])
+        partitions, partition_total = cut(self.partition_rows(by_producer))
+        states = collections.Counter(g.state.value for g in b.groups.groups.values())
+        return {"broker": {"node_id": node_id, "host": host, "port": port, "version": __version__,
+                           "data_dir": b.config.data_dir, "cluster_id": b.store.get_setting("cluster_id"),
+                           "now_ms": self.now_ms()},
+                "transactions": [self.txn_row(m) for m in txns], "transactions_total": txn_total,
+                "producers": producers, "producers_total": producer_total,
+                "partitions": partitions, "partitions_total": partition_total,
+                "groups": dict(sorted(states.items())), "recent_events": self.recent_events()}
+
+    def txn_row(self, meta):
+        now = self.now_ms()
+        running = meta.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        age = now - meta.txn_start_ms if running and meta.txn_start_ms >= 0 else None
+        return {"transactional_id": meta.transactional_id, "transaction_state": meta.state.value,
+                "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+                "transaction_timeout_ms": meta.timeout_ms, "transaction_start_time_ms": meta.txn_start_ms,
+                "age_ms": age, "last_update_ms": meta.last_update_ms,
+                "partitions": [{"topic": t, "partition": p} for t, p in sorted(meta.partitions)],
+                "groups": sorted(meta.groups),
+                "pending_offsets": sum(len(staged) for staged in meta.offsets.values()),
+                "hanging": age is not None and meta.state == TxnState.ONGOING and age > meta.timeout_ms}
+
+    def transaction(self, transactional_id):
+        """One transactional id: its row, its recent transitions, the markers
+        and offsets of the decision in progress and of the last one."""
+        meta = self.broker.txns.txns.get(transactional_id)
+        if meta is None:
+            return None
+        last = meta.last_decision
+        return {**self.txn_row(meta), "history": list(meta.history),
+                "markers_written": marker_rows(meta.marker_offsets),
+                "markers_needed": [{"topic": t, "partition": p} for t, p in sorted(meta.markers_needed)],
+                "pending_offsets": offset_rows(meta.offsets),
+                "last_decision": None if last is None else {
+                    "committed": last["commit"], "at_ms": last["at_ms"], "markers": marker_rows(last["markers"]),
+                    "offsets": offset_rows(last["offsets"])},
+                "state_machine": [{"state": s.value, "entered_from": sorted(p.value for p in VALID_PREVIOUS[s])}
+                                  for s in TxnState]}
+
+    def records(self, topic, partition, query):
+        """A page of the message browser (PartitionBrowser), or None for no such partition."""
+        plog = self.broker.logs.logs.get((topic, partition))
+        if plog is None:
+            return None
+        view = query.get("view") if query.get("view") in BROWSER_VIEWS else "log"
+        fmt = query.get("format") if query.get("format") in ("text", "json", "hex") else "text"
+        limit = min(max(query_int(query, "limit", CONSOLE_PAGE_ROWS), 1), CONSOLE_MAX_ROWS)
+        browser = PartitionBrowser(self.broker, plog, view)
+        start = browser.start_offset(query, limit)
+        items, following = browser.page(start, limit)
+        return {"topic": topic, "partition": partition, "view": view, "format": fmt, "from": start,
+                "limit": limit, "log_start_offset": plog.log_start_offset, "last_stable_offset": browser.lso,
+                "high_watermark": plog.high_watermark, "items": items,
+                "next_offset": following if following < plog.high_watermark else None,
+                "query": {k: v for k, v in query.items() if k in ("offset", "timestamp", "at", "view", "format",
+                                                                  "limit")}}
+
+    def recent_events(self, limit=50):
+        return list(itertools.islice(reversed(self.broker.journal.events), limit))
+
+    @staticmethod
+    def producer_row(tp, producer_id, entry, meta):
+        """One producer a partition remembers; "hanging": an open transaction
+        here that no running transaction of its producer includes (KIP-664)."""
+        open_here = meta is not None and meta.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT,
+                                                        TxnState.PREPARE_ABORT) and tp in meta.partitions
+        return {"topic": tp[0], "partition": tp[1], "producer_id": producer_id,
+                "producer_epoch": entry.epoch, "transactional_id": meta.transactional_id if meta else None,
+                "last_sequence": entry.last_seq, "last_timestamp": entry.last_timestamp,
+                "coordinator_epoch": entry.coordinator_epoch,
+                "current_txn_start_offset": entry.txn_first_offset,
+                "hanging": entry.txn_first_offset >= 0 and not open_here}
+
+    def partition_rows(self, by_producer):
+        """Every partition's offsets; those whose LSO is held back come first."""
+        b = self.broker
+        rows = []
+        for (topic, p), plog in b.logs.logs.items():
+            lso = last_stable_offset(b, plog)
+            held = None
+            if lso < plog.high_watermark:
+                table = b.producer_states.get((topic, p))
+                holder = next((pid for pid, e in table.producers.items() if e.txn_first_offset == lso), None)
+                meta = by_producer.get(holder)
+                held = {"producer_id": holder, "since_offset": lso,
+                        "transactional_id": meta.transactional_id if meta else None,
+                        "producer_epoch": table.producers[holder].epoch if holder is not None else None}
+            rows.append({"topic": topic, "partition": p, "log_start_offset": plog.log_start_offset,
+                         "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held})
+        rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"] in INTERNAL_TOPICS, r["topic"], r["partition"]))
+        return rows
+
+    def topics(self):
+        b = self.broker
+        rows = []
+        for name in sorted(b.logs.topics):
+            logs = [b.logs.logs[(name, p)] for p in range(b.logs.topics[name].partitions)
+                    if (name, p) in b.logs.logs]
+            rows.append({"name": name, "partitions": b.logs.topics[name].partitions,
+                         "internal": name in INTERNAL_TOPICS,
+                         "offsets": sum(plog.high_watermark - plog.log_start_offset for plog in logs),
+                         "bytes": sum(seg.size for plog in logs for seg in plog.segments),
+                         "open_transactions": sum(last_stable_offset(b, plog) < plog.high_watermark for plog in logs)})
+        rows, total = cut(rows)
+        return {"topics": rows, "topics_total": total}
+
+    def topic(self, name):
+        b = self.broker
+        meta = b.logs.topics.get(name)
+        if meta is None:
+            return None
+        parts, total = cut([b.logs.logs[(name, p)] for p in range(meta.partitions) if (name, p) in b.logs.logs])
+        ctx = RequestContext(b, None, ApiKey.DESCRIBE_CONFIGS, 4, "doze-console")   # as kafka-configs asks
+        configs = [{"name": e.name, "value": e.value, "source": CONFIG_SOURCE_NAMES.get(e.config_source)}
+                   for e in topic_config_entries(ctx, name, None, False)]
+        return {"name": name, "topic_id": str(uuid.UUID(bytes=meta.topic_id)), "internal": name in INTERNAL_TOPICS,
+                "partitions": [{"partition": plog.partition, "log_start_offset": plog.log_start_offset,
+                                "last_stable_offset": last_stable_offset(b, plog), "high_watermark": plog.high_watermark,
+                                "bytes": sum(seg.size for seg in plog.segments), "segments": len(plog.segments)}
+                               for plog in parts],
+                "partitions_total": total, "configs": configs}
+
+    @staticmethod
+    def apis():
+        return {"apis": [{"api_key": key, "name": spec.name, "min_version": spec.min_served,
+                          "max_version": spec.max_version,
+                          "flexible_from": next((v for v in range(spec.min_served, spec.max_version + 1)
+                                                 if spec.flexible(v)), None)}
+                         for key, (spec, _) in sorted(HANDLERS.items())]}
+
+
+# --- The pages: data as HTML ------------------------------------------------------
+
+def page_cluster(d):
+    b = d["broker"]
+    facts = tag("dl", [tag("dt", "Broker"), tag("dd", f"node {b['node_id']} \u00b7 {b['host']}:{b['port']}"),
+                       tag("dt", "Cluster id"), tag("dd", tag("code", b["cluster_id"])),
+                       tag("dt", "Data"), tag("dd", tag("code", b["data_dir"])),
+                       tag("dt", "Groups"), tag("dd", ", ".join(f"{n} {s}" for s, n in d["groups"].items())
+                                                 or "none")], class_="facts")
+    txns = table("Transactional ids", ["Transactional id", "State", "Producer", "Epoch", "Partitions",
+                                       "Pending offsets", "Age", "Timeout"], [
+        [link(r["transactional_id"], "txn", id=r["transactional_id"]), state_badge(r["transaction_state"]),
+         r["producer_id"], r["producer_epoch"],
+         ", ".join(f"{p['topic']}-{p['partition']}" for p in r["partitions"]) or "\u2014",
+         r["pending_offsets"],
+         tag("span", [age_text(r["age_ms"]), " past its timeout"], class_="hang") if r["hanging"]
+         else age_text(r["age_ms"]),
+         age_text(r["transaction_timeout_ms"])] for r in d["transactions"]],
+        d["transactions_total"], numeric={"Producer", "Epoch", "Pending offsets", "Age", "Timeout"})
+    producers = table("Producers by partition", ["Partition", "Producer", "Epoch", "Transactional id",
+                                                 "Last sequence", "Last timestamp", "Open transaction from"], [
+        [f"{r['topic']}-{r['partition']}", r["producer_id"], r["producer_epoch"],
+         r["transactional_id"] if r["transactional_id"] is not None else tag("span", "(idempotent)", class_="muted"),
+         r["last_sequence"], time_text(r["last_timestamp"]),
+         ("\u2014" if r["current_txn_start_offset"] < 0 else
+          tag("span", [str(r["current_txn_start_offset"]), " (hanging)"], class_="hang") if r["hanging"]
+          else r["current_txn_start_offset"])] for r in d["producers"]],
+        d["producers_total"], numeric={"Producer", "Epoch", "Last sequence", "Open transaction from"})
+    parts = table("Stable and visible offsets (LSO and high watermark)",
+                  ["Partition", "Log start", "LSO", "High watermark", "Held back by"], [
+        [link(f"{r['topic']}-{r['partition']}", "topics", r["topic"]), r["log_start_offset"],
+         r["last_stable_offset"], r["high_watermark"], held_text(r["held_back_by"])] for r in d["partitions"]],
+        d["partitions_total"], numeric={"Log start", "LSO", "High watermark"})
+    return console_layout("Cluster", "Cluster", [facts, tag("section", txns), tag("section", producers),
+                                                  tag("section", parts), tag("section", events_table(
+                                                      d["recent_events"]))], "/", "/api/cluster")
+
+
+def events_table(events):
+    rows = [[time_text(e["at_ms"]), e["kind"], event_subject(e), event_text(e)] for e in events]
+    return table("Recent events, newest first", ["Time", "Kind", "Of", "What"], rows)
+
+
+def event_subject(e):
+    tid = e.get("transactional_id")
+    return link(tid, "txn", id=tid) if tid is not None else ""
+
+
+def event_text(e):
+    if e["kind"] == "marker":
+        return (f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} "
+                f"(producer {e['producer_id']}, epoch {e['producer_epoch']})")
+    if e["kind"] == "txn":
+        return (f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} "
+                f"(producer {e['producer_id']}, epoch {e['producer_epoch']})")
+    return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
+
+
+def page_txn(d):
+    facts = tag("dl", [tag("dt", "State"), tag("dd", state_badge(d["transaction_state"])),
+                       tag("dt", "Producer"), tag("dd", f"id {d['producer_id']}, epoch {d['producer_epoch']}"),
+                       tag("dt", "Timeout"), tag("dd", age_text(d["transaction_timeout_ms"])),
+                       tag("dt", "Started"), tag("dd", time_text(d["transaction_start_time_ms"])),
+                       tag("dt", "Last change"), tag("dd", time_text(d["last_update_ms"]))], class_="facts")
+    machine = tag("ol", [tag("li", [state_badge(s["state"]),
+                                    tag("strong", " \u2190 now") if s["state"] == d["transaction_state"] else "",
+                                    tag("span", f" entered from {', '.join(s['entered_from']) or 'nothing'}",
+                                        class_="muted")],
+                             class_="now" if s["state"] == d["transaction_state"] else None,
+                             aria_current="step" if s["state"] == d["transaction_state"] else None)
+                         for s in d["state_machine"]], class_="machine")
+    timeline = table("Its transitions, newest last", ["Time", "From", "To", "Cause", "Epoch"], [
+        [time_text(e["at_ms"]), e["from_state"], state_badge(e["to_state"]), e["cause"] or "restart",
+         e["producer_epoch"]] for e in d["history"]], numeric={"Epoch"})
+    now_parts = table("Partitions of the open transaction", ["Partition", "Marker"], [
+        [f"{p['topic']}-{p['partition']}", next((f"at offset {m['offset']}" for m in d["markers_written"]
+                                                 if (m["topic"], m["partition"]) == (p["topic"], p["partition"])),
+                                                "\u2014")] for p in d["partitions"]])
+    staged = table("Offsets staged for its groups (committed with it)", ["Group", "Partition", "Offset"], [
+        [o["group"], f"{o['topic']}-{o['partition']}", o["offset"]] for o in d["pending_offsets"]],
+        numeric={"Offset"})
+    sections = [facts, tag("section", [tag("h2", "State machine"), machine]), tag("section", timeline),
+                tag("section", now_parts), tag("section", staged)]
+    last = d["last_decision"]
+    if last is not None:
+        word = "COMMIT" if last["committed"] else "ABORT"
+        sections.append(tag("section", [
+            table(f"Its last decision: {word}, {time_text(last['at_ms'])}", ["Partition", "Marker offset"],
+                  [[link(f"{m['topic']}-{m['partition']}", "topics", m["topic"]), m["offset"]]
+                   for m in last["markers"]], numeric={"Marker offset"}),
+            table("Offsets it committed" if last["committed"] else "Offsets it dropped",
+                  ["Group", "Partition", "Offset"],
+                  [[o["group"], f"{o['topic']}-{o['partition']}", o["offset"]] for o in last["offsets"]],
+                  numeric={"Offset"})]))
+    return console_layout(d["transactional_id"], ["Transaction ", tag("code", d["transactional_id"])], sections,
+                          None, console_path("api", "txn", id=d["transactional_id"]))
+
+
+def held_text(held):
+    if held is None:
+        return "\u2014"
+    who = held["transactional_id"]
+    name = link(who, "txn", id=who) if who is not None else f"producer {held['producer_id']}"
+    return Html(f"{name} (producer {held['producer_id']}, epoch {held['producer_epoch']}), "
+                f"open since offset {held['since_offset']}")
+
+
+def page_topics(d):
+    rows = [[link(r["name"], "topics", r["name"]), r["partitions"], r["offsets"], r["bytes"],
+             r["open_transactions"]] for r in d["topics"]]
+    body = table("Topics", ["Topic", "Partitions", "Offsets", "Bytes", "Partitions held back"], rows,
+                 d["topics_total"], numeric={"Partitions", "Offsets", "Bytes", "Partitions held back"})
+    note = tag("p", "Offsets: high watermark less log start, over the partitions; "
+                    "records and transaction markers both take one.", class_="note")
+    return console_layout("Topics", "Topics", [tag("section", body), note], "/topics", "/api/topics")
+
+
+def page_topic(d):
+    parts = table("Partitions", ["Partition", "Log start", "LSO", "High watermark", "Bytes", "Segments"], [
+        [link(str(r["partition"]), "topics", d["name"], r["partition"]), r["log_start_offset"],
+         r["last_stable_offset"], r["high_watermark"], r["bytes"], r["segments"]] for r in d["partitions"]],
+        d["partitions_total"],
+        numeric={"Log start", "LSO", "High watermark", "Bytes", "Segments"})
+    configs = table("Configs", ["Name", "Value", "Source"],
+                    [[tag("code", c["name"]), c["value"], c["source"]] for c in d["configs"]])
+    facts = tag("dl", [tag("dt", "Topic id"), tag("dd", tag("code", d["topic_id"])),
+                       tag("dt", "Internal"), tag("dd", "yes" if d["internal"] else "no")], class_="facts")
+    return console_layout(d["name"], f"Topic {d['name']}", [facts, tag("section", parts),
+                                                            tag("section", configs)],
+                          "/topics", console_path("api", "topics", d["name"]))
+
+
+def page_apis(d):
+    body = table("APIs served", ["API", "Key", "Versions", "Flexible from"], [
+        [r["name"], r["api_key"], f"{r['min_version']}\u2013{r['max_version']}",
+         "\u2014" if r["flexible_from"] is None else r["flexible_from"]] for r in d["apis"]],
+        numeric={"Key", "Flexible from"})
+    return console_layout("APIs", "APIs", tag("section", body), "/apis", "/api/apis")
+
+
+def page_message(title, text):
+    return console_layout(title, title, tag("p", text), None, "/api/")
+
+
+def value_cell(item, prefix, fmt):
+    """A key or value as the page shows it: text, pretty JSON or hex (what is
+    not UTF-8 is hex in any format); long ones cut at CONSOLE_VALUE_CHARS."""
+    b64 = item.get(f"{prefix}_b64")
+    if b64 is None:
+        return tag("span", "null", class_="muted")
+    text = item.get(f"{prefix}_text")
+    if fmt == "json" and text is not None:
+        try:
+            text = json.dumps(json.loads(text), indent=1, ensure_ascii=False)
+        except (ValueError, RecursionError):
+            pass
+    if fmt == "hex" or text is None:
+        text = base64.b64decode(b64).hex(" ")
+    if len(text) > CONSOLE_VALUE_CHARS:
+        return Html(esc(text[:CONSOLE_VALUE_CHARS]) + tag("span", f" \u2026 ({len(text)} characters)",
+                                                           class_="muted"))
+    return tag("pre", text) if fmt == "json" and "\n" in text else text
+
+
+CONSOLE_VALUE_CHARS = 2000
+STATUS_TEXT = {"aborted": "ABORTED", "pending": "PENDING (open)", "committed": "committed", None: "\u2014"}
+
+
+def page_records(d):
+    where = f"{d['topic']}-{d['partition']}"
+    cols = ["Offset", "Time", "Key", "Value", "Headers", "Producer", "Transaction"]
+    rows = []
+    for item in d["items"]:
+        if item["kind"] == "record":
+            headers = ", ".join(f"{h.get('key_text', '?')}={h.get('value_text', h.get('value_b64'))}"
+                                for h in item["headers"]) or "\u2014"
+            producer = "\u2014" if item["producer_id"] < 0 else \
+                f"{item['producer_id']}/{item['producer_epoch']} seq {item['sequence']}"
+            rows.append(tag("tr", [tag("th", str(item["offset"]), scope="row", class_="num"),
+                                   tag("td", time_text(item["timestamp"])),
+                                   tag("td", value_cell(item, "key", d["format"])),
+                                   tag("td", value_cell(item, "value", d["format"])),
+                                   tag("td", headers), tag("td", producer),
+                                   tag("td", STATUS_TEXT[item["txn_status"]])],
+                            class_=item["txn_status"]))
+        else:
+            rows.append(tag("tr", tag("th", divider_text(item), scope="row", colspan=str(len(cols))),
+                            class_=item["kind"] if item["kind"] != "line" else f"line {item['name']}"))
+    if not rows:
+        rows.append(tag("tr", tag("td", "no records here", colspan=str(len(cols)), class_="empty")))
+    head = tag("tr", [tag("th", c, scope="col") for c in cols])
+    records = tag("table", [tag("caption", f"{where}, {VIEW_TEXT[d['view']]}, from offset {d['from']}"),
+                            tag("thead", head), tag("tbody", rows)], class_="records")
+    facts = tag("dl", [tag("dt", "Log start"), tag("dd", str(d["log_start_offset"])),
+                       tag("dt", tag("abbr", "LSO", title="last stable offset")),
+                       tag("dd", str(d["last_stable_offset"])),
+                       tag("dt", tag("abbr", "HW", title="high watermark")), tag("dd", str(d["high_watermark"]))],
+                 class_="facts")
+    return console_layout(f"{where} \u00b7 Browser", ["Browse ", link(d["topic"], "topics", d["topic"]),
+                                                      f"-{d['partition']}"],
+                          [facts, browser_form(d), tag("section", [records, browser_pages(d)])], "/topics",
+                          console_path("api", "topics", d["topic"], d["partition"], **d["query"]))
+
+
+VIEW_TEXT = {"log": "the log as stored", "uncommitted": "what a read_uncommitted consumer gets",
+             "committed": "what a read_committed consumer gets"}
+
+
+def divider_text(item):
+    if item["kind"] == "marker":
+        return (f"\u2014 {item['control']} by producer {item['producer_id']}, epoch {item['producer_epoch']}, "
+                f"at offset {item['offset']} \u2014")
+    if item["kind"] == "batch":
+        return (f"offsets {item['offset']}\u2013{item['last_offset']}: a {item['compression']} batch of "
+                f"{item['records_count']} records the console cannot show ({item['note']})")
+    if item["name"] == "LSO":
+        return (f"LSO {item['offset']}: a read_committed consumer stops here until the transaction "
+                f"open at this offset ends")
+    return f"HW {item['offset']}: the end of what is durable and visible"
+
+
+def browser_form(d):
+    """The position and view, as a GET form (no script needed)."""
+    def choice(name, value, label, current):
+        return tag("label", [tag("input", type="radio", name=name, value=value,
+                                 checked="checked" if value == current else None), f" {label} "])
+    return tag("form", [
+        tag("label", ["Offset ", tag("input", name="offset", type="number", value=str(d["from"]))]), " ",
+        tag("label", ["or time (ms) ", tag("input", name="timestamp", type="number")]), " ",
+        tag("fieldset", [tag("legend", "View")] + [choice("view", v, v, d["view"]) for v in BROWSER_VIEWS]),
+        tag("fieldset", [tag("legend", "Values as")] + [choice("format", f, f, d["format"])
+                                                        for f in ("text", "json", "hex")]),
+        tag("button", "Show", type="submit")], method="get", class_="browse")
+
+
+def browser_pages(d):
+    seg = ("topics", d["topic"], d["partition"])
+    keep = {"view": d["view"], "format": d["format"]}
+    links = [link("First", *seg, offset=d["log_start_offset"], **keep),
+             link("Previous", *seg, offset=max(d["log_start_offset"], d["from"] - d["limit"]), **keep)]
+    if d["next_offset"] is not None:
+        links.append(link("Next", *seg, offset=d["next_offset"], **keep))
+    links.append(link("End", *seg, at="end", **keep))
+    return tag("nav", tag("ul", [tag("li", a) for a in links]), aria_label="Pages of records", class_="pager")
+
+
+# --- HTTP: one request a connection, on the loop ---------------------------------
+
+class HttpConnection:
+    """One console connection: read a request head, answer it, close -- or,
+    for the event stream, keep writing events until the browser leaves."""
+
+    def __init__(self, console, sock, ip):
+        self.console, self.sock, self.ip = console, sock, ip
+        self.head = bytearray()
+        self.out = bytearray()              # bytes still to write
+        self.answered = False
+        self.lingering = False              # answered and half-closed: reading what is left, until EOF
+        self.stream = False                 # an event stream: stays open
+        self.since = time.monotonic()
+        self.closed = False
+        console.broker.selector.register(sock, selectors.EVENT_READ, self)
+
+    def on_event(self, mask):
+        if mask & selectors.EVENT_READ:
+            self._read()
+        if mask & selectors.EVENT_WRITE and not self.closed:
+            self._write()
+
+    def _read(self):
+        try:
+            data = self.sock.recv(CONSOLE_HEAD_MAX + 1 - len(self.head) if not self.answered else 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(str(e))
+            return
+        if not data:
+            self.close("client closed the connection")
+        elif not self.answered and not self.lingering:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end >= 0:
+                self.send(self.console.answer(bytes(self.head[:end]), self))
+            elif len(self.head) > CONSOLE_HEAD_MAX:
+                self.send(http_response(431, "text/plain", b"request head over 8 KiB\n"), "head too long")
+
+    def send(self, response, reason=None):
+        """Queue the answer; the connection closes once it is written (a stream's stays)."""
+        if reason:
+            log.info("console: %s from %s", reason, self.ip)
+        self.answered = True
+        self.out += response
+        self._write()
+
+    def push(self, data):
+        """More of an event stream; a browser too slow to take it is let go (it reconnects)."""
+        if len(self.out) + len(data) > CONSOLE_STREAM_BUFFER:
+            self.close("event stream not read fast enough")
+            return
+        self.out += data
+        self._write()
+
+    def _write(self):
+        try:
+            if self.out:
+                del self.out[:self.sock.send(self.out)]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as e:
+            self.close(str(e))
+            return
+        if not self.out and not self.stream:
+            self.linger()
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            self.console.broker.selector.modify(self.sock, events, self)
+
+    def linger(self):
+        """Answered: half-close and read what the client still sends until it
+        closes (closing with unread bytes would reset the connection, and the
+        client could lose the answer); the sweep ends a long linger."""
+        self.lingering, self.since = True, time.monotonic()
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close("answered")
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.console.broker.selector.modify(self.sock, selectors.EVENT_READ, self)
+
+    def close(self, reason):
+        if self.closed:
+            return
+        self.closed = True
+        log.debug("console connection from %s closed: %s", self.ip, reason)
+        with contextlib.suppress(KeyError, ValueError):
+            self.console.broker.selector.unregister(self.sock)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.console.connections.discard(self)
+
+
+def sse_event(event):
+    """One journal event as a Server-Sent Event."""
+    return f"id: {event['id']}\nevent: {event['kind']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def http_response(status, content_type, body, head_only=False, extra=()):
+    lines = [f"HTTP/1.1 {status} {HTTP_REASONS[status]}", f"Content-Type: {content_type}",
+             f"Content-Length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in CONSOLE_HEADERS + tuple(extra)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body)
+
+
+def parse_http_head(data):
+    """-> (method, path, {query name: value}, {header name (lower): value});
+    ValueError for what is not an HTTP/1.x request head."""
+    lines = data.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+        raise ValueError(f"not an HTTP/1.x request line: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise ValueError(f"a header line that does not parse: {line[:80]!r}")
+        headers[name.lower()] = value.strip()
+    url = urllib.parse.urlsplit(parts[1])
+    query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True, max_num_fields=20))
+    return parts[0], urllib.parse.unquote(url.path), query, headers
+
+
+class Console:
+    """The console's listener, its connections, and its routes. It owns its
+    one timer (the sweep of slow connections); the broker's loop only
+    multiplexes its sockets."""
+
+    def __init__(self, broker, sock, hosts):
+        self.broker, self.sock = broker, sock
+        self.port = sock.getsockname()[1]
+        self.hosts = {f"{h}:{self.port}" for h in ["127.0.0.1", "localhost", "[::1]"] + hosts
+                      if not re.fullmatch(r"(\[[^\]]*\]|[^:\[\]]+):\d+", h)}
+        self.hosts |= {h for h in hosts if re.fullmatch(r"(\[[^\]]*\]|[^:\[\]]+):\d+", h)}
+        self.views = ConsoleViews(broker)
+        self.connections = set()
+        self.heartbeat = time.monotonic()
+        broker.selector.register(sock, selectors.EVENT_READ, self)
+        broker.call_later(CONSOLE_SWEEP_S, self._sweep)
+        broker.journal.watchers.append(self.on_journal)
+
+    @classmethod
+    def open(cls, broker):
+        """The console of doze.console.listener, or None when it is off. An
+        address in use is an error when the setting was given, and a warning
+        when it is the command line's default."""
+        address = broker.config["doze.console.listener"]
+        if not address:
+            return None
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"doze.console.listener: HOST:PORT, got {address!r}")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            sock = socket.create_server((host, int(port)), backlog=64,
+                                        family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        except OSError as e:
+            if "doze.console.listener" in broker.config.given:
+                raise OSError(f"doze.console.listener {address}: {e}") from e
+            log.warning("console not served: %s: %s", address, e)
+            return None
+        sock.setblocking(False)
+        hosts = [h.strip().lower() for h in broker.config["doze.console.hosts"].split(",") if h.strip()]
+        console = cls(broker, sock, hosts)
+        if not ipaddress.ip_address(host).is_loopback:
+            log.warning("the console listens on %s, not a loopback address: anyone who reaches it sees "
+                        "the broker's transactions, topics and configs", address)
+        return console
+
+    @property
+    def url(self):
+        host = self.sock.getsockname()[0]
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}/"
+
+    def on_event(self, mask):
+        for _ in range(16):
+            try:
+                sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("console: accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            conn = HttpConnection(self, sock, addr[0])
+            self.connections.add(conn)
+            if len(self.connections) > CONSOLE_MAX_CONNECTIONS:
+                conn.send(http_response(503, "text/plain", b"too many console connections\n"),
+                          "too many console connections")
+
+    def _sweep(self):
+        """Close connections that have not sent a whole head, or not taken
+        their answer, within CONSOLE_HEAD_TIMEOUT_S; keep the streams alive."""
+        now = time.monotonic()
+        late = now - CONSOLE_HEAD_TIMEOUT_S
+        if now - self.heartbeat >= CONSOLE_HEARTBEAT_S:
+            self.heartbeat = now
+            for conn in self.streams():
+                conn.push(b": keep-alive\n\n")
+        for conn in [c for c in self.connections if not c.stream]:
+            if conn.lingering:
+                if conn.since < now - CONSOLE_LINGER_S:
+                    conn.close("answered")
+                continue
+            if conn.since >= late:
+                continue
+            if not conn.answered:
+                conn.send(http_response(408, "text/plain", b"request head not sent in time\n"),
+                          "request head not sent in time")
+            if not conn.closed and conn.since < late - CONSOLE_HEAD_TIMEOUT_S:
+                conn.close("answer not taken in time")
+        if self.sock.fileno() >= 0:
+            self.broker.call_later(CONSOLE_SWEEP_S, self._sweep)
+
+    def close(self):
+        with contextlib.suppress(ValueError):
+            self.broker.journal.watchers.remove(self.on_journal)
+        for conn in list(self.connections):
+            conn.close("broker stopping")
+        with contextlib.suppress(KeyError, ValueError):
+            self.broker.selector.unregister(self.sock)
+        self.sock.close()
+
+    # --- the event stream (Server-Sent Events): one a tab, the journal's events as they happen ---
+    def streams(self):
+        return [c for c in self.connections if c.stream and not c.closed]
+
+    def on_journal(self, event):
+        streams = self.streams()
+        if streams:
+            data = sse_event(event)
+            for conn in streams:
+                conn.push(data)
+
+    def open_stream(self, conn, headers, query):
+        """-> the stream's head and what the browser missed since Last-Event-ID
+        (if the ring still holds it; else a "reset" event: reload the page)."""
+        if len(self.streams()) >= CONSOLE_MAX_STREAMS:
+            return http_response(503, "text/plain", b"too many event streams\n")
+        conn.stream = True
+        head = "\r\n".join(["HTTP/1.1 200 OK", "Content-Type: text/event-stream"]
+                           + [f"{k}: {v}" for k, v in CONSOLE_HEADERS]) + "\r\n\r\nretry: 2000\n\n"
+        out = bytearray(head.encode("latin-1"))
+        last = headers.get("last-event-id") or query.get("last_id")
+        if last is not None and last.isdigit():
+            ring = self.broker.journal.events
+            if ring and ring[0]["id"] > int(last) + 1:
+                out += b"event: reset\ndata: {}\n\n"
+            else:
+                for event in ring:
+                    if event["id"] > int(last):
+                        out += sse_event(event)
+        return bytes(out)
+
+    # --- requests ---
+    def answer(self, head, conn):
+        """A request head -> the HTTP answer (bytes)."""
+        ip = conn.ip
+        try:
+            method, path, query, headers = parse_http_head(head)
+        except ValueError as e:
+            log.info("console: bad request from %s: %s", ip, e)
+            return http_response(400, "text/plain", b"bad request\n")
+        if headers.get("host", "").lower() not in self.hosts:
+            log.info("console: request from %s for host %r refused", ip, headers.get("host", "")[:100])
+            return http_response(421, "text/plain", b"this console answers to its own address only\n")
+        if method not in ("GET", "HEAD"):
+            return http_response(405, "text/plain", b"the console is read-only: GET and HEAD\n",
+                                 extra=(("Allow", "GET, HEAD"),))
+        if path == "/events" and not self.restricted():
+            return self.open_stream(conn, headers, query)
+        try:
+            status, kind, body = self.route(path, query)
+        except Exception as e:                # a bug in doze: this page fails, the broker serves on
+            log.error("console: %s failed: %s", path[:200], where(e))
+            status, kind, body = 500, "text/plain", b"the console failed on this page; the log says why\n"
+        return http_response(status, kind, body, head_only=method == "HEAD")
+
+    ROUTES = {"/": ("cluster", page_cluster), "/topics": ("topics", page_topics), "/apis": ("apis", page_apis)}
+
+    def route(self, path, query):
+        """-> (status, content type, body)."""
+        if path == "/console.css":
+            return 200, "text/css; charset=utf-8", CONSOLE_CSS.encode()
+        if path == "/console.js":
+            return 200, "text/javascript; charset=utf-8", CONSOLE_JS.encode()
+        api = path.startswith("/api/")
+        name = path[4:] if api else path
+        if api:
+            name = "/" if name == "/cluster" else name if name != "/" else "/none"
+        if name == "/apis" or not self.restricted():
+            if name in self.ROUTES:
+                view, page = self.ROUTES[name]
+                return self.respond(api, getattr(self.views, view)(), page)
+            if name.startswith("/topics/") and name.count("/") == 2:
+                data = self.views.topic(name[len("/topics/"):])
+                if data is not None:
+                    return self.respond(api, data, page_topic)
+            if name.startswith("/topics/") and name.count("/") == 3:
+                topic, _, partition = name[len("/topics/"):].partition("/")
+                data = self.views.records(topic, int(partition), query) if partition.isdigit() else None
+                if data is not None:
+                    return self.respond(api, data, page_records)
+            if name == "/txn":
+                data = self.views.transaction(query.get("id", ""))
+                if data is not None:
+                    return self.respond(api, data, page_txn)
+                return self.error(api, 404, "Not found", "TRANSACTIONAL_ID_NOT_FOUND: no such transactional id.")
+        elif name in self.ROUTES or name.startswith("/topics/") or name == "/txn":
+            return self.error(api, 403, "Login needed", "This broker has an authorizer: the console's "
+                              "pages need a login, which this doze does not serve yet.")
+        return self.error(api, 404, "Not found", f"No console page at {path}.")
+
+    @staticmethod
+    def respond(api, data, page):
+        if api:
+            return 200, "application/json; charset=utf-8", json.dumps(data, indent=1).encode()
+        return 200, "text/html; charset=utf-8", page(data).encode()
+
+    @staticmethod
+    def error(api, status, title, text):
+        if api:
+            return status, "application/json; charset=utf-8", json.dumps({"error": text}).encode()
+        return status, "text/html; charset=utf-8", page_message(title, text).encode()
+
+    def restricted(self):
+        return self.broker.authorizer is not None
+
+
+###############################################################################
+# 12. SERVER -- one selectors loop, every connection, every timer
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -9176,16 +10592,6 @@ def loggable(api_key, msg):
     return hide(msg)
 
 
-def where(e):
-    """An exception in one line: its type and text, and the doze line it came from."""
-    tb, place = e.__traceback__, ""
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == __file__:
-            place = f" (at line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name})"
-        tb = tb.tb_next
-    return f"{type(e).__name__}: {e}{place}"
-
-
 def _fsync_new_dirs(path, files):
     """makedirs that makes each created directory's entry durable."""
     missing = []
@@ -9233,8 +10639,9 @@ class Broker:
                 self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.groups = GroupCoordinator(config, self.store, self.logs, self.notify)
+        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
-                                           self.producer_state, self.producer_ids, self.notify)
+                                           self.producer_state, self.producer_ids, self.notify, self.journal)
         self.txns.load()
         self.selector = selectors.DefaultSelector()
         self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
@@ -9269,6 +10676,7 @@ class Broker:
         self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
         self.call_later(SWEEP_S, self._sweep_connections)
         self.call_later(TRIM_S, self._trim_memory)
+        self.console = Console.open(self)            # None unless doze.console.listener is set
 
     @property
     def bootstrap(self):
@@ -9530,6 +10938,8 @@ class Broker:
     def _shutdown(self):
         for conn in list(self.connections):
             conn.close("broker stopping")
+        if self.console is not None:
+            self.console.close()
         self.listen(False)
         for b in self.listening:
             b.sock.close()
@@ -9808,7 +11218,7 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
 
 
 ###############################################################################
-# 12. CLI
+# 13. CLI
 ###############################################################################
 
 def render_apis():
@@ -9884,6 +11294,8 @@ def main(argv=None):
                                             host=args.host, port=args.port)
         else:
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
+        if "doze.console.listener" not in config.given:     # the command line serves the console
+            config.settings["doze.console.listener"] = CONSOLE_CLI_ADDRESS
         broker = Broker(config)
         for text in args.add_scram:
             user, mechanism, credential = parse_add_scram(text)
@@ -9896,6 +11308,8 @@ def main(argv=None):
         signal.signal(sig, lambda *_: broker.stop())
     print(f"doze-kafka {__version__} listening on {broker.bootstrap} "
           f"(data in {config.data_dir})", flush=True)
+    if broker.console is not None:
+        print(f"console: {broker.console.url}", flush=True)
     calm_garbage_collector()
     broker.serve_forever()
     log.info("stopped cleanly")

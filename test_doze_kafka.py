@@ -26,14 +26,19 @@ import contextlib
 import errno
 import hashlib
 import hmac
+import html
+import http.client
+import json
 import logging
 import os
 import random
+import re
 import select
 import socket
 import ssl
 import sqlite3
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -5619,7 +5624,583 @@ def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
 
 
 ###############################################################################
-# 12. CLI
+# 12. CONSOLE -- its pages and JSON twins over real HTTP, and their safety
+###############################################################################
+
+def http_get(port, path, host=None, method="GET", headers=None):
+    """One HTTP request with the standard library's client -> (status, {header: value}, body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=SOCKET_TIMEOUT_S)
+    try:
+        c.request(method, path, headers={"Host": f"127.0.0.1:{port}" if host is None else host,
+                                         **(headers or {})})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
+    """Send bytes as they are; -> everything the console answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        if data:
+            s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def console_json(broker, path):
+    status, headers, body = http_get(broker.console.port, path)
+    assert status == 200, (path, status, body[:300])
+    assert headers["content-type"] == "application/json; charset=utf-8"
+    return json.loads(body)
+
+
+def console_html(broker, path):
+    status, headers, body = http_get(broker.console.port, path)
+    assert status == 200, (path, status, body[:300])
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    return body.decode()
+
+
+SCRIPT_ID = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def console(start_broker):
+    """A broker serving its console on an ephemeral loopback port."""
+    return start_broker({"doze.console.listener": "127.0.0.1:0"})
+
+
+def txn_scene(client):
+    """orders-0: a committed transaction (offsets 0-1, marker 2), an aborted one
+    (3, marker 4) and an open one (5) whose id is a script."""
+    client.create_topic("orders", 2)
+    done = Txn(client, "tx-done")
+    done.add(("orders", 0))
+    assert done.produce("orders", 0, [b"c1", b"c2"]).error_code == 0
+    assert done.end(commit=True) == 0
+    gone = Txn(client, "tx-gone")
+    gone.add(("orders", 0))
+    assert gone.produce("orders", 0, [b"a1"]).error_code == 0
+    assert gone.end(commit=False) == 0
+    pending = Txn(client, SCRIPT_ID, timeout_ms=45000)
+    pending.add(("orders", 0))
+    assert pending.produce("orders", 0, [b"p1"]).error_code == 0
+    return done, gone, pending
+
+
+def test_console_is_off_unless_asked(broker):
+    assert broker.console is None
+
+
+def test_console_cluster_json_shows_every_transaction_and_what_holds_the_lso(console):
+    with RawClient(console.port) as c:
+        done, gone, pending = txn_scene(c)
+        d = console_json(console, "/api/cluster")
+        part = fetch_isolated(c, "orders", 0)
+        described = describe_txn(c, SCRIPT_ID)
+    txns = {t["transactional_id"]: t for t in d["transactions"]}
+    assert {k: txns[k]["transaction_state"] for k in txns} == {
+        "tx-done": "CompleteCommit", "tx-gone": "CompleteAbort", SCRIPT_ID: "Ongoing"}
+    open_txn = txns[SCRIPT_ID]
+    assert (open_txn["producer_id"], open_txn["producer_epoch"]) == (pending.producer_id, pending.epoch)
+    assert open_txn["partitions"] == [{"topic": "orders", "partition": 0}]
+    assert open_txn["transaction_timeout_ms"] == 45000 == described.transaction_timeout_ms
+    assert open_txn["transaction_start_time_ms"] == described.transaction_start_time_ms
+    assert open_txn["age_ms"] >= 0 and open_txn["hanging"] is False
+    assert txns["tx-done"]["age_ms"] is None
+    [orders0] = [p for p in d["partitions"] if (p["topic"], p["partition"]) == ("orders", 0)]
+    assert d["partitions"][0] == orders0                      # held back: listed first
+    assert (orders0["last_stable_offset"], orders0["high_watermark"]) == \
+        (part.last_stable_offset, part.high_watermark) == (5, 6)
+    assert orders0["held_back_by"] == {"producer_id": pending.producer_id, "producer_epoch": pending.epoch,
+                                       "transactional_id": SCRIPT_ID, "since_offset": 5}
+    [orders1] = [p for p in d["partitions"] if (p["topic"], p["partition"]) == ("orders", 1)]
+    assert orders1["held_back_by"] is None and orders1["last_stable_offset"] == orders1["high_watermark"] == 0
+    producers = {p["producer_id"]: p for p in d["producers"] if p["topic"] == "orders"}
+    assert {pid: p["transactional_id"] for pid, p in producers.items()} == {
+        done.producer_id: "tx-done", gone.producer_id: "tx-gone", pending.producer_id: SCRIPT_ID}
+    assert {pid: p["current_txn_start_offset"] for pid, p in producers.items()} == {
+        done.producer_id: -1, gone.producer_id: -1, pending.producer_id: 5}
+    assert producers[done.producer_id]["last_sequence"] == 1
+    assert not any(p["hanging"] for p in producers.values())
+
+
+def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets(console):
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 2)
+        t = Txn(c, "tx-page")
+        t.add(("orders", 0), ("orders", 1))
+        assert t.produce("orders", 0, [b"a"]).error_code == t.produce("orders", 1, [b"b", b"c"]).error_code == 0
+        assert t.add_offsets("g1") == 0
+        assert t.commit_offsets("g1", {("orders", 0): 1}) == {("orders", 0): 0}
+        during = console_json(console, "/api/txn?id=tx-page")
+        assert t.end(commit=True) == 0
+        after = console_json(console, "/api/txn?id=tx-page")
+        page = console_html(console, "/txn?id=tx-page")
+        cluster = console_json(console, "/api/cluster")
+        ends = [fetch_isolated(c, "orders", p).high_watermark for p in (0, 1)]
+        committed = committed_offsets(c, "g1", [("orders", 0)])
+    assert during["transaction_state"] == "Ongoing" and during["last_decision"] is None
+    assert during["partitions"] == [{"topic": "orders", "partition": 0}, {"topic": "orders", "partition": 1}]
+    assert during["pending_offsets"] == [{"group": "g1", "topic": "orders", "partition": 0, "offset": 1,
+                                          "metadata": ""}]
+    assert [(e["from_state"], e["to_state"], e["cause"], e["producer_epoch"]) for e in after["history"]] == [
+        ("Empty", "Empty", "InitProducerId", 0), ("Empty", "Ongoing", "AddPartitionsToTxn", 0),
+        ("Ongoing", "PrepareCommit", "EndTxn (commit)", 0), ("PrepareCommit", "CompleteCommit", "markers durable", 0)]
+    assert [e["at_ms"] for e in after["history"]] == sorted(e["at_ms"] for e in after["history"])
+    last = after["last_decision"]
+    assert last["committed"] is True
+    assert last["markers"] == [{"topic": "orders", "partition": 0, "offset": ends[0] - 1},
+                               {"topic": "orders", "partition": 1, "offset": ends[1] - 1}] \
+        and ends == [2, 3]                                          # each marker is its partition's last offset
+    assert last["offsets"] == during["pending_offsets"] and committed == {("orders", 0): (0, 1)}
+    assert after["pending_offsets"] == [] and after["partitions"] == []
+    assert page.count('aria-current="step"') == 1
+    assert re.search(r'<li class="now" aria-current="step"><span class="state s-CompleteCommit">', page)
+    assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
+    markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
+               if e["kind"] == "marker"]
+    assert sorted(markers) == [("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
+    ids = [e["id"] for e in cluster["recent_events"]]
+    assert ids == sorted(ids, reverse=True)                            # newest first
+    assert http_get(console.console.port, "/txn?id=nobody")[0] == 404
+    assert json.loads(http_get(console.console.port, "/api/txn?id=nobody")[2])["error"].startswith(
+        "TRANSACTIONAL_ID_NOT_FOUND")
+
+
+def test_console_transaction_timeline_shows_a_fence_and_its_abort(console):
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 1)
+        zombie = Txn(c, "tx-fence")
+        zombie.add(("orders", 0))
+        zombie.produce("orders", 0, [b"z"])
+        fresh = Txn(c, "tx-fence")                     # a new instance fences the zombie
+        assert zombie.end(commit=True) == ErrorCode.PRODUCER_FENCED
+        d = console_json(console, "/api/txn?id=tx-fence")
+    steps = [(e["from_state"], e["to_state"], e["cause"], e["producer_epoch"]) for e in d["history"]]
+    assert steps == [("Empty", "Empty", "InitProducerId", 0), ("Empty", "Ongoing", "AddPartitionsToTxn", 0),
+                     ("Ongoing", "PrepareAbort", "fenced: a new InitProducerId", 1),
+                     ("PrepareAbort", "CompleteAbort", "markers durable", 1),
+                     ("CompleteAbort", "Empty", "InitProducerId", 2)]
+    assert (d["producer_epoch"], fresh.epoch) == (2, 2) and d["last_decision"]["committed"] is False
+
+
+def browse(broker, topic, partition, **query):
+    return console_json(broker, doze.console_path("api", "topics", topic, partition, **query))
+
+
+def test_console_browser_views_agree_with_what_consumers_fetch(console):
+    """orders-0: committed 0-1, COMMIT 2, aborted 3, ABORT 4, open 5, plain 6."""
+    with RawClient(console.port) as c:
+        done, gone, pending = txn_scene(c)
+        c.produce("orders", 0, make_batch([b"plain"]))
+        log = browse(console, "orders", 0)
+        committed = browse(console, "orders", 0, view="committed")
+        uncommitted = browse(console, "orders", 0, view="uncommitted")
+        page = console_html(console, "/topics/orders/0")
+        seen_committed = visible_values(c, "orders", 0)
+        seen_uncommitted = visible_values(c, "orders", 0, read_committed=False)
+    shape = [(i["kind"], i["offset"], i.get("txn_status") or i.get("control") or i.get("name")) for i in log["items"]]
+    assert shape == [("record", 0, "committed"), ("record", 1, "committed"), ("marker", 2, "COMMIT"),
+                     ("record", 3, "aborted"), ("marker", 4, "ABORT"), ("line", 5, "LSO"),
+                     ("record", 5, "pending"), ("record", 6, None), ("line", 7, "HW")]
+    markers = [i for i in log["items"] if i["kind"] == "marker"]
+    assert [(m["producer_id"], m["producer_epoch"]) for m in markers] == [
+        (done.producer_id, done.epoch), (gone.producer_id, gone.epoch)]
+    values = [base64.b64decode(i["value_b64"]) for i in committed["items"] if i["kind"] == "record"]
+    assert values == seen_committed == [b"c1", b"c2"]
+    assert [i["kind"] for i in committed["items"]][-2:] == ["line", "line"]       # stops at the LSO
+    values = [base64.b64decode(i["value_b64"]) for i in uncommitted["items"] if i["kind"] == "record"]
+    assert values == seen_uncommitted == [b"c1", b"c2", b"a1", b"p1", b"plain"]
+    assert not any(i["kind"] in ("marker", "line") and i.get("name") == "LSO" for i in uncommitted["items"])
+    first = log["items"][0]
+    assert (first["producer_id"], first["sequence"], first["transactional"], first["value_text"]) == (
+        done.producer_id, 0, True, "c1")
+    assert f"\u2014 COMMIT by producer {done.producer_id}, epoch 0, at offset 2 \u2014" in page
+    assert f"\u2014 ABORT by producer {gone.producer_id}, epoch 0, at offset 4 \u2014" in page
+    assert re.search(r'<tr class="aborted"><th scope="row" class="num">3</th>.*?ABORTED</td></tr>', page)
+    assert re.search(r'<tr class="pending"><th scope="row" class="num">5</th>.*?PENDING \(open\)</td></tr>', page)
+    assert "LSO 5: a read_committed consumer stops here" in page and "HW 7:" in page
+
+
+def test_console_browser_seeks_by_offset_time_and_end_within_its_budget(console, monkeypatch):
+    with RawClient(console.port) as c:
+        c.create_topic("many", 1)
+        for b in range(30):
+            c.produce("many", 0, make_batch([b"v%d" % (b * 10 + i) for i in range(10)],
+                                            timestamps=[100_000 + (b * 10 + i) * 10 for i in range(10)]))
+        page = browse(console, "many", 0, offset=155, limit=20)
+        by_time = browse(console, "many", 0, timestamp=100_000 + 200 * 10 - 5, limit=5)
+        end = browse(console, "many", 0, at="end", limit=10)
+        monkeypatch.setattr(doze, "CONSOLE_READ_BYTES", 1)          # one batch a page, whatever the limit
+        small = browse(console, "many", 0, offset=40, limit=100)
+    offsets = [i["offset"] for i in page["items"] if i["kind"] == "record"]
+    assert offsets == list(range(155, 175)) and page["next_offset"] == 175 and page["from"] == 155
+    assert [i["offset"] for i in by_time["items"] if i["kind"] == "record"] == [200, 201, 202, 203, 204]
+    assert by_time["items"][0]["timestamp"] == 102_000
+    assert [i["offset"] for i in end["items"] if i["kind"] == "record"] == list(range(290, 300))
+    assert end["items"][-1] == {"kind": "line", "name": "HW", "offset": 300} and end["next_offset"] is None
+    assert [i["offset"] for i in small["items"] if i["kind"] == "record"] == list(range(40, 50))
+    assert small["next_offset"] == 50
+
+
+def test_console_browser_shows_keys_values_and_headers_inertly(console):
+    with RawClient(console.port) as c:
+        c.create_topic("odd", 1)
+        batch = doze.build_batch([(b"<script>alert(1)</script>", b'{"a": [1, {"b": "<i>"}]}',
+                                   [(b'q"uote', b"<angle>")]), (None, b"\xff\xfe\x00binary", [])])
+        c.produce("odd", 0, batch)
+        page = console_html(console, "/topics/odd/0")
+        as_json = console_html(console, "/topics/odd/0?format=json")
+        as_hex = console_html(console, "/topics/odd/0?format=hex")
+        d = browse(console, "odd", 0)
+    assert page.count("<script") == 1 and "<i>" not in page and "<angle>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "q&quot;uote=&lt;angle&gt;" in page
+    assert "ff fe 00 62 69 6e 61 72 79" in page                      # not UTF-8: hex
+    assert "<pre>{\n &quot;a&quot;: [" in as_json
+    assert "3c 73 63 72 69 70 74 3e" in as_hex
+    [one, two] = [i for i in d["items"] if i["kind"] == "record"]
+    assert base64.b64decode(one["key_b64"]) == b"<script>alert(1)</script>" and one["key_text"] == "<script>alert(1)</script>"
+    assert one["headers"] == [{"key_b64": base64.b64encode(b'q"uote').decode(), "key_text": 'q"uote',
+                               "value_b64": base64.b64encode(b"<angle>").decode(), "value_text": "<angle>"}]
+    assert two["key_b64"] is None and "value_text" not in two
+
+
+def test_console_snappy_and_lz4_decoders_follow_their_formats():
+    """Hand-made streams: literals, back-references (overlapping too), xerial
+    framing, LZ4 frames with linked blocks; malformed ones raise RecordsError."""
+    raw = b"\x0d" + b"\x0cabcd" + b"\x11\x04" + b"\x00e"                  # 12 + 1 bytes
+    assert doze.snappy_block(raw, 100) == b"abcdabcdabcde"
+    overlap = b"\x0a" + b"\x00a" + b"\x22\x01\x00"                        # "a", then 9 more from 1 back
+    assert doze.snappy_block(overlap, 100) == b"a" * 10
+    xerial = doze.SNAPPY_XERIAL + bytes(8) + struct.pack(">i", len(raw)) + raw + struct.pack(">i", 3) + b"\x01\x00z"
+    assert doze.unsnappy(xerial, 100) == b"abcdabcdabcdez"
+    for bad in (b"\x05\x00a", b"\x04\x11\x09", raw[:-1], b"\xff\xff\xff\xff\x0f"):
+        with pytest.raises(doze.RecordsError):
+            doze.snappy_block(bad, 100)
+    with pytest.raises(doze.RecordsError):
+        doze.snappy_block(raw, 5)                                              # over the limit
+    block1 = b"\x44abcd\x04\x00" + b"\x10e"                                 # abcd + 8 back-copied + e
+    block2 = b"\x0f\x09\x00" + b"\x00"                                      # 19 bytes from 9 back: the first block
+    header = b"\x04\x22\x4d\x18" + b"\x40\x40" + b"\x00"                      # linked blocks, no checksums
+    frame = header + struct.pack("<I", len(block1)) + block1 + struct.pack("<I", len(block2)) + block2 \
+        + struct.pack("<I", 0x80000003) + b"xyz" + b"\x00\x00\x00\x00"
+    out = doze.unlz4(frame, 1000)
+    assert out[:13] == b"abcdabcdabcde" and len(out) == 13 + 19 + 3 and out.endswith(b"xyz")
+    assert out[13:32] == (out[4:13] * 3)[:19]
+    for bad in (b"\x00" + frame[1:], frame[:-4], header + struct.pack("<I", 3) + b"\x00\x09\x00"):
+        with pytest.raises(doze.RecordsError):
+            doze.unlz4(bad, 1000)
+    with pytest.raises(doze.RecordsError):
+        doze.unlz4(frame, 20)
+
+
+class EventStream:
+    """A raw reader of the console's /events stream."""
+
+    def __init__(self, port, last_id=None, rcvbuf=None):
+        self.sock = socket.socket()
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(SOCKET_TIMEOUT_S)
+        self.sock.connect(("127.0.0.1", port))
+        extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
+        self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        self.head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+
+    def _recv(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("the console closed the stream")
+        return data
+
+    def events(self, count):
+        """The next `count` events as (id, event name, data dict); comments and retry skipped."""
+        out = []
+        while len(out) < count:
+            while b"\n\n" not in self.buf:
+                self.buf += self._recv()
+            block, self.buf = self.buf.split(b"\n\n", 1)
+            fields = dict(line.split(": ", 1) for line in block.decode().split("\n") if ": " in line
+                          and not line.startswith(":"))
+            if "event" in fields:
+                out.append((int(fields["id"]) if "id" in fields else None, fields["event"],
+                            json.loads(fields["data"])))
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def test_console_event_stream_sends_each_transition_and_marker_as_it_happens(console):
+    port = console.console.port
+    stream = EventStream(port)
+    try:
+        assert stream.head.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream")
+        assert b"Content-Security-Policy: default-src 'none'" in stream.head and b"Content-Length" not in stream.head
+        with RawClient(console.port) as c:
+            c.create_topic("orders", 1)
+            t = Txn(c, "tx-live")
+            t.add(("orders", 0))
+            t.produce("orders", 0, [b"v"])
+            assert t.end(commit=True) == 0
+        got = stream.events(5)
+    finally:
+        stream.close()
+    assert [(name, d.get("from_state"), d.get("to_state") or d.get("control")) for _, name, d in got] == [
+        ("txn", "Empty", "Empty"), ("txn", "Empty", "Ongoing"), ("txn", "Ongoing", "PrepareCommit"),
+        ("marker", None, "COMMIT"), ("txn", "PrepareCommit", "CompleteCommit")]
+    ids = [i for i, _, _ in got]
+    assert ids == sorted(ids) and len(set(ids)) == 5 and all(d["id"] == i for i, _, d in got)
+    assert got[3][2]["offset"] == 1 and got[3][2]["transactional_id"] == "tx-live"
+    again = EventStream(port, last_id=ids[1])                    # a reconnect gets what it missed
+    try:
+        assert [i for i, _, _ in again.events(3)] == ids[2:]
+    finally:
+        again.close()
+    console.run_in_loop(lambda: setattr(console.journal, "events", collections.deque(console.journal.events,
+                                                                                        maxlen=2)))
+    lost = EventStream(port, last_id=ids[0])                     # no longer in the ring: reset
+    try:
+        assert lost.events(1)[0][1] == "reset"
+    finally:
+        lost.close()
+
+
+def test_console_event_streams_are_capped_and_a_slow_one_is_let_go(console, monkeypatch):
+    port = console.console.port
+    streams = [EventStream(port) for _ in range(doze.CONSOLE_MAX_STREAMS)]
+    try:
+        assert http_raw(port, f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()).startswith(
+            b"HTTP/1.1 503 ")
+    finally:
+        for s in streams:
+            s.close()
+    monkeypatch.setattr(doze, "CONSOLE_STREAM_BUFFER", 4096)
+    slow = EventStream(port, rcvbuf=2048)                       # reads nothing from here on
+    try:
+        assert wait_until(lambda: console.run_in_loop(lambda: len(console.console.streams())) == 1)
+        for _ in range(200):
+            console.run_in_loop(lambda: [console.journal.record("test", padding="x" * 1000) for _ in range(50)])
+            if not console.run_in_loop(console.console.streams):
+                break
+        assert console.run_in_loop(console.console.streams) == []
+        assert http_get(port, "/apis")[0] == 200                  # the console serves on
+    finally:
+        slow.close()
+
+
+def test_console_topics_and_topic_pages_agree_with_the_protocol(console):
+    with RawClient(console.port) as c:
+        txn_scene(c)
+        c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[Msg(
+            resource_type=2, resource_name="orders", configs=[
+                Msg(name="retention.ms", config_operation=0, value="3600000")])], validate_only=False)
+        topics = {t["name"]: t for t in console_json(console, "/api/topics")["topics"]}
+        topic = console_json(console, "/api/topics/orders")
+        page = console_html(console, "/topics/orders")
+    assert (topics["orders"]["partitions"], topics["orders"]["offsets"]) == (2, 6)
+    assert topics["orders"]["open_transactions"] == 1
+    assert [(p["partition"], p["log_start_offset"], p["last_stable_offset"], p["high_watermark"])
+            for p in topic["partitions"]] == [(0, 0, 5, 6), (1, 0, 0, 0)]
+    configs = {e["name"]: e for e in topic["configs"]}
+    assert configs["retention.ms"] == {"name": "retention.ms", "value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert configs["cleanup.policy"]["source"] == "DEFAULT_CONFIG"
+    assert "<caption>Partitions</caption>" in page and ">3600000<" in page
+    assert http_get(console.console.port, "/topics/nothing-here")[0] == 404
+    assert http_get(console.console.port, "/api/topics/nothing-here")[0] == 404
+
+
+def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
+    with RawClient(console.port) as c:
+        txn_scene(c)
+    for path, api in (("/", "/api/cluster"), ("/topics", "/api/topics"), ("/topics/orders", "/api/topics/orders"),
+                      ("/apis", "/api/apis")):
+        page = console_html(console, path)
+        assert page.startswith("<!DOCTYPE html>\n<html lang=\"en\">") and page.endswith("</html>")
+        assert page.count("<h1>") == 1 and '<main id="main">' in page and "<nav aria-label=\"Pages\">" in page
+        assert f'href="{api}"' in page                          # the twin is linked
+        console_json(console, api)
+    apis = console_json(console, "/api/apis")["apis"]
+    assert [(a["api_key"], a["min_version"], a["max_version"]) for a in apis] == [
+        (k, spec.min_served, spec.max_version) for k, (spec, _) in sorted(doze.HANDLERS.items())]
+    status, headers, css = http_get(console.console.port, "/console.css")
+    assert status == 200 and headers["content-type"] == "text/css; charset=utf-8" and b"prefers-color-scheme" in css
+
+
+def test_console_escapes_every_name_and_shows_what_does_not_print(console):
+    """A transactional id that is a script, quotes and angle brackets in an id,
+    bidi and zero-width characters: inert text on every page."""
+    with RawClient(console.port) as c:
+        txn_scene(c)
+        for tid in ('"><img src=x onerror=alert(2)>', "a\u202eb\u200bc"):
+            t = Txn(c, tid)
+            t.add(("orders", 1))
+            assert t.produce("orders", 1, [b"x"]).error_code == 0
+        pages = {path: console_html(console, path) for path in ("/", "/topics", "/topics/orders")}
+    cluster = pages["/"]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in cluster
+    assert "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in cluster
+    assert "a\u27e8U+202E\u27e9b\u27e8U+200B\u27e9c" in cluster and "\u202e" not in cluster
+    assert 'href="/txn?id=%3Cscript%3Ealert%281%29%3C%2Fscript%3E"' in cluster
+    for page in pages.values():
+        assert page.count("<script") == 1 and '<script src="/console.js" defer></script>' in page
+        assert "<img" not in page and "onerror=alert" not in page.replace("&lt;img src=x onerror=alert(2)&gt;", "")
+    assert json.loads(http_get(console.console.port, "/api/cluster")[2])["transactions"][0]["transactional_id"] \
+        in ('"><img src=x onerror=alert(2)>', SCRIPT_ID, "a\u202eb\u200bc", "tx-done", "tx-gone")
+
+
+CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+@pytest.mark.parametrize("path,method,host,status", [
+    ("/", "GET", None, 200), ("/topics", "GET", None, 200), ("/apis", "GET", None, 200),
+    ("/api/cluster", "GET", None, 200), ("/console.css", "GET", None, 200), ("/nothing", "GET", None, 404),
+    ("/", "HEAD", None, 200), ("/", "POST", None, 405), ("/api/cluster", "DELETE", None, 405),
+    ("/", "GET", "evil.example:80", 421), ("/", "GET", "127.0.0.1", 421)])
+def test_console_answers_carry_its_security_headers(console, path, method, host, status):
+    got, headers, body = http_get(console.console.port, path, host=host, method=method)
+    assert got == status
+    assert headers["content-security-policy"] == CONSOLE_CSP
+    assert (headers["x-content-type-options"], headers["referrer-policy"], headers["cache-control"]) == (
+        "nosniff", "no-referrer", "no-store")
+    assert not any(h.startswith("access-control-") for h in headers)
+    if method == "HEAD":
+        assert body == b"" and int(headers["content-length"]) > 0
+    if status == 405:
+        assert headers["allow"] == "GET, HEAD"
+
+
+def test_console_answers_only_to_its_own_names(start_broker):
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "doze.console.hosts": "doze.test, Other:81"})
+    port = broker.console.port
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"LOCALHOST:{port}",
+                 f"doze.test:{port}", "other:81"):
+        assert http_get(port, "/apis", host=host)[0] == 200, host
+    for host in (f"doze.test.evil:{port}", f"127.0.0.2:{port}", "doze.test:80", f"other:{port}", ""):
+        assert http_get(port, "/apis", host=host)[0] == 421, host
+    assert http_raw(port, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 421 ")      # no Host at all
+    assert http_raw(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+
+
+def broker_digest(broker):
+    """What a read-only console must leave as it is: meta.db, every log's
+    offsets and files, every transaction's and group's state."""
+    def snapshot():
+        logs = sorted((k, p.log_start_offset, p.high_watermark, [(s.base_offset, s.size) for s in p.segments])
+                      for k, p in broker.logs.logs.items())
+        txns = sorted((t, m.state.value, m.producer_epoch, m.last_update_ms, sorted(m.partitions))
+                      for t, m in broker.txns.txns.items())
+        groups = sorted((g, x.state.value, x.generation) for g, x in broker.groups.groups.items())
+        return logs, txns, groups, sorted(broker.logs.topics)
+    db = sqlite3.connect(f"file:{broker.config.data_dir}/meta.db?mode=ro", uri=True)
+    try:
+        dump = list(db.iterdump())
+    finally:
+        db.close()
+    return broker.run_in_loop(snapshot), dump
+
+
+def test_console_requests_change_nothing(console):
+    """Crawl every link of every page, with every method, twice: the broker's
+    state is what it was."""
+    with RawClient(console.port) as c:
+        txn_scene(c)
+        before = broker_digest(console)
+        seen, todo = set(), ["/", "/topics", "/apis"]
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            for method in ("HEAD", "POST", "PUT", "DELETE", "PATCH", "GET"):
+                status, headers, body = http_get(console.console.port, path, method=method)
+                assert status in (200, 404, 405), (path, method, status)
+            if headers.get("content-type", "").startswith("text/html"):          # the GET's
+                todo += [html.unescape(h) for h in re.findall(r'(?:href|src)="(/[^"]*)"', body.decode())]
+        assert {"/topics/orders", "/api/cluster", "/api/topics/orders", "/console.css", "/console.js",
+                "/txn?id=tx-done", "/api/txn?id=tx-done", "/topics/orders/0", "/api/topics/orders/0"} <= seen
+        assert broker_digest(console) == before
+
+
+def test_console_limits_head_size_time_and_connections(console, monkeypatch):
+    port = console.console.port
+    assert http_raw(port, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n").startswith(b"HTTP/1.1 431 ")
+    monkeypatch.setattr(doze, "CONSOLE_HEAD_TIMEOUT_S", 0.3)
+    started = time.monotonic()
+    assert http_raw(port, b"GET / HTTP/1.1\r\nHost: x").startswith(b"HTTP/1.1 408 ")   # never ends its head
+    assert time.monotonic() - started < 3
+    monkeypatch.setattr(doze, "CONSOLE_HEAD_TIMEOUT_S", 30)
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+            for _ in range(doze.CONSOLE_MAX_CONNECTIONS)]
+    try:
+        assert wait_until(lambda: console.run_in_loop(lambda: len(console.console.connections))
+                          == doze.CONSOLE_MAX_CONNECTIONS)
+        assert http_get(port, "/apis")[0] == 503                   # one too many
+        with RawClient(console.port) as c:                         # Kafka's clients notice nothing
+            c.create_topic("still", 1)
+            assert c.produce("still", 0, make_batch([b"v"])).error_code == 0
+    finally:
+        for s in idle:
+            s.close()
+    assert wait_until(lambda: http_get(port, "/apis")[0] == 200)
+
+
+def test_console_tables_are_cut_at_their_row_limit(console, monkeypatch):
+    monkeypatch.setattr(doze, "CONSOLE_MAX_ROWS", 50)
+    with RawClient(console.port) as c:
+        c.create_topic("wide", 120)
+    topic = console_json(console, "/api/topics/wide")
+    assert (len(topic["partitions"]), topic["partitions_total"]) == (50, 120)
+    assert "50 of 120 shown." in console_html(console, "/topics/wide")
+    cluster = console_json(console, "/api/cluster")
+    assert len(cluster["partitions"]) == 50 and cluster["partitions_total"] == 120
+
+
+def test_console_data_pages_need_a_login_under_an_authorizer(start_broker):
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0",
+                           "authorizer.class.name": doze.STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"})
+    port = broker.console.port
+    for path in ("/", "/topics", "/topics/x", "/api/cluster", "/api/topics"):
+        assert http_get(port, path)[0] == 403, path
+    assert http_get(port, "/apis")[0] == 200
+
+
+def test_console_address_in_use_stops_a_given_setting(start_broker):
+    first = start_broker({"doze.console.listener": "127.0.0.1:0"})
+    with pytest.raises(OSError, match="doze.console.listener"):
+        start_broker({"doze.console.listener": f"127.0.0.1:{first.console.port}"})
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        start_broker({"doze.console.listener": "nonsense"})
+
+
+def test_cli_serves_the_console_and_prints_its_url(tmp_path):
+    """python3 doze_kafka.py: the console on by default (here moved to port 0)."""
+    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
+                             "--override", "doze.console.listener=127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        proc.stdout.readline()
+        line = proc.stdout.readline()
+        m = re.fullmatch(r"console: http://127\.0\.0\.1:(\d+)/\n", line)
+        assert m, line
+        assert http_get(int(m.group(1)), "/apis")[0] == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+###############################################################################
+# 13. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):
@@ -5643,7 +6224,7 @@ def test_cli_bad_override_exits_non_zero(capsys, tmp_path):
 
 
 ###############################################################################
-# 13. CONFORMANCE -- recordings of Apache Kafka 4.3.1, replayed against doze
+# 14. CONFORMANCE -- recordings of Apache Kafka 4.3.1, replayed against doze
 ###############################################################################
 # conformance/recordings/*.json were made by running conformance/recorder.py
 # against a real Kafka 4.3.1 (conformance/README.md says how). Each is replayed

@@ -41,7 +41,9 @@ class DozeProcess:
         self.data = os.path.join(tmp, "data")
         self.log_path = os.path.join(tmp, "broker.log")
         self.port = free_port()
-        self.extra = list(extra_args)
+        # The command line's console (127.0.0.1:8092) stays off: scripts start
+        # many brokers at once; one that wants it overrides this after.
+        self.extra = ["--override", "doze.console.listener="] + list(extra_args)
         if os.environ.get("DOZE_LOG_LEVEL"):             # e.g. DEBUG: every request and answer
             self.extra += ["--log-level", os.environ["DOZE_LOG_LEVEL"]]
         self.proc = None

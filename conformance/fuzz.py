@@ -80,6 +80,7 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.parse
 import zipfile
 import zlib
 
@@ -2427,6 +2428,96 @@ class Bystander(threading.Thread):
                            f"not read back, e.g. offsets {sorted(lost)[:10]}", "lost records")
 
 
+class ConsoleFuzzer(threading.Thread):
+    """The console's HTTP beside the Kafka fuzz (when the broker serves one):
+    valid GETs of every page with random positions and ids, garbage and
+    oversized heads, wrong hosts and methods, heads never finished, event
+    streams opened and dropped. Every answer must be an HTTP/1.1 status of
+    the console's own set; a 500 (a page that failed: a bug in doze), no
+    answer, or anything else is a finding."""
+    OK = {200, 400, 403, 404, 405, 408, 421, 431, 503}
+    PATHS = ["/", "/topics", "/apis", "/txn", "/console.css", "/console.js", "/events", "/api/cluster",
+             "/api/topics", "/api/apis", "/api/txn", "/nothing", "/topics/%s", "/topics/%s/%s", "/api/topics/%s",
+             "/api/topics/%s/%s"]
+
+    def __init__(self, runner, port):
+        super().__init__(name="console-fuzz", daemon=True)
+        self.r, self.port = runner, port
+        self.rng = random.Random(f"{runner.seed}:console")
+        self.statuses = collections.Counter()
+        self.sent = 0
+
+    def run(self):
+        while not self.r.stop.is_set():
+            if self.r.restarting or not self.r.running.wait(1):
+                continue
+            try:
+                self.one()
+            except Exception as e:                 # a bug in this file
+                self.r.finding("fuzzer-error", f"console fuzz: {type(e).__name__}: {e}", "console")
+            time.sleep(0.005)
+
+    def word(self):
+        rng = self.rng
+        return rng.choice([rng.choice(list(CORE_TOPICS)), WIDE_TOPIC, "", "..", "%ff%fe", "<script>", "a" * 300,
+                           str(rng.randint(-2 ** 63, 2 ** 63)), "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(6))])
+
+    def target(self):
+        rng = self.rng
+        path = rng.choice(self.PATHS)
+        path = path % tuple(urllib.parse.quote(self.word(), safe="") if i == 0 or rng.random() < 0.3
+                            else str(rng.choice([0, 1, 2, 3, -1, 10 ** 12])) for i in range(path.count("%s")))
+        query = {k: rng.choice([self.word(), str(rng.randint(-2 ** 63, 2 ** 63)), "end", "log", "committed",
+                                "uncommitted", "hex", "json"])
+                 for k in rng.sample(["offset", "timestamp", "at", "view", "format", "limit", "id", "last_id"],
+                                     rng.randint(0, 4))}
+        return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def one(self):
+        rng = self.rng
+        host = f"127.0.0.1:{self.port}"
+        kind = rng.choice(["get", "get", "get", "get", "garbage", "huge", "host", "method", "slow", "stream",
+                           "headers"])
+        if kind == "garbage":
+            head = bytes(rng.randint(0, 255) for _ in range(rng.randint(0, 200))) + b"\r\n\r\n"
+        elif kind == "huge":
+            head = b"GET /" + b"a" * rng.randint(8000, 20000) + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n"
+        elif kind == "host":
+            head = f"GET / HTTP/1.1\r\nHost: {rng.choice(['evil.test', '127.0.0.1', '', 'localhost:1'])}\r\n\r\n".encode()
+        elif kind == "method":
+            head = f"{rng.choice(['POST', 'PUT', 'DELETE', 'OPTIONS', 'TRACE', 'CONNECT', 'G@T'])} " \
+                   f"{self.target()} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n\r\nhello".encode()
+        elif kind == "headers":
+            lines = [f"X-{i}: {'v' * rng.randint(0, 80)}" for i in range(rng.randint(0, 120))]
+            if rng.random() < 0.3:
+                lines.append("no colon here")
+            head = ("GET / HTTP/1.1\r\nHost: " + host + "\r\n" + "\r\n".join(lines) + "\r\n\r\n").encode()
+        else:
+            head = f"GET {self.target()} HTTP/1.{rng.choice([0, 1])}\r\nHost: {host}\r\n\r\n".encode("utf-8", "replace")
+        self.sent += 1
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=self.r.answer_timeout * 3) as sock:
+                if kind == "slow":
+                    sock.sendall(b"GET / HTTP/1.1\r\nHo")
+                    time.sleep(rng.uniform(0, 0.3))
+                    return                                   # gone before the head ends
+                sock.sendall(head)
+                if kind == "stream":
+                    time.sleep(rng.uniform(0, 0.2))
+                answer = sock.recv(64)
+        except socket.timeout:
+            self.r.finding("console-no-answer", f"no answer to {kind} {head[:120]!r}", "console")
+            return
+        except OSError:
+            self.statuses["reset"] += 1                      # closed under us: after a 431, say
+            return
+        m = re.match(rb"HTTP/1\.1 (\d{3}) ", answer)
+        status = int(m.group(1)) if m else None
+        self.statuses[status] += 1
+        if status not in self.OK:
+            self.r.finding("console-bad-answer", f"{kind}: {answer[:64]!r} to {head[:160]!r}", f"console {status}")
+
+
 class LogWatch(logging.Handler):
     """Reads doze's log (in-process: a handler on the "doze_kafka" logger):
     tracebacks and ERROR lines are findings; "closing connection" lines say
@@ -2521,9 +2612,14 @@ class InProcessBroker:
 
     def start(self):
         doze = load_doze()
-        self.ctx = doze.running(self.settings)
+        self.ctx = doze.running(dict({"doze.console.listener": "127.0.0.1:0"}, **self.settings))
         self.broker = self.ctx.__enter__()
         return self.broker.bootstrap
+
+    @property
+    def console_port(self):
+        console = getattr(self.broker, "console", None)
+        return console.port if console is not None else None
 
     def alive(self):
         return self.broker is not None and self.broker._thread.is_alive()
@@ -2554,6 +2650,10 @@ class SpawnedBroker:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.console_port = s.getsockname()[1]
+        self.settings.setdefault("doze.console.listener", f"127.0.0.1:{self.console_port}")
         self.proc = None
 
     @property
@@ -2658,6 +2758,7 @@ class Report:
         self.slowest_probes = []
         self.slowest_answers = []
         self.phases = {}
+        self.console = None         # the console fuzz's requests and answers by status, when it ran
 
     @property
     def rate(self):
@@ -2678,6 +2779,8 @@ class Report:
                          f"before cleanup {mb(self.rss.get('before_cleanup'))}, "
                          f"end {mb(self.rss.get('end'))} (settling {self.rss.get('settling')}); MiB by second: "
                          + " ".join(f"{t}s:{m}" for t, m in (self.rss.get("samples") or [])[-30:]))
+        if self.console:
+            lines.append(f"console: {self.console['sent']} HTTP requests, answers by status {self.console['answers']}")
         for ms, what, _ in self.slowest_answers[:3]:
             lines.append(f"slow answer: {what} {ms} ms")
         for latency, what, busy, _ in self.slowest_probes[:3]:
@@ -3136,6 +3239,10 @@ class Runner:
             self.bystander = Bystander(self)
             self.t0 = time.monotonic()
             self.bystander.start()
+            port = getattr(self.broker, "console_port", None)
+            self.console = ConsoleFuzzer(self, port) if port else None
+            if self.console:
+                self.console.start()
             for w in self.workers:
                 w.start()
             mon = threading.Thread(target=self.monitor, name="monitor", daemon=True)
@@ -3146,6 +3253,8 @@ class Runner:
             self.stop.set()
             for w in self.workers:
                 w.join(self.answer_timeout * 3)
+            if self.console:
+                self.console.join(self.answer_timeout * 4)
             phases["fuzz"] = time.monotonic() - self.t0
             self.bystander.join(self.stuck_s + 2)
             mon.join(2)
@@ -3209,6 +3318,9 @@ class Runner:
         report.probes = self.bystander.probes if self.workers else 0
         report.bystander_acked = len(self.bystander.acked) if self.workers else 0
         report.deaths, report.stalls, report.tracebacks = self.deaths, self.stalls, self.tracebacks
+        if getattr(self, "console", None):
+            report.console = {"sent": self.console.sent, "answers": {str(k): v for k, v in
+                                                                     sorted(self.console.statuses.items(), key=str)}}
         return report
 
 
