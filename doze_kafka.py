@@ -9264,10 +9264,13 @@ class ConsoleViews:
                 "hanging": entry.txn_first_offset >= 0 and not open_here}
 
     def partition_rows(self, by_producer):
-        """Every partition's offsets; those whose LSO is held back come first."""
+        """Every partition's offsets, those whose LSO is held back first; not
+        the internal topics' (doze keeps their state in meta.db: they stay empty)."""
         b = self.broker
         rows = []
         for (topic, p), plog in b.logs.logs.items():
+            if topic in INTERNAL_TOPICS:
+                continue
             lso = last_stable_offset(b, plog)
             held = None
             if lso < plog.high_watermark:
@@ -9279,7 +9282,7 @@ class ConsoleViews:
                         "producer_epoch": table.producers[holder].epoch if holder is not None else None}
             rows.append({"topic": topic, "partition": p, "log_start_offset": plog.log_start_offset,
                          "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held})
-        rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"] in INTERNAL_TOPICS, r["topic"], r["partition"]))
+        rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"], r["partition"]))
         return rows
 
     def topics(self):
@@ -9408,7 +9411,7 @@ def page_txn(d):
     if last is not None:
         word = "COMMIT" if last["committed"] else "ABORT"
         sections.append(tag("section", [
-            table(f"Its last decision: {word}, {time_text(last['at_ms'])}", ["Partition", "Marker offset"],
+            table([f"Its last decision: {word}, ", time_text(last["at_ms"])], ["Partition", "Marker offset"],
                   [[link(f"{m['topic']}-{m['partition']}", "topics", m["topic"]), m["offset"]]
                    for m in last["markers"]], numeric={"Marker offset"}),
             table("Offsets it committed" if last["committed"] else "Offsets it dropped",

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""The console in a real browser: headless Chromium, driven by Playwright.
+
+    python3 conformance/console/check.py [--shots DIR] [--install]
+
+Starts doze (its console on a free port), a real librdkafka transactional
+producer (confluent-kafka), and Debian's Chromium through playwright-core
+(npm; it never downloads a browser: CHROMIUM or /usr/bin/chromium). Then:
+
+  1. every page opens with no console error or warning (a CSP violation is one);
+  2. the Cluster page, left open, shows without a reload the producer's
+     transaction go Ongoing (and hold the LSO back) -> PrepareCommit ->
+     CompleteCommit, and the LSO catch up with the high watermark;
+  3. the Transaction page, left open, lights Ongoing, then CompleteAbort after
+     an abort, with EndTxn (abort) in its timeline;
+  4. the message browser, left open, gets the COMMIT and ABORT dividers and
+     the aborted records as they are written;
+  5. records whose key, value and headers are script run nothing;
+  6. a screenshot of each page goes to --shots (the README's come from here).
+
+--install installs what is missing (apt-get chromium; npm playwright-core).
+Prints RESULT ok, or RESULT fail with what failed; exit status 0 or 1.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFORMANCE = os.path.dirname(HERE)
+sys.path.insert(0, CONFORMANCE)
+import needs  # noqa: E402
+
+CACHE = os.environ.get("DOZE_KAFKA_CACHE") or os.path.expanduser("~/.cache/doze-kafka")
+NODE_DIR = os.path.join(CACHE, "console")
+SHOTS = os.path.join(HERE, "screenshots")
+
+
+def chromium_path(install):
+    for path in (os.environ.get("CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium",
+                 shutil.which("chromium-browser")):
+        if path and os.access(path, os.X_OK):
+            return path
+    if install:
+        subprocess.run(["apt-get", "update", "-q"], check=True, stdout=sys.stderr)
+        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, stdout=sys.stderr,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        return chromium_path(False)
+    sys.exit("no Chromium: install Debian's chromium (apt-get install chromium), set CHROMIUM, or use --install")
+
+
+def playwright_dir():
+    """playwright-core from the committed package-lock.json, in the cache (npm ci)."""
+    lock = os.path.join(HERE, "package-lock.json")
+    stamp = os.path.join(NODE_DIR, "package-lock.json")
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "playwright-core")) or \
+            not os.path.exists(stamp) or open(stamp).read() != open(lock).read():
+        os.makedirs(NODE_DIR, exist_ok=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy(os.path.join(HERE, name), NODE_DIR)
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True,
+                       stdout=sys.stderr)
+    shutil.copy(os.path.join(HERE, "driver.mjs"), NODE_DIR)
+    return NODE_DIR
+
+
+class Browser:
+    """driver.mjs over a pipe: one JSON command, one JSON answer."""
+
+    def __init__(self, chromium, node_dir):
+        self.proc = subprocess.Popen(["node", os.path.join(node_dir, "driver.mjs")], cwd=node_dir,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, CHROMIUM=chromium))
+
+    def do(self, op, **args):
+        self.proc.stdin.write(json.dumps(dict(op=op, **args)) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        if answer["error"]:
+            raise CheckFailed(f"{op} {args}: {answer['error']}")
+        return answer["result"]
+
+    def close(self):
+        try:
+            self.do("quit")
+        except Exception:
+            pass
+        self.proc.kill()
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, what):
+    if not condition:
+        raise CheckFailed(what)
+    print(f"  ok: {what}", flush=True)
+
+
+def run(doze, url, browser, shots):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": doze.bootstrap})
+    admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(10)
+    producer = Producer({"bootstrap.servers": doze.bootstrap, "transactional.id": "tx-browser",
+                         "linger.ms": 0})
+
+    print("the Cluster page, left open, follows a transaction", flush=True)
+    browser.do("goto", url=url + "/", live=True)
+    browser.do("eval", js="window.__kept = 1")
+    producer.init_transactions(10)
+    browser.do("wait_text", selector="#main table", text="tx-browser")
+    producer.begin_transaction()
+    producer.produce("orders", b"committed-1", key=b"k1", partition=0)
+    producer.produce("orders", b"committed-2", key=b"k2", partition=0)
+    producer.flush(10)
+    browser.do("wait_text", selector="#main table", text="Ongoing")
+    browser.do("wait_text", selector="#main table", text="open since offset 0")
+    check(True, "Ongoing, and the transaction named as what holds orders-0's LSO back")
+    browser.do("screenshot", path=os.path.join(shots, "cluster.png"), full=True)
+    producer.commit_transaction(10)
+    browser.do("wait_text", selector="#main table", text="CompleteCommit")
+    browser.do("wait_text", selector="#main table", text="Ongoing \u2192 PrepareCommit")
+    browser.do("wait_text", selector="#main table", text="PrepareCommit \u2192 CompleteCommit")
+    check(True, "Ongoing -> PrepareCommit -> CompleteCommit in the feed, CompleteCommit in the table")
+    rows = browser.do("rows", selector="#main table tr")
+    orders0 = [r for r in rows if r[0] == "orders-0" and len(r) == 5]
+    check(orders0 and orders0[0][1:] == ["0", "3", "3", "\u2014"], f"orders-0's LSO caught up: {orders0}")
+    check(browser.do("eval", js="window.__kept") == 1, "all without a reload")
+
+    print("the Transaction page, left open, follows an abort", flush=True)
+    browser.do("goto", url=url + "/txn?id=tx-browser", live=True)
+    browser.do("eval", js="window.__kept = 2")
+    producer.begin_transaction()
+    producer.produce("orders", b"aborted-1", partition=0)
+    producer.flush(10)
+    browser.do("wait_text", selector="li.now span.state", text="Ongoing")
+    check(True, "Ongoing lit")
+    producer.abort_transaction(10)
+    browser.do("wait_text", selector="li.now span.state", text="CompleteAbort")
+    browser.do("wait_text", selector="#main table", text="EndTxn (abort)")
+    check(browser.do("eval", js="window.__kept") == 2, "CompleteAbort lit, EndTxn (abort) in the timeline, no reload")
+    browser.do("screenshot", path=os.path.join(shots, "transaction.png"), full=True)
+
+    print("the message browser, left open, gets the dividers", flush=True)
+    browser.do("goto", url=url + "/topics/orders/0", live=True)
+    browser.do("eval", js="window.__kept = 3")
+    commits = browser.do("count_text", selector="tr.marker", text="COMMIT by producer")
+    check(commits == 1 and browser.do("count_text", selector="tr.marker", text="ABORT by producer") == 1,
+          "one COMMIT and one ABORT divider")
+    check(browser.do("count_text", selector="tr.aborted", text="ABORTED") == 1, "the aborted record marked")
+    producer.begin_transaction()
+    producer.produce("orders", b"committed-3", partition=0)
+    producer.commit_transaction(10)
+    browser.do("wait_text", selector="#main", text="committed-3")
+    check(browser.do("count_text", selector="tr.marker", text="COMMIT by producer") == 2
+          and browser.do("eval", js="window.__kept") == 3, "the new records and COMMIT divider, no reload")
+    browser.do("screenshot", path=os.path.join(shots, "browser.png"), full=True)
+
+    print("records carrying script run nothing", flush=True)
+    plain = Producer({"bootstrap.servers": doze.bootstrap})
+    plain.produce("orders", value=b"<script>window.__pwned = 1</script>",
+                  key=b"<img src=x onerror=\"window.__pwned = 2\">", partition=1,
+                  headers=[("h\"><svg onload=window.__pwned=3>", b"<script>window.__pwned=4</script>")])
+    plain.flush(10)
+    for view in ("log", "uncommitted", "committed"):
+        browser.do("goto", url=url + f"/topics/orders/1?view={view}")
+        browser.do("wait_text", selector="#main", text="<script>window.__pwned = 1</script>")
+        check(browser.do("eval", js="typeof window.__pwned") == "undefined", f"{view} view: shown as text, ran nothing")
+    browser.do("goto", url=url + "/topics/orders/1?format=hex")
+    check(browser.do("eval", js="typeof window.__pwned") == "undefined", "hex view: ran nothing")
+
+    print("every page, with no console error or warning", flush=True)
+    browser.do("problems")
+    pages = ["/", "/topics", "/topics/orders", "/topics/orders/0", "/topics/orders/0?view=committed",
+             "/topics/orders/0?view=uncommitted&format=json", "/topics/orders/0?at=end&format=hex",
+             "/topics/orders/0?timestamp=0", "/txn?id=tx-browser", "/apis"]
+    for path in pages:
+        got = browser.do("goto", url=url + path)
+        check(got["status"] == 200 and got["title"].endswith("doze-kafka"), f"{path}: {got['title']}")
+    browser.do("goto", url=url + "/topics")
+    browser.do("screenshot", path=os.path.join(shots, "topics.png"), full=True)
+    problems = browser.do("problems")
+    check(problems == [], f"no console errors or warnings: {problems}")
+
+
+def main():
+    needs.venv()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shots", default=SHOTS, help="where the screenshots go")
+    p.add_argument("--install", action="store_true", help="apt-get chromium, npm playwright-core when missing")
+    args = p.parse_args()
+    chromium = chromium_path(args.install)
+    node_dir = playwright_dir()
+    os.makedirs(args.shots, exist_ok=True)
+    from brokers import Doze, free_port
+    work = tempfile.mkdtemp(prefix="doze-console-")
+    port = free_port()
+    doze = Doze(work, settings={"doze.console.listener": f"127.0.0.1:{port}"})
+    doze.start()
+    browser = Browser(chromium, node_dir)
+    started = time.monotonic()
+    try:
+        run(doze, f"http://127.0.0.1:{port}", browser, args.shots)
+        print(f"RESULT ok ({time.monotonic() - started:.1f} s; screenshots in {args.shots})")
+        return 0
+    except (CheckFailed, Exception) as e:
+        print(f"RESULT fail: {e}")
+        return 1
+    finally:
+        browser.close()
+        doze.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
