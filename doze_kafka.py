@@ -8801,7 +8801,7 @@ CONSOLE_JS = """\
           document.body.setAttribute("data-refreshed", String(Date.now()));
         })
         .catch(function () { pending = null; });
-    }, 250);
+    }, 500);
   }
   function say(text) {
     var now = Date.now();

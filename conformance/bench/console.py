@@ -67,6 +67,13 @@ def page_times(base, start_ms, records):
     return rows
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def txn_beside(bootstrap, stop):
     """A transactional producer committing one record at a time until stop is set."""
     from confluent_kafka import Producer
@@ -108,6 +115,7 @@ def main():
             browser = Browser(chromium_path(False), playwright_dir())
             create_topic(doze.proc.port, "side")
             rates = {"closed": [], "open": []}
+            cpu = {"closed": [], "open": []}
             try:
                 for r in range(args.rounds):
                     for mode in (("closed", "open") if r % 2 == 0 else ("open", "closed")):
@@ -118,16 +126,24 @@ def main():
                         stop = threading.Event()
                         side = threading.Thread(target=txn_beside, args=(doze.bootstrap, stop), daemon=True)
                         side.start()
+                        before = cpu_seconds(doze.pid)
                         mbs, _ = produce({"bootstrap.servers": doze.bootstrap}, topic, args.produce_records, 1024)
+                        used = cpu_seconds(doze.pid) - before
                         stop.set()
                         side.join(30)
                         rates[mode].append(mbs)
-                        print(f"  round {r} {mode:6s} {mbs:6.1f} MB/s", flush=True)
+                        per_gb = used / (args.produce_records * 1024 / 1e9)
+                        cpu[mode].append(per_gb)
+                        print(f"  round {r} {mode:6s} {mbs:6.1f} MB/s, broker CPU {per_gb:5.1f} s per GB", flush=True)
             finally:
                 browser.close()
             closed, opened = statistics.median(rates["closed"]), statistics.median(rates["open"])
             print(f"produce with the live Cluster page open: {opened:.1f} MB/s, closed: {closed:.1f} MB/s "
-                  f"(ratio {opened / closed:.3f}; rounds open {rates['open']}, closed {rates['closed']})")
+                  f"(ratio {opened / closed:.3f}; rounds open {[round(x, 1) for x in rates['open']]}, "
+                  f"closed {[round(x, 1) for x in rates['closed']]})")
+            c_open, c_closed = statistics.median(cpu["open"]), statistics.median(cpu["closed"])
+            print(f"broker CPU per GB produced: open {c_open:.1f} s, closed {c_closed:.1f} s "
+                  f"(ratio {c_open / c_closed:.3f}): what the console itself costs the broker")
         finally:
             doze.stop()
     return 0
