@@ -9372,13 +9372,15 @@ def event_subject(e):
     return link(tid, "txn", id=tid) if tid is not None else ""
 
 
+def producer_text(d):
+    return f"producer {d['producer_id']}, epoch {d['producer_epoch']}"
+
+
 def event_text(e):
     if e["kind"] == "marker":
-        return (f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} "
-                f"(producer {e['producer_id']}, epoch {e['producer_epoch']})")
+        return f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} ({producer_text(e)})"
     if e["kind"] == "txn":
-        return (f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} "
-                f"(producer {e['producer_id']}, epoch {e['producer_epoch']})")
+        return f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} ({producer_text(e)})"
     return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
 
 
@@ -9426,9 +9428,8 @@ def held_text(held):
     if held is None:
         return "\u2014"
     who = held["transactional_id"]
-    name = link(who, "txn", id=who) if who is not None else f"producer {held['producer_id']}"
-    return Html(f"{name} (producer {held['producer_id']}, epoch {held['producer_epoch']}), "
-                f"open since offset {held['since_offset']}")
+    name = link(who, "txn", id=who) if who is not None else esc(f"producer {held['producer_id']}")
+    return Html(f"{name} ({esc(producer_text(held))}), open since offset {held['since_offset']}")
 
 
 def page_topics(d):
@@ -9534,8 +9535,7 @@ VIEW_TEXT = {"log": "the log as stored", "uncommitted": "what a read_uncommitted
 
 def divider_text(item):
     if item["kind"] == "marker":
-        return (f"\u2014 {item['control']} by producer {item['producer_id']}, epoch {item['producer_epoch']}, "
-                f"at offset {item['offset']} \u2014")
+        return f"\u2014 {item['control']} by {producer_text(item)}, at offset {item['offset']} \u2014"
     if item["kind"] == "batch":
         return (f"offsets {item['offset']}\u2013{item['last_offset']}: a {item['compression']} batch of "
                 f"{item['records_count']} records the console cannot show ({item['note']})")
