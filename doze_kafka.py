@@ -3253,6 +3253,7 @@ def run_steps(steps):
 
 
 PARTITIONS_PER_STEP = 64         # partition directories made between two yields
+RETENTION_STEP_S = 0.01          # loop time retention takes in one pass, at most (about)
 
 
 class LogManager:
@@ -3536,11 +3537,23 @@ class LogManager:
             yield
 
     def apply_retention(self):
+        run_steps(self.retention_steps())
+
+    def retention_steps(self):
+        """Retention over every partition, as steps: a yield once a step has
+        taken RETENTION_STEP_S (segments unlinked, meta.db written), so 20,000
+        partitions past their retention never hold the loop in one pass."""
         now_ms = self.clock() * 1000
+        since = time.perf_counter()
         for plog in list(self.logs.values()):
+            if self.logs.get((plog.topic, plog.partition)) is not plog:
+                continue                                # deleted meanwhile
             if plog.apply_retention(now_ms):
                 self.dirty[plog] = None
                 self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
+            if time.perf_counter() - since >= RETENTION_STEP_S:
+                yield
+                since = time.perf_counter()
 
     def close(self, clean=True):
         for plog in self.logs.values():
@@ -3583,7 +3596,10 @@ class Journal:
         event = {"id": self.last_id, "kind": kind, "at_ms": int(self.clock() * 1000), **fields}
         self.events.append(event)
         for watch in self.watchers:
-            watch(event)
+            try:
+                watch(event)
+            except Exception as e:          # a bug in a watcher must not stop a transaction
+                log.error("a watcher of the journal failed: %s: a bug in doze", where(e))
         return event
 
 
@@ -10791,9 +10807,16 @@ class Broker:
             _, _, fn = heapq.heappop(self.timers)
             fn()
 
-    def _retention(self):
+    def _retention(self, steps=None):
+        """log.retention.check.interval.ms: the logs' retention, one step a pass
+        of the loop (a timer of 0 s between steps), then the producer states."""
+        steps = steps or self.logs.retention_steps()
         try:
-            self.logs.apply_retention()
+            next(steps)
+            self.call_later(0, lambda: self._retention(steps))
+            return
+        except StopIteration:
+            pass
         except (OSError, sqlite3.Error):
             log.exception("retention check failed; will try again")
         for (topic, partition), table in self.producer_states.items():

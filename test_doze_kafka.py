@@ -1190,6 +1190,28 @@ def test_storage_retention_by_time(open_logs):
     assert append(logs, plog, [b"after"]) == 6
 
 
+def test_storage_retention_runs_in_steps_of_bounded_time(open_logs, monkeypatch):
+    """Over many partitions past their retention, retention yields between
+    partitions once a step has used RETENTION_STEP_S (here: after each), and a
+    topic deleted between two steps is skipped."""
+    clock = FakeClock()
+    logs = open_logs(clock=clock)
+    now_ms = int(clock() * 1000)
+    for name in ("a", "b"):
+        doze.run_steps(logs.create_topic(name, 3, {"retention.ms": "1000"}))
+        for p in range(3):
+            append(logs, logs.get(name, p), [b"old"], timestamps=[now_ms])
+    clock.advance(10_000)                                              # ms: past retention.ms
+    monkeypatch.setattr(doze, "RETENTION_STEP_S", 0)
+    steps = logs.retention_steps()
+    next(steps)
+    starts = lambda name: [logs.get(name, p).log_start_offset for p in range(3)]     # noqa: E731
+    assert starts("a") == [1, 0, 0] and starts("b") == [0, 0, 0]        # one partition, then a yield
+    logs.delete_topic("b")
+    assert sum(1 for _ in steps) == 2                                  # a-1 and a-2; b is gone
+    assert starts("a") == [1, 1, 1]
+
+
 def test_storage_retention_forever_keeps_everything(open_logs):
     clock = FakeClock()
     logs = open_logs(clock=clock)
