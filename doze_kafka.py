@@ -8738,7 +8738,7 @@ def age_text(ms):
     return f"{ms // 3_600_000} h"
 
 
-CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("APIs", "/apis"))
+CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("Groups", "/groups"), ("APIs", "/apis"))
 
 CONSOLE_CSS = """\
 :root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
@@ -9177,6 +9177,22 @@ def offset_rows(offsets):
             for g, entries in sorted(offsets.items()) for (t, p), e in sorted(entries.items())]
 
 
+def consumer_assignment(data):
+    """A consumer member's assignment (ConsumerProtocolAssignment: version,
+    [topic, [partition]], user data) as [{"topic", "partitions"}]; None when
+    the bytes are not that (another protocol type, or nothing yet)."""
+    r = Reader(data)
+    try:
+        r.fixed(I16)
+        out = []
+        for _ in range(r.length(False, I32)):
+            topic = bytes(r.take(r.fixed(I16))).decode("utf-8", "replace")
+            out.append({"topic": topic, "partitions": [r.fixed(I32) for _ in range(r.length(False, I32))]})
+        return out
+    except (ProtocolError, ValueError):
+        return None
+
+
 CONFIG_SOURCE_NAMES = {SOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROKER: "DYNAMIC_BROKER_CONFIG",
                        SOURCE_DYNAMIC_DEFAULT: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                        SOURCE_STATIC: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG"}
@@ -9262,6 +9278,42 @@ class ConsoleViews:
                 "next_offset": following if following < plog.high_watermark else None,
                 "query": {k: v for k, v in query.items() if k in ("offset", "timestamp", "at", "view", "format",
                                                                   "limit")}}
+
+    def groups(self):
+        rows, total = cut([{"group_id": g.group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
+                            "protocol": g.protocol_name, "generation_id": g.generation, "members": len(g.members),
+                            "committed_partitions": len(g.offsets),
+                            "lag": sum(self.lags(tp, e)[0] for tp, e in g.offsets.items())}
+                           for g in sorted(self.broker.groups.groups.values(), key=lambda g: g.group_id)])
+        return {"groups": rows, "groups_total": total}
+
+    def lags(self, tp, entry):
+        """(records behind the high watermark, behind the LSO) of a committed offset."""
+        plog = self.broker.logs.logs.get(tp)
+        if plog is None:
+            return 0, 0
+        return max(plog.high_watermark - entry.offset, 0), max(last_stable_offset(self.broker, plog) - entry.offset, 0)
+
+    def group(self, group_id):
+        """One group: its members with their assignments, its committed offsets
+        with both lags, and the offsets open transactions have staged for it."""
+        g = self.broker.groups.groups.get(group_id)
+        if g is None:
+            return None
+        offsets, total = cut([{"topic": t, "partition": p, "committed_offset": e.offset, "metadata": e.metadata,
+                               "lag": self.lags((t, p), e)[0], "lag_to_lso": self.lags((t, p), e)[1]}
+                              for (t, p), e in sorted(g.offsets.items())])
+        txns = self.broker.txns
+        pending = [{"transactional_id": tid, "topic": t, "partition": p,
+                    "offset": txns.txns[tid].offsets[group_id][(t, p)].offset}
+                   for (t, p), ids in sorted(txns.staged.get(group_id, {}).items()) for tid in sorted(ids)
+                   if group_id in txns.txns[tid].offsets and (t, p) in txns.txns[tid].offsets[group_id]]
+        return {"group_id": group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
+                "protocol": g.protocol_name, "generation_id": g.generation, "leader": g.leader,
+                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                             "client_host": m.client_host, "assignment": consumer_assignment(m.assignment)}
+                            for m in g.members.values()],
+                "offsets": offsets, "offsets_total": total, "pending_offsets": pending}
 
     def recent_events(self, limit=50):
         return list(itertools.islice(reversed(self.broker.journal.events), limit))
@@ -9471,6 +9523,39 @@ def page_topic(d):
     return console_layout(d["name"], f"Topic {d['name']}", [facts, tag("section", parts),
                                                             tag("section", configs)],
                           "/topics", console_path("api", "topics", d["name"]))
+
+
+def page_groups(d):
+    body = table("Consumer groups", ["Group", "State", "Protocol", "Generation", "Members",
+                                     "Partitions committed", "Records behind"], [
+        [link(r["group_id"], "group", id=r["group_id"]), r["group_state"],
+         f"{r['protocol_type'] or chr(0x2014)} / {r['protocol'] or chr(0x2014)}", r["generation_id"], r["members"],
+         r["committed_partitions"], r["lag"]] for r in d["groups"]], d["groups_total"],
+        numeric={"Generation", "Members", "Partitions committed", "Records behind"})
+    return console_layout("Groups", "Consumer groups", tag("section", body), "/groups", "/api/groups")
+
+
+def page_group(d):
+    facts = tag("dl", [tag("dt", "State"), tag("dd", d["group_state"]),
+                       tag("dt", "Protocol"), tag("dd", f"{d['protocol_type']} / {d['protocol']}"),
+                       tag("dt", "Generation"), tag("dd", str(d["generation_id"])),
+                       tag("dt", "Leader"), tag("dd", d["leader"] or "\u2014")], class_="facts")
+    members = table("Members", ["Member", "Instance", "Client id", "Host", "Assignment"], [
+        [m["member_id"], m["group_instance_id"] or "\u2014", m["client_id"], m["client_host"],
+         "\u2014" if m["assignment"] is None else "; ".join(
+             f"{a['topic']} {a['partitions']}" for a in m["assignment"]) or "none"] for m in d["members"]])
+    offsets = table("Committed offsets", ["Partition", "Committed", "Behind the high watermark",
+                                          "Behind the LSO", "Metadata"], [
+        [link(f"{o['topic']}-{o['partition']}", "topics", o["topic"], o["partition"], offset=o["committed_offset"]),
+         o["committed_offset"], o["lag"], o["lag_to_lso"], o["metadata"] or ""] for o in d["offsets"]],
+        d["offsets_total"], numeric={"Committed", "Behind the high watermark", "Behind the LSO"})
+    pending = table("Offsets open transactions have staged (committed with them)",
+                    ["Transactional id", "Partition", "Offset"], [
+        [link(p["transactional_id"], "txn", id=p["transactional_id"]), f"{p['topic']}-{p['partition']}",
+         p["offset"]] for p in d["pending_offsets"]], numeric={"Offset"})
+    return console_layout(d["group_id"], ["Group ", tag("code", d["group_id"])],
+                          [facts, tag("section", members), tag("section", offsets), tag("section", pending)],
+                          "/groups", console_path("api", "group", id=d["group_id"]))
 
 
 def page_apis(d):
@@ -9869,7 +9954,8 @@ class Console:
             status, kind, body = 500, "text/plain", b"the console failed on this page; the log says why\n"
         return http_response(status, kind, body, head_only=method == "HEAD")
 
-    ROUTES = {"/": ("cluster", page_cluster), "/topics": ("topics", page_topics), "/apis": ("apis", page_apis)}
+    ROUTES = {"/": ("cluster", page_cluster), "/topics": ("topics", page_topics), "/groups": ("groups", page_groups),
+              "/apis": ("apis", page_apis)}
 
     def route(self, path, query):
         """-> (status, content type, body)."""
@@ -9899,7 +9985,12 @@ class Console:
                 if data is not None:
                     return self.respond(api, data, page_txn)
                 return self.error(api, 404, "Not found", "TRANSACTIONAL_ID_NOT_FOUND: no such transactional id.")
-        elif name in self.ROUTES or name.startswith("/topics/") or name == "/txn":
+            if name == "/group":
+                data = self.views.group(query.get("id", ""))
+                if data is not None:
+                    return self.respond(api, data, page_group)
+                return self.error(api, 404, "Not found", "GROUP_ID_NOT_FOUND: no such group.")
+        elif name in self.ROUTES or name.startswith("/topics/") or name in ("/txn", "/group"):
             return self.error(api, 403, "Login needed", "This broker has an authorizer: the console's "
                               "pages need a login, which this doze does not serve yet.")
         return self.error(api, 404, "Not found", f"No console page at {path}.")

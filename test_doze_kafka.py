@@ -6068,6 +6068,39 @@ def test_console_browser_decodes_what_librdkafka_compresses(console, codec):
     assert "value 2 value 2" in page
 
 
+def test_console_groups_show_offsets_with_both_lags_and_staged_ones(console):
+    """A group with committed offsets behind the HW and the LSO, and an open
+    transaction's staged offsets for it; its id is a script, shown as text."""
+    gid = "<b>g</b>"
+    with RawClient(console.port) as c:
+        done, gone, pending = txn_scene(c)                       # orders-0: LSO 5, HW 6
+        assert commit_offsets(c, gid, {("orders", 0): 1, ("orders", 1): 0}) == {("orders", 0): 0, ("orders", 1): 0}
+        assert pending.add_offsets(gid) == 0
+        assert pending.commit_offsets(gid, {("orders", 0): 4}) == {("orders", 0): 0}
+        groups = console_json(console, "/api/groups")
+        g = console_json(console, doze.console_path("api", "group", id=gid))
+        page = console_html(console, doze.console_path("group", id=gid))
+        listing = console_html(console, "/groups")
+        fetched = committed_offsets(c, gid, [("orders", 0), ("orders", 1)])
+    [row] = [r for r in groups["groups"] if r["group_id"] == gid]
+    assert (row["group_state"], row["members"], row["committed_partitions"], row["lag"]) == ("Empty", 0, 2, 5)
+    assert [(o["topic"], o["partition"], o["committed_offset"], o["lag"], o["lag_to_lso"]) for o in g["offsets"]] == [
+        ("orders", 0, 1, 5, 4), ("orders", 1, 0, 0, 0)]
+    assert fetched == {("orders", 0): (0, 1), ("orders", 1): (0, 0)}
+    assert g["pending_offsets"] == [{"transactional_id": SCRIPT_ID, "topic": "orders", "partition": 0, "offset": 4}]
+    assert g["members"] == []
+    assert "&lt;b&gt;g&lt;/b&gt;" in page and "<b>g</b>" not in page and "<b>g</b>" not in listing
+    assert 'href="/group?id=%3Cb%3Eg%3C%2Fb%3E"' in listing
+    assert http_get(console.console.port, "/group?id=nobody")[0] == 404
+
+
+def test_console_reads_a_consumer_assignment_and_refuses_other_bytes():
+    data = struct.pack(">hi", 3, 1) + struct.pack(">h", 6) + b"orders" + struct.pack(">iii", 2, 0, 5) + \
+        struct.pack(">i", -1)
+    assert doze.consumer_assignment(data) == [{"topic": "orders", "partitions": [0, 5]}]
+    assert doze.consumer_assignment(b"") is None and doze.consumer_assignment(b"\x00\x00\x7f\xff\xff\xff") is None
+
+
 def test_console_topics_and_topic_pages_agree_with_the_protocol(console):
     with RawClient(console.port) as c:
         txn_scene(c)
@@ -6093,7 +6126,7 @@ def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
     with RawClient(console.port) as c:
         txn_scene(c)
     for path, api in (("/", "/api/cluster"), ("/topics", "/api/topics"), ("/topics/orders", "/api/topics/orders"),
-                      ("/apis", "/api/apis")):
+                      ("/groups", "/api/groups"), ("/apis", "/api/apis")):
         page = console_html(console, path)
         assert page.startswith("<!DOCTYPE html>\n<html lang=\"en\">") and page.endswith("</html>")
         assert page.count("<h1>") == 1 and '<main id="main">' in page and "<nav aria-label=\"Pages\">" in page

@@ -179,7 +179,7 @@ def run(doze, url, browser, shots):
     browser.do("problems")
     pages = ["/", "/topics", "/topics/orders", "/topics/orders/0", "/topics/orders/0?view=committed",
              "/topics/orders/0?view=uncommitted&format=json", "/topics/orders/0?at=end&format=hex",
-             "/topics/orders/0?timestamp=0", "/txn?id=tx-browser", "/apis"]
+             "/topics/orders/0?timestamp=0", "/txn?id=tx-browser", "/groups", "/apis"]
     for path in pages:
         got = browser.do("goto", url=url + path)
         check(got["status"] == 200 and got["title"].endswith("doze-kafka"), f"{path}: {got['title']}")
