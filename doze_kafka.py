@@ -9002,11 +9002,12 @@ def unlz4(data, limit):
 
 
 def unzstd(data, limit):
-    """zstd through the standard library's compression.zstd (Python 3.14+)."""
-    try:
-        from compression import zstd
-    except ImportError:
-        raise RecordsError("zstd: this Python has no compression.zstd (3.14+)") from None
+    """zstd through the standard library's compression.zstd, which Python has
+    from 3.14 on. Before that nothing is imported: a module of that name there
+    would not be the standard library's (doze never imports anything else)."""
+    if sys.version_info < (3, 14):
+        raise RecordsError("zstd: this Python has no compression.zstd (3.14+)")
+    from compression import zstd            # the standard library's, 3.14+
     try:
         d = zstd.ZstdDecompressor()
         out = d.decompress(bytes(data), limit)
