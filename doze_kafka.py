@@ -1213,7 +1213,6 @@ def where(e):
     return f"{type(e).__name__}: {e}{place}"
 
 
-
 ###############################################################################
 # 4. WIRE CODEC -- primitive types, frames
 ###############################################################################
@@ -4466,7 +4465,7 @@ class TransactionMetadata:
         # In memory only, for the console: the recent transitions (journal
         # events), and the last decided transaction's markers and offsets.
         self.history = collections.deque(maxlen=TXN_HISTORY)
-        self.last_decision = None             # {"commit", "markers": {tp: offset}, "offsets": {group: {tp: entry}}}
+        self.last_decision = None             # {"commit", "at_ms", "markers": {tp: offset}, "offsets": {group: {tp: entry}}}
 
     def row(self, **changes):
         """The meta.db row for this metadata with `changes` applied."""
@@ -4544,9 +4543,11 @@ class TransactionCoordinator:
         if before != (meta.state, meta.producer_id, meta.producer_epoch):
             self._journal_transition(meta, before[0], cause)
 
-    def _journal_transition(self, meta, before, cause):
+    def _journal_transition(self, meta, before, cause, to=None):
+        """A "txn" event: from `before` to meta's state (or `to`), with its cause."""
         event = self.journal.record(
-            "txn", transactional_id=meta.transactional_id, from_state=before.value, to_state=meta.state.value,
+            "txn", transactional_id=meta.transactional_id, from_state=before.value,
+            to_state=(to or meta.state).value,
             cause=cause, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
             partitions=[f"{t}-{p}" for t, p in sorted(meta.partitions)][:20], partition_count=len(meta.partitions))
         meta.history.append(event)
@@ -4754,7 +4755,7 @@ class TransactionCoordinator:
             self.groups.apply_committed(group, entries)
         self._unindex_staged(meta)
         meta.last_decision = {"commit": commit, "markers": meta.marker_offsets, "offsets": meta.offsets,
-                              "partitions": meta.partitions, "at_ms": row["last_update_ms"]}
+                              "at_ms": row["last_update_ms"]}
         before = meta.state
         meta.adopt(row)
         self._journal_transition(meta, before, "markers durable")
@@ -4807,10 +4808,7 @@ class TransactionCoordinator:
                     and meta.last_update_ms < limit:
                 self.store.delete_txn(meta.transactional_id)
                 del self.txns[meta.transactional_id]
-                self.journal.record("txn", transactional_id=meta.transactional_id, from_state=meta.state.value,
-                                    to_state=TxnState.DEAD.value, cause="transactional.id.expiration.ms",
-                                    producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-                                    partitions=[], partition_count=0)
+                self._journal_transition(meta, meta.state, "transactional.id.expiration.ms", TxnState.DEAD)
 
 
 ###############################################################################
@@ -9113,7 +9111,8 @@ class PartitionBrowser:
                         break
             if shown >= limit or read >= CONSOLE_READ_BYTES:
                 break
-        if following >= min(hw, self.lso) if self.view == "committed" else following >= hw:
+        end = min(hw, self.lso) if self.view == "committed" else hw
+        if following >= end:
             self.line_before(items, hw)
             items.append({"kind": "line", "name": "HW", "offset": hw})
         return items, following
@@ -9199,6 +9198,9 @@ CONFIG_SOURCE_NAMES = {SOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROK
                        SOURCE_STATIC: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG"}
 
 
+RUNNING = {TxnState.ONGOING} | DECIDED          # a transaction open, or decided and being carried out
+
+
 def cut(rows):
     """At most CONSOLE_MAX_ROWS of rows, and how many there were."""
     return rows[:CONSOLE_MAX_ROWS], len(rows)
@@ -9234,8 +9236,7 @@ class ConsoleViews:
 
     def txn_row(self, meta):
         now = self.now_ms()
-        running = meta.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-        age = now - meta.txn_start_ms if running and meta.txn_start_ms >= 0 else None
+        age = now - meta.txn_start_ms if meta.state in RUNNING and meta.txn_start_ms >= 0 else None
         return {"transactional_id": meta.transactional_id, "transaction_state": meta.state.value,
                 "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                 "transaction_timeout_ms": meta.timeout_ms, "transaction_start_time_ms": meta.txn_start_ms,
@@ -9302,7 +9303,7 @@ class ConsoleViews:
         if g is None:
             return None
         offsets, total = cut([{"topic": t, "partition": p, "committed_offset": e.offset, "metadata": e.metadata,
-                               "lag": self.lags((t, p), e)[0], "lag_to_lso": self.lags((t, p), e)[1]}
+                               **dict(zip(("lag", "lag_to_lso"), self.lags((t, p), e)))}
                               for (t, p), e in sorted(g.offsets.items())])
         txns = self.broker.txns
         pending = [{"transactional_id": tid, "topic": t, "partition": p,
@@ -9323,8 +9324,7 @@ class ConsoleViews:
     def producer_row(tp, producer_id, entry, meta):
         """One producer a partition remembers; "hanging": an open transaction
         here that no running transaction of its producer includes (KIP-664)."""
-        open_here = meta is not None and meta.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT,
-                                                        TxnState.PREPARE_ABORT) and tp in meta.partitions
+        open_here = meta is not None and meta.state in RUNNING and tp in meta.partitions
         return {"topic": tp[0], "partition": tp[1], "producer_id": producer_id,
                 "producer_epoch": entry.epoch, "transactional_id": meta.transactional_id if meta else None,
                 "last_sequence": entry.last_seq, "last_timestamp": entry.last_timestamp,
@@ -9469,10 +9469,11 @@ def page_txn(d):
     timeline = table("Its transitions, newest last", ["Time", "From", "To", "Cause", "Epoch"], [
         [time_text(e["at_ms"]), e["from_state"], state_badge(e["to_state"]), e["cause"] or "restart",
          e["producer_epoch"]] for e in d["history"]], numeric={"Epoch"})
+    written = {(m["topic"], m["partition"]): m["offset"] for m in d["markers_written"]}
     now_parts = table("Partitions of the open transaction", ["Partition", "Marker"], [
-        [f"{p['topic']}-{p['partition']}", next((f"at offset {m['offset']}" for m in d["markers_written"]
-                                                 if (m["topic"], m["partition"]) == (p["topic"], p["partition"])),
-                                                "\u2014")] for p in d["partitions"]])
+        [f"{p['topic']}-{p['partition']}",
+         f"at offset {written[(p['topic'], p['partition'])]}" if (p["topic"], p["partition"]) in written
+         else "\u2014"] for p in d["partitions"]])
     staged = table("Offsets staged for its groups (committed with it)", ["Group", "Partition", "Offset"], [
         [o["group"], f"{o['topic']}-{o['partition']}", o["offset"]] for o in d["pending_offsets"]],
         numeric={"Offset"})
@@ -9705,7 +9706,7 @@ class HttpConnection:
             return
         if not data:
             self.close("client closed the connection")
-        elif not self.answered and not self.lingering:
+        elif not self.answered:
             self.head += data
             end = self.head.find(b"\r\n\r\n")
             if end >= 0:
@@ -9775,11 +9776,16 @@ def sse_event(event):
     return f"id: {event['id']}\nevent: {event['kind']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
-def http_response(status, content_type, body, head_only=False, extra=()):
-    lines = [f"HTTP/1.1 {status} {HTTP_REASONS[status]}", f"Content-Type: {content_type}",
-             f"Content-Length: {len(body)}"]
+def http_head(status, content_type, length=None, extra=()):
+    """A response head with the console's headers (no Content-Length: a stream, ended by closing)."""
+    lines = [f"HTTP/1.1 {status} {HTTP_REASONS[status]}", f"Content-Type: {content_type}"]
+    lines += [f"Content-Length: {length}"] if length is not None else []
     lines += [f"{k}: {v}" for k, v in CONSOLE_HEADERS + tuple(extra)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def http_response(status, content_type, body, head_only=False, extra=()):
+    return http_head(status, content_type, len(body), extra) + (b"" if head_only else body)
 
 
 def parse_http_head(data):
@@ -9800,6 +9806,9 @@ def parse_http_head(data):
     return parts[0], urllib.parse.unquote(url.path), query, headers
 
 
+HOST_WITH_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]+):\d+")     # a Host header value with its port
+
+
 class Console:
     """The console's listener, its connections, and its routes. It owns its
     one timer (the sweep of slow connections); the broker's loop only
@@ -9808,9 +9817,8 @@ class Console:
     def __init__(self, broker, sock, hosts):
         self.broker, self.sock = broker, sock
         self.port = sock.getsockname()[1]
-        self.hosts = {f"{h}:{self.port}" for h in ["127.0.0.1", "localhost", "[::1]"] + hosts
-                      if not re.fullmatch(r"(\[[^\]]*\]|[^:\[\]]+):\d+", h)}
-        self.hosts |= {h for h in hosts if re.fullmatch(r"(\[[^\]]*\]|[^:\[\]]+):\d+", h)}
+        self.hosts = {h if HOST_WITH_PORT.fullmatch(h) else f"{h}:{self.port}"
+                      for h in ["127.0.0.1", "localhost", "[::1]"] + hosts}
         self.views = ConsoleViews(broker)
         self.connections = set()
         self.heartbeat = time.monotonic()
@@ -9917,9 +9925,7 @@ class Console:
         if len(self.streams()) >= CONSOLE_MAX_STREAMS:
             return http_response(503, "text/plain", b"too many event streams\n")
         conn.stream = True
-        head = "\r\n".join(["HTTP/1.1 200 OK", "Content-Type: text/event-stream"]
-                           + [f"{k}: {v}" for k, v in CONSOLE_HEADERS]) + "\r\n\r\nretry: 2000\n\n"
-        out = bytearray(head.encode("latin-1"))
+        out = bytearray(http_head(200, "text/event-stream") + b"retry: 2000\n\n")
         last = headers.get("last-event-id") or query.get("last_id")
         if last is not None and last.isdigit():
             ring = self.broker.journal.events
@@ -9967,7 +9973,7 @@ class Console:
         api = path.startswith("/api/")
         name = path[4:] if api else path
         if api:
-            name = "/" if name == "/cluster" else name if name != "/" else "/none"
+            name = {"/cluster": "/", "/": ""}.get(name, name)      # "/"'s twin is /api/cluster
         if name == "/apis" or not self.restricted():
             if name in self.ROUTES:
                 view, page = self.ROUTES[name]

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "console"))
 import needs  # noqa: E402
 from dozeproc import free_port  # noqa: E402
 from produce import create_topic, produce  # noqa: E402
+from tls_fetch import cpu_seconds  # noqa: E402
 
 
 def fill(bootstrap, topic, records):
@@ -65,13 +66,6 @@ def page_times(base, start_ms, records):
         times = [timed_get(base + path) for _ in range(5)]
         rows[name] = (statistics.median(t for t, _ in times), times[0][1])
     return rows
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def txn_beside(bootstrap, stop):
