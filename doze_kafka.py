@@ -11014,7 +11014,10 @@ class Broker:
         waiting, self.resume = self.resume, {}
         for conn in waiting:
             if not conn.closed:
-                conn.process_frames()
+                try:
+                    conn.process_frames()
+                except Exception as e:         # as for a socket event: that client alone pays
+                    self._event_failed(conn, e)
 
     def _group_commit(self):
         """One fsync per dirty log, then answer everything that waited for it."""

@@ -4598,6 +4598,29 @@ def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, mon
     assert caplog.text.count("a bug in doze") >= 2
 
 
+def test_a_bug_while_resuming_waiting_frames_closes_that_connection_only(start_broker, monkeypatch, caplog):
+    """Frames past a pass's turns wait for the next pass (_resume_connections);
+    a bug met there costs that client its connection, as a socket event's does."""
+    broker = start_broker({"queued.max.requests": 1})
+    handle = doze.Broker.handle_frame
+    seen = []
+
+    def second_one_fails(self, conn, frame):
+        seen.append(frame)
+        if len(seen) == 2:
+            raise KeyError("a bug")
+        return handle(self, conn, frame)
+    with RawClient(broker.port) as bystander:
+        monkeypatch.setattr(doze.Broker, "handle_frame", second_one_fails)
+        with RawClient(broker.port) as victim:
+            for _ in range(3):                             # one burst: one taken now, the rest wait
+                victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            assert victim.is_closed_by_broker(3)
+        monkeypatch.undo()
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert "KeyError: 'a bug'" in caplog.text and "a bug in doze" in caplog.text
+
+
 @pytest.mark.parametrize("case", list(HOSTILE_SASL_AND_TLS))
 def test_sasl_and_tls_hostile_clients_leave_others_alone(start_broker, pem, caplog, case):
     """A client authenticated with SCRAM over SASL_SSL produces before and after each
