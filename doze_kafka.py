@@ -39,7 +39,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
   §10 request handlers; long ones run in steps (in_steps) so none holds the loop
   §11 console: a read-only web console on the same loop (HTML and JSON twins of
-     the transactions, producers, LSOs and topics the broker holds), and its safety
+     the transactions, producers, LSOs, topics and groups the broker holds), its
+     safety, its login against the broker's SASL users, and its ACL filtering
   §12 server loop: listeners, TLS on the loop (PEM stores, client certificates'
      principals), connections, their limits, back-pressure, group commit
   §13 CLI
@@ -3271,6 +3272,7 @@ class LogManager:
         self.dirty = {}             # logs appended to since their last flush, oldest first
         self.urgent = {}            # ... of those, the ones a narrow request waits on (first)
         self.data_dir_unsynced = False
+        self.moves = 0              # high watermark moves, all logs (what the console's live pages watch)
 
     # --- startup ---
     def load(self):
@@ -3518,6 +3520,7 @@ class LogManager:
             plog = next(iter(self.urgent or self.dirty))
             if plog.flush():
                 moved.append(plog)
+                self.moves += 1
             del self.dirty[plog]
             self.urgent.pop(plog, None)
             if deadline is not None and time.perf_counter() > deadline:
@@ -5117,6 +5120,29 @@ def sasl_setup(config, listener):
             raise ValueError(f"{key}: {module} is not org.apache.kafka.common.security.plain.PlainLoginModule")
         users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
     return mechanisms, users, int(get("connections.max.reauth.ms") or 0)
+
+
+def password_mechanism(setups, lookup_scram, user, password):
+    """The mechanism whose credential of `user` the password matches, or None:
+    the console's login, checked as a SASL client's would be. setups: the SASL
+    listeners' (mechanisms, PLAIN users, _); lookup_scram(user, mechanism) ->
+    SCRAM credential. A SCRAM check derives the salted password (PBKDF2, its
+    credential's iterations: 3 to 40 ms), so callers limit how often."""
+    if not user or not password:
+        return None
+    for mechanisms, plain_users, _ in setups:
+        expected = plain_users.get(user) if "PLAIN" in mechanisms else None
+        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
+            return "PLAIN"
+    for mechanism in SCRAM_TYPES:
+        credential = lookup_scram(user, mechanism) if any(mechanism in s[0] for s in setups) else None
+        if credential is None or not SCRAM_MIN_ITERATIONS <= credential[3] <= SCRAM_MAX_ITERATIONS:
+            continue
+        salt, stored_key, _, iterations = credential
+        salted = scram_salted_password(mechanism, password, bytes(salt), iterations)
+        if hmac.compare_digest(scram_keys(mechanism, salted)[0], stored_key):
+            return mechanism
+    return None
 
 
 # --- Authorization: Kafka's StandardAuthorizer over ACLs kept in meta.db ---------
@@ -8595,10 +8621,11 @@ def partitions_page(topic, indexes, node_id, operations):
 # stable offset back. Every page is whole HTML without JavaScript, and has a
 # JSON twin under /api/ with Kafka's own field names.
 #
-# Read-only: GET and HEAD, nothing else; no answer changes the broker, so a
-# page elsewhere in the browser has nothing to forge. Any Kafka client can
-# write what the console shows (a transactional id, a client id, a record),
-# and the console usually runs on a learner's laptop, so:
+# Read-only: GET and HEAD, and POST for the login form only; no answer
+# changes the broker, so a page elsewhere in the browser has nothing to
+# forge. Any Kafka client can write what the console shows (a transactional
+# id, a client id, a record), and the console usually runs on a learner's
+# laptop, so:
 #   - the Host header must name the console itself (127.0.0.1, localhost,
 #     [::1], or a name in doze.console.hosts), which stops DNS rebinding: 421;
 #   - every value on a page goes through esc(), once, in the builders below
@@ -8608,11 +8635,21 @@ def partitions_page(topic, indexes, node_id, operations):
 #     or style and nothing from elsewhere, so an escaping bug is a blocked
 #     violation rather than running code; no CORS header, ever;
 #   - every request is bounded: CONSOLE_MAX_CONNECTIONS connections, a
-#     request head of at most 8 KiB within CONSOLE_HEAD_TIMEOUT_S, one request
-#     a connection, at most CONSOLE_MAX_ROWS rows a table (the rest counted);
-#   - with an authorizer (ACLs), the data pages need a login that checks the
-#     broker's own SASL users and shows each only what its ACLs let it
-#     describe; until that login is built they answer 403.
+#     request head of at most 8 KiB (and a login's body of 4 KiB) within
+#     CONSOLE_HEAD_TIMEOUT_S, one request a connection, at most
+#     CONSOLE_MAX_ROWS rows a table (the rest counted);
+#   - when any listener is SASL, every page but the login asks for one: a
+#     user name and password checked against the broker's own PLAIN users and
+#     SCRAM credentials (ConsoleLogin), a session cookie (random, HttpOnly,
+#     SameSite=Strict; only its hash kept, in memory), logins limited per
+#     address and per second, Origin checked on the two POSTs (login, logout:
+#     they change the console's sessions, never the broker). Without SASL the
+#     console's viewer is User:ANONYMOUS, as a PLAINTEXT client is;
+#   - with an authorizer, each viewer sees what its ACLs let it see, asked as
+#     Kafka's APIs ask (ConsoleViewer): DESCRIBE for topics, groups and
+#     transactional ids (ListTopics, DescribeGroups, DescribeTransactions),
+#     READ for records and producers (Fetch, DescribeProducers),
+#     DESCRIBE_CONFIGS for configs, DESCRIBE on the cluster for ACLs and users.
 
 CONSOLE_CLI_ADDRESS = "127.0.0.1:8092"    # what python3 doze_kafka.py serves the console on
 CONSOLE_MAX_CONNECTIONS = 32
@@ -8624,15 +8661,23 @@ CONSOLE_MAX_STREAMS = 8               # event streams (one a browser tab)
 CONSOLE_STREAM_BUFFER = 256 * 1024    # bytes a stream may have unread before it is let go
 CONSOLE_HEARTBEAT_S = 15.0
 CONSOLE_LINGER_S = 2.0                # an answered connection waits this long for its client to close
+CONSOLE_BODY_MAX = 4096               # a POST's body (the login form)
+CONSOLE_SESSION_IDLE_S = 3600.0       # a login lasts while used, up to
+CONSOLE_SESSION_MAX_S = 12 * 3600.0
+CONSOLE_MAX_SESSIONS = 256            # past it, the least recently used session ends
+CONSOLE_LOGIN_FAILURES = 5            # failed logins from one address within CONSOLE_LOGIN_WINDOW_S: then wait
+CONSOLE_LOGIN_WINDOW_S = 60.0
+CONSOLE_LOGIN_CHECKS_PER_S = 4        # password checks a second, all addresses (each may be a PBKDF2)
 CONSOLE_HEADERS = (
     ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
      "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
     ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),
+    ("Referrer-Policy", "same-origin"),       # (no-referrer would make a form's Origin "null")
     ("Cache-Control", "no-store"),
     ("Connection", "close"))
-HTTP_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                405: "Method Not Allowed", 408: "Request Timeout", 421: "Misdirected Request",
+HTTP_REASONS = {200: "OK", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+                404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+                413: "Content Too Large", 421: "Misdirected Request", 429: "Too Many Requests",
                 431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -8736,7 +8781,8 @@ def age_text(ms):
     return f"{ms // 3_600_000} h"
 
 
-CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("Groups", "/groups"), ("APIs", "/apis"))
+CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("Groups", "/groups"), ("Security", "/security"),
+                 ("APIs", "/apis"))
 
 CONSOLE_CSS = """\
 :root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
@@ -8753,7 +8799,11 @@ a { color: var(--accent); }
 a[aria-current="page"] { font-weight: 600; text-decoration: none; }
 a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 .skip { position: absolute; left: -100rem; }
-header button { margin-left: auto; font: inherit; }
+header button { font: inherit; }
+header form.who { margin-left: auto; }
+form.login { display: grid; grid-template-columns: max-content 16rem; gap: 0.5rem 1rem; align-items: center; }
+form.login button { grid-column: 2; justify-self: start; }
+.error { color: var(--warn); background: var(--warn-bg); padding: 0.2rem 0.5rem; }
 .live { position: absolute; left: -100rem; }
 .skip:focus { left: 1rem; top: 0.5rem; }
 h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
@@ -8842,25 +8892,33 @@ CONSOLE_JS = """\
     refresh();
   });
   source.addEventListener("marker", refresh);
+  source.addEventListener("offsets", refresh);
   source.addEventListener("reset", refresh);
 })();
 """
 
 
-def console_layout(title, heading, body, active, api):
-    """The one page layout: landmarks, the pages' navigation, the JSON twin's link."""
+def console_layout(title, heading, body, active, api, viewer=None, script=True):
+    """The one page layout: landmarks, the pages' navigation, who is logged
+    in (with the logout button), the JSON twin's link; the script (live
+    updates) unless the page has nothing to follow (the login form)."""
     nav = tag("nav", tag("ul", [tag("li", tag("a", name, href=path,
                                               aria_current="page" if path == active else None))
                                 for name, path in CONSOLE_PAGES]), aria_label="Pages")
-    top = tag("header", [tag("span", "doze-kafka", class_="brand"), nav])
+    who = tag("form", [tag("span", ["Logged in as ", tag("strong", viewer["user"])]), " ",
+                       tag("button", "Log out", type="submit")], method="post", action="/logout",
+              class_="who") if viewer else ""
+    top = tag("header", [tag("span", "doze-kafka", class_="brand"), nav, who])
     main = tag("main", [tag("h1", heading), body], id="main")
-    foot = tag("footer", ["This page as JSON: ", tag("a", api, href=api), " \u00b7 read-only"])
+    foot = tag("footer", ["This page as JSON: ", tag("a", api, href=api), " \u00b7 read-only"] if api else
+               "read-only")
     return Html("<!DOCTYPE html>\n" + tag("html", [
         tag("head", [Html('<meta charset="utf-8">'),
                      Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
                      tag("title", f"{title} \u00b7 doze-kafka"),
+                     Html('<link rel="icon" href="data:,">'),        # no /favicon.ico asked for
                      Html('<link rel="stylesheet" href="/console.css">'),
-                     Html('<script src="/console.js" defer></script>')]),
+                     Html('<script src="/console.js" defer></script>') if script else ""]),
         tag("body", [Html('<a class="skip" href="#main">Skip to content</a>'), top, main,
                      tag("p", "", id="live", role="status", aria_live="polite", class_="live"),
                      tag("noscript", tag("p", "Live updates need JavaScript; reload the page for fresh figures.",
@@ -9165,7 +9223,76 @@ class PartitionBrowser:
                        "records_count": h.records_count, "note": str(e), **common}
 
 
-# --- What the pages show: the broker's state as JSON-ready data ----------------
+class RecordCounter:
+    """Exact record counts that leave the transaction markers out, without
+    reading a record: a partition's offsets from log start to the high
+    watermark (doze never compacts: each is a record or a marker), less its
+    control batches. Only a one-record batch can be a marker, so only those
+    batches' attributes are read (a pread of 23 bytes each). How far each
+    segment is counted is kept, so a batch is read once; each page, and each
+    sweep of the console, spends at most CONSOLE_COUNT_BUDGET_S on it, and a
+    partition not counted yet says so (None)."""
+
+    def __init__(self):
+        self.counted = {}             # (topic, partition) -> {segment base: [first batch, next batch, markers]}
+        self.unfinished = set()       # the partitions a sweep goes on counting
+
+    def markers(self, plog, deadline):
+        """The markers between log start and the HW, or None if not counted by the deadline."""
+        key, hw, start = (plog.topic, plog.partition), plog.high_watermark, plog.log_start_offset
+        old, fresh, total, complete = self.counted.get(key, {}), {}, 0, True
+        for seg in plog.segments:
+            first = 0 if seg.base_offset >= start else seg.batch_at(start)
+            if not seg.bases or first is None or seg.base_offset >= hw:
+                continue
+            entry = old.get(seg.base_offset)
+            if entry is None or entry[0] != first:
+                entry = [first, first, 0]
+            fresh[seg.base_offset] = entry
+            end = bisect.bisect_left(seg.lasts, hw)       # the batches below the HW
+            if complete and entry[1] < end:
+                self._count(seg, entry, end, deadline)
+            complete = complete and entry[1] >= end
+            total += entry[2]
+        self.counted[key] = fresh
+        (self.unfinished.discard if complete else self.unfinished.add)(key)
+        return total if complete else None
+
+    @staticmethod
+    def _count(seg, entry, end, deadline):
+        bases, lasts, positions = seg.bases, seg.lasts, seg.positions
+        fd, i, found = seg.read_handle().fd, entry[1], entry[2]
+        while i < end:
+            if i & 255 == 0 and time.perf_counter() > deadline:
+                break
+            if bases[i] == lasts[i] and I16.unpack_from(os.pread(fd, 23, positions[i]), 21)[0] & ATTR_CONTROL:
+                found += 1
+            i += 1
+        entry[1], entry[2] = i, found
+
+    def counts(self, plog, deadline):
+        """{"records": offsets less markers, "markers": ...}: None while not counted yet."""
+        markers = self.markers(plog, deadline)
+        return {"records": None if markers is None else plog.high_watermark - plog.log_start_offset - markers,
+                "markers": markers}
+
+    def sweep(self, logs, budget_s):
+        """Go on counting what pages left unfinished; forget the partitions gone."""
+        deadline = time.perf_counter() + budget_s
+        for key in list(self.counted):
+            if key not in logs:
+                del self.counted[key]
+                self.unfinished.discard(key)
+        for key in list(self.unfinished):
+            if time.perf_counter() > deadline:
+                break
+            self.markers(logs[key], deadline)
+
+
+CONSOLE_COUNT_BUDGET_S = 0.02
+
+
+# --- What the pages show: the broker's state as JSON-ready data, as a viewer may see it ---
 
 def marker_rows(offsets):
     return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
@@ -9206,28 +9333,90 @@ def cut(rows):
     return rows[:CONSOLE_MAX_ROWS], len(rows)
 
 
+class ConsoleViewer:
+    """Who looks: a principal from an address, asked as the broker's
+    authorizer asks a Kafka client (everything is allowed without one);
+    answers are kept for one page, asked once a name."""
+
+    def __init__(self, authorizer, principal, host, user=None, session=None):
+        self.authorizer, self.principal, self.host = authorizer, principal, host
+        self.user, self.session = user, session        # a logged-in viewer's name and session key
+        self.answers = {}
+
+    def fresh(self):
+        """The same viewer without remembered answers (ACLs may have changed)."""
+        return ConsoleViewer(self.authorizer, self.principal, self.host, self.user, self.session)
+
+    def can(self, operation, resource_type, name):
+        if self.authorizer is None:
+            return True
+        key = (operation, resource_type, name)
+        if key not in self.answers:
+            self.answers[key] = self.authorizer.allowed(self.principal, self.host, operation, resource_type, name)
+        return self.answers[key]
+
+    def topic(self, name, operation=Op.DESCRIBE):
+        return self.can(operation, ResourceType.TOPIC, name)
+
+    def txn(self, transactional_id):
+        return self.can(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+    def group(self, group_id):
+        return self.can(Op.DESCRIBE, ResourceType.GROUP, group_id)
+
+    def cluster(self):
+        return self.can(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def partitions(self, rows):
+        """The rows (dicts with a "topic") whose topic it may describe."""
+        return [r for r in rows if self.topic(r["topic"])]
+
+    def offsets(self, rows):
+        """Offset rows whose group and topic it may describe."""
+        return [r for r in rows if self.group(r["group"]) and self.topic(r["topic"])]
+
+    def event(self, e):
+        """A journal event as this viewer may see it, or None."""
+        tid = e.get("transactional_id")
+        if tid is not None and not self.txn(tid) or "topic" in e and not self.topic(e["topic"]):
+            return None
+        if "partitions" in e and self.authorizer is not None:
+            e = {**e, "partitions": [p for p in e["partitions"] if self.topic(p.rpartition("-")[0])]}
+        return e
+
+    def describe(self):
+        return None if self.user is None else {"user": self.user, "principal": self.principal}
+
+
 class ConsoleViews:
     """The data each page shows, read from the broker as it is now (nothing
-    kept for the console): the same dicts the /api/ twins answer with."""
+    kept for the console): the same dicts the /api/ twins answer with, each
+    cut to what the viewer may see."""
 
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, broker, viewer, counter=None):
+        self.broker, self.viewer = broker, viewer
+        self.counter = counter or RecordCounter()
+        self.deadline = time.perf_counter() + CONSOLE_COUNT_BUDGET_S     # for counting records
 
     def now_ms(self):
         return int(self.broker.clock() * 1000)
 
     def cluster(self):
-        b = self.broker
+        b, v = self.broker, self.viewer
         node_id, host, port = b.node(None)
-        txns, txn_total = cut(sorted(b.txns.txns.values(), key=lambda m: m.transactional_id))
+        txns, txn_total = cut(sorted((m for m in b.txns.txns.values() if v.txn(m.transactional_id)),
+                                     key=lambda m: m.transactional_id))
         by_producer = {m.producer_id: m for m in b.txns.txns.values()}
         producers, producer_total = cut([
             self.producer_row(tp, pid, e, by_producer.get(pid))
-            for tp, table in sorted(b.producer_states.items()) for pid, e in sorted(table.producers.items())])
+            for tp, table in sorted(b.producer_states.items()) if v.topic(tp[0], Op.READ)
+            for pid, e in sorted(table.producers.items())])
         partitions, partition_total = cut(self.partition_rows(by_producer))
-        states = collections.Counter(g.state.value for g in b.groups.groups.values())
+        states = collections.Counter(g.state.value for g in b.groups.groups.values() if v.group(g.group_id))
         return {"broker": {"node_id": node_id, "host": host, "port": port, "version": __version__,
-                           "data_dir": b.config.data_dir, "cluster_id": b.store.get_setting("cluster_id"),
+                           "data_dir": b.config.data_dir if v.can(Op.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
+                                                                  CLUSTER_NAME) else None,
+                           "cluster_id": b.store.get_setting("cluster_id"),
                            "now_ms": self.now_ms()},
                 "transactions": [self.txn_row(m) for m in txns], "transactions_total": txn_total,
                 "producers": producers, "producers_total": producer_total,
@@ -9241,8 +9430,8 @@ class ConsoleViews:
                 "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                 "transaction_timeout_ms": meta.timeout_ms, "transaction_start_time_ms": meta.txn_start_ms,
                 "age_ms": age, "last_update_ms": meta.last_update_ms,
-                "partitions": [{"topic": t, "partition": p} for t, p in sorted(meta.partitions)],
-                "groups": sorted(meta.groups),
+                "partitions": self.viewer.partitions({"topic": t, "partition": p} for t, p in sorted(meta.partitions)),
+                "groups": [g for g in sorted(meta.groups) if self.viewer.group(g)],
                 "pending_offsets": sum(len(staged) for staged in meta.offsets.values()),
                 "hanging": age is not None and meta.state == TxnState.ONGOING and age > meta.timeout_ms}
 
@@ -9252,14 +9441,14 @@ class ConsoleViews:
         meta = self.broker.txns.txns.get(transactional_id)
         if meta is None:
             return None
-        last = meta.last_decision
-        return {**self.txn_row(meta), "history": list(meta.history),
-                "markers_written": marker_rows(meta.marker_offsets),
-                "markers_needed": [{"topic": t, "partition": p} for t, p in sorted(meta.markers_needed)],
-                "pending_offsets": offset_rows(meta.offsets),
+        last, v = meta.last_decision, self.viewer
+        return {**self.txn_row(meta), "history": [v.event(e) for e in meta.history],
+                "markers_written": v.partitions(marker_rows(meta.marker_offsets)),
+                "markers_needed": v.partitions({"topic": t, "partition": p} for t, p in sorted(meta.markers_needed)),
+                "pending_offsets": v.offsets(offset_rows(meta.offsets)),
                 "last_decision": None if last is None else {
-                    "committed": last["commit"], "at_ms": last["at_ms"], "markers": marker_rows(last["markers"]),
-                    "offsets": offset_rows(last["offsets"])},
+                    "committed": last["commit"], "at_ms": last["at_ms"],
+                    "markers": v.partitions(marker_rows(last["markers"])), "offsets": v.offsets(offset_rows(last["offsets"]))},
                 "state_machine": [{"state": s.value, "entered_from": sorted(p.value for p in VALID_PREVIOUS[s])}
                                   for s in TxnState]}
 
@@ -9282,11 +9471,13 @@ class ConsoleViews:
                                                                   "limit")}}
 
     def groups(self):
+        v = self.viewer
         rows, total = cut([{"group_id": g.group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
                             "protocol": g.protocol_name, "generation_id": g.generation, "members": len(g.members),
-                            "committed_partitions": len(g.offsets),
-                            "lag": sum(self.lags(tp, e)[0] for tp, e in g.offsets.items())}
-                           for g in sorted(self.broker.groups.groups.values(), key=lambda g: g.group_id)])
+                            "committed_partitions": sum(v.topic(tp[0]) for tp in g.offsets),
+                            "lag": sum(self.lags(tp, e)[0] for tp, e in g.offsets.items() if v.topic(tp[0]))}
+                           for g in sorted(self.broker.groups.groups.values(), key=lambda g: g.group_id)
+                           if v.group(g.group_id)])
         return {"groups": rows, "groups_total": total}
 
     def lags(self, tp, entry):
@@ -9302,14 +9493,16 @@ class ConsoleViews:
         g = self.broker.groups.groups.get(group_id)
         if g is None:
             return None
+        v = self.viewer
         offsets, total = cut([{"topic": t, "partition": p, "committed_offset": e.offset, "metadata": e.metadata,
                                **dict(zip(("lag", "lag_to_lso"), self.lags((t, p), e)))}
-                              for (t, p), e in sorted(g.offsets.items())])
+                              for (t, p), e in sorted(g.offsets.items()) if v.topic(t)])
         txns = self.broker.txns
         pending = [{"transactional_id": tid, "topic": t, "partition": p,
                     "offset": txns.txns[tid].offsets[group_id][(t, p)].offset}
-                   for (t, p), ids in sorted(txns.staged.get(group_id, {}).items()) for tid in sorted(ids)
-                   if group_id in txns.txns[tid].offsets and (t, p) in txns.txns[tid].offsets[group_id]]
+                   for (t, p), ids in sorted(txns.staged.get(group_id, {}).items()) if v.topic(t)
+                   for tid in sorted(ids) if v.txn(tid)
+                   and group_id in txns.txns[tid].offsets and (t, p) in txns.txns[tid].offsets[group_id]]
         return {"group_id": group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
                 "protocol": g.protocol_name, "generation_id": g.generation, "leader": g.leader,
                 "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
@@ -9318,15 +9511,15 @@ class ConsoleViews:
                 "offsets": offsets, "offsets_total": total, "pending_offsets": pending}
 
     def recent_events(self, limit=50):
-        return list(itertools.islice(reversed(self.broker.journal.events), limit))
+        return list(itertools.islice(filter(None, map(self.viewer.event, reversed(self.broker.journal.events))),
+                                     limit))
 
-    @staticmethod
-    def producer_row(tp, producer_id, entry, meta):
+    def producer_row(self, tp, producer_id, entry, meta):
         """One producer a partition remembers; "hanging": an open transaction
         here that no running transaction of its producer includes (KIP-664)."""
         open_here = meta is not None and meta.state in RUNNING and tp in meta.partitions
         return {"topic": tp[0], "partition": tp[1], "producer_id": producer_id,
-                "producer_epoch": entry.epoch, "transactional_id": meta.transactional_id if meta else None,
+                "producer_epoch": entry.epoch, "transactional_id": self.txn_id(meta),
                 "last_sequence": entry.last_seq, "last_timestamp": entry.last_timestamp,
                 "coordinator_epoch": entry.coordinator_epoch,
                 "current_txn_start_offset": entry.txn_first_offset,
@@ -9338,7 +9531,7 @@ class ConsoleViews:
         b = self.broker
         rows = []
         for (topic, p), plog in b.logs.logs.items():
-            if topic in INTERNAL_TOPICS:
+            if topic in INTERNAL_TOPICS or not self.viewer.topic(topic):
                 continue
             lso = last_stable_offset(b, plog)
             held = None
@@ -9346,23 +9539,29 @@ class ConsoleViews:
                 table = b.producer_states.get((topic, p))
                 holder = next((pid for pid, e in table.producers.items() if e.txn_first_offset == lso), None)
                 meta = by_producer.get(holder)
-                held = {"producer_id": holder, "since_offset": lso,
-                        "transactional_id": meta.transactional_id if meta else None,
+                held = {"producer_id": holder, "since_offset": lso, "transactional_id": self.txn_id(meta),
                         "producer_epoch": table.producers[holder].epoch if holder is not None else None}
             rows.append({"topic": topic, "partition": p, "log_start_offset": plog.log_start_offset,
                          "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held})
         rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"], r["partition"]))
         return rows
 
+    def txn_id(self, meta):
+        """A producer's transactional id, if there is one and the viewer may describe it."""
+        return meta.transactional_id if meta is not None and self.viewer.txn(meta.transactional_id) else None
+
     def topics(self):
         b = self.broker
         rows = []
-        for name in sorted(b.logs.topics):
+        for name in sorted(n for n in b.logs.topics if self.viewer.topic(n)):
             logs = [b.logs.logs[(name, p)] for p in range(b.logs.topics[name].partitions)
                     if (name, p) in b.logs.logs]
+            counts = [self.counter.counts(plog, self.deadline) for plog in logs]
             rows.append({"name": name, "partitions": b.logs.topics[name].partitions,
                          "internal": name in INTERNAL_TOPICS,
                          "offsets": sum(plog.high_watermark - plog.log_start_offset for plog in logs),
+                         **{k: None if any(c[k] is None for c in counts) else sum(c[k] for c in counts)
+                            for k in ("records", "markers")},
                          "bytes": sum(seg.size for plog in logs for seg in plog.segments),
                          "open_transactions": sum(last_stable_offset(b, plog) < plog.high_watermark for plog in logs)})
         rows, total = cut(rows)
@@ -9376,10 +9575,12 @@ class ConsoleViews:
         parts, total = cut([b.logs.logs[(name, p)] for p in range(meta.partitions) if (name, p) in b.logs.logs])
         ctx = RequestContext(b, None, ApiKey.DESCRIBE_CONFIGS, 4, "doze-console")   # as kafka-configs asks
         configs = [{"name": e.name, "value": e.value, "source": CONFIG_SOURCE_NAMES.get(e.config_source)}
-                   for e in topic_config_entries(ctx, name, None, False)]
+                   for e in topic_config_entries(ctx, name, None, False)] \
+            if self.viewer.topic(name, Op.DESCRIBE_CONFIGS) else None
         return {"name": name, "topic_id": str(uuid.UUID(bytes=meta.topic_id)), "internal": name in INTERNAL_TOPICS,
                 "partitions": [{"partition": plog.partition, "log_start_offset": plog.log_start_offset,
                                 "last_stable_offset": last_stable_offset(b, plog), "high_watermark": plog.high_watermark,
+                                **self.counter.counts(plog, self.deadline),
                                 "bytes": sum(seg.size for seg in plog.segments), "segments": len(plog.segments)}
                                for plog in parts],
                 "partitions_total": total, "configs": configs}
@@ -9392,6 +9593,32 @@ class ConsoleViews:
                                                  if spec.flexible(v)), None)}
                          for key, (spec, _) in sorted(HANDLERS.items())]}
 
+    def security(self):
+        """The listeners' protocols and mechanisms; with DESCRIBE on the cluster
+        (what DescribeAcls and DescribeUserScramCredentials ask) the ACLs and
+        the SCRAM users (names, mechanisms, iterations: never a key)."""
+        b = self.broker
+        a = b.authorizer
+        listeners = [{"name": l.listener.name, "protocol": l.listener.protocol, "port": l.port,
+                      "sasl_mechanisms": list(l.sasl[0]) if l.sasl else [],
+                      "plain_users": len(l.sasl[1]) if l.sasl and "PLAIN" in l.sasl[0] else 0}
+                     for l in b.listening]
+        out = {"authorizer": None if a is None else STANDARD_AUTHORIZER, "listeners": listeners,
+               "allowed": self.viewer.cluster()}
+        if a is not None:
+            out["allow_everyone_if_no_acl_found"] = a.allow_if_no_acl
+        if not out["allowed"]:
+            return out
+        acls, total = cut([{"resource_type": ResourceType(x.resource_type).name, "name": x.name,
+                            "pattern_type": PatternType(x.pattern).name, "principal": x.principal, "host": x.host,
+                            "operation": AclOperation(x.operation).name,
+                            "permission": AclPermission(x.permission).name}
+                           for acls in (a.by_type.values() if a is not None else ()) for x in acls])
+        users, users_total = cut([{"user": u, "mechanisms": [{"mechanism": m, "iterations": i} for m, i in creds]}
+                                  for u, creds in b.store.scram_users().items()])
+        return {**out, "super_users": sorted(a.super_users) if a is not None else [],
+                "acls": acls, "acls_total": total, "scram_users": users, "scram_users_total": users_total}
+
 
 # --- The pages: data as HTML ------------------------------------------------------
 
@@ -9399,7 +9626,8 @@ def page_cluster(d):
     b = d["broker"]
     facts = tag("dl", [tag("dt", "Broker"), tag("dd", f"node {b['node_id']} \u00b7 {b['host']}:{b['port']}"),
                        tag("dt", "Cluster id"), tag("dd", tag("code", b["cluster_id"])),
-                       tag("dt", "Data"), tag("dd", tag("code", b["data_dir"])),
+                       tag("dt", "Data"), tag("dd", tag("code", b["data_dir"]) if b["data_dir"] else
+                                              "(needs DESCRIBE_CONFIGS on the cluster)"),
                        tag("dt", "Groups"), tag("dd", ", ".join(f"{n} {s}" for s, n in d["groups"].items())
                                                  or "none")], class_="facts")
     txns = table("Transactional ids", ["Transactional id", "State", "Producer", "Epoch", "Partitions",
@@ -9428,7 +9656,7 @@ def page_cluster(d):
         d["partitions_total"], numeric={"Log start", "LSO", "High watermark"})
     return console_layout("Cluster", "Cluster", [facts, tag("section", txns), tag("section", producers),
                                                   tag("section", parts), tag("section", events_table(
-                                                      d["recent_events"]))], "/", "/api/cluster")
+                                                      d["recent_events"]))], "/", "/api/cluster", d.get("viewer"))
 
 
 def events_table(events):
@@ -9491,7 +9719,7 @@ def page_txn(d):
                   [[o["group"], f"{o['topic']}-{o['partition']}", o["offset"]] for o in last["offsets"]],
                   numeric={"Offset"})]))
     return console_layout(d["transactional_id"], ["Transaction ", tag("code", d["transactional_id"])], sections,
-                          None, console_path("api", "txn", id=d["transactional_id"]))
+                          None, console_path("api", "txn", id=d["transactional_id"]), d.get("viewer"))
 
 
 def held_text(held):
@@ -9503,28 +9731,35 @@ def held_text(held):
 
 
 def page_topics(d):
-    rows = [[link(r["name"], "topics", r["name"]), r["partitions"], r["offsets"], r["bytes"],
-             r["open_transactions"]] for r in d["topics"]]
-    body = table("Topics", ["Topic", "Partitions", "Offsets", "Bytes", "Partitions held back"], rows,
-                 d["topics_total"], numeric={"Partitions", "Offsets", "Bytes", "Partitions held back"})
-    note = tag("p", "Offsets: high watermark less log start, over the partitions; "
-                    "records and transaction markers both take one.", class_="note")
-    return console_layout("Topics", "Topics", [tag("section", body), note], "/topics", "/api/topics")
+    rows = [[link(r["name"], "topics", r["name"]), r["partitions"], count_text(r["records"]),
+             count_text(r["markers"]), r["bytes"], r["open_transactions"]] for r in d["topics"]]
+    body = table("Topics", ["Topic", "Partitions", "Records", "Markers", "Bytes", "Partitions held back"], rows,
+                 d["topics_total"], numeric={"Partitions", "Records", "Markers", "Bytes", "Partitions held back"})
+    note = tag("p", "Records: from log start to the high watermark, transaction markers not counted "
+                    "(each marker takes an offset too).", class_="note")
+    return console_layout("Topics", "Topics", [tag("section", body), note], "/topics", "/api/topics", d.get("viewer"))
 
 
 def page_topic(d):
-    parts = table("Partitions", ["Partition", "Log start", "LSO", "High watermark", "Bytes", "Segments"], [
+    parts = table("Partitions", ["Partition", "Log start", "LSO", "High watermark", "Records", "Markers", "Bytes",
+                                 "Segments"], [
         [link(str(r["partition"]), "topics", d["name"], r["partition"]), r["log_start_offset"],
-         r["last_stable_offset"], r["high_watermark"], r["bytes"], r["segments"]] for r in d["partitions"]],
+         r["last_stable_offset"], r["high_watermark"], count_text(r["records"]), count_text(r["markers"]),
+         r["bytes"], r["segments"]] for r in d["partitions"]],
         d["partitions_total"],
-        numeric={"Log start", "LSO", "High watermark", "Bytes", "Segments"})
-    configs = table("Configs", ["Name", "Value", "Source"],
-                    [[tag("code", c["name"]), c["value"], c["source"]] for c in d["configs"]])
+        numeric={"Log start", "LSO", "High watermark", "Records", "Markers", "Bytes", "Segments"})
+    configs = tag("p", "Its configs need DESCRIBE_CONFIGS on the topic.", class_="note") \
+        if d["configs"] is None else table("Configs", ["Name", "Value", "Source"],
+                                           [[tag("code", c["name"]), c["value"], c["source"]] for c in d["configs"]])
     facts = tag("dl", [tag("dt", "Topic id"), tag("dd", tag("code", d["topic_id"])),
                        tag("dt", "Internal"), tag("dd", "yes" if d["internal"] else "no")], class_="facts")
     return console_layout(d["name"], f"Topic {d['name']}", [facts, tag("section", parts),
                                                             tag("section", configs)],
-                          "/topics", console_path("api", "topics", d["name"]))
+                          "/topics", console_path("api", "topics", d["name"]), d.get("viewer"))
+
+
+def count_text(n):
+    return tag("span", "counting\u2026", class_="muted") if n is None else n
 
 
 def page_groups(d):
@@ -9534,7 +9769,7 @@ def page_groups(d):
          f"{r['protocol_type'] or chr(0x2014)} / {r['protocol'] or chr(0x2014)}", r["generation_id"], r["members"],
          r["committed_partitions"], r["lag"]] for r in d["groups"]], d["groups_total"],
         numeric={"Generation", "Members", "Partitions committed", "Records behind"})
-    return console_layout("Groups", "Consumer groups", tag("section", body), "/groups", "/api/groups")
+    return console_layout("Groups", "Consumer groups", tag("section", body), "/groups", "/api/groups", d.get("viewer"))
 
 
 def page_group(d):
@@ -9557,7 +9792,7 @@ def page_group(d):
          p["offset"]] for p in d["pending_offsets"]], numeric={"Offset"})
     return console_layout(d["group_id"], ["Group ", tag("code", d["group_id"])],
                           [facts, tag("section", members), tag("section", offsets), tag("section", pending)],
-                          "/groups", console_path("api", "group", id=d["group_id"]))
+                          "/groups", console_path("api", "group", id=d["group_id"]), d.get("viewer"))
 
 
 def page_apis(d):
@@ -9565,7 +9800,48 @@ def page_apis(d):
         [r["name"], r["api_key"], f"{r['min_version']}\u2013{r['max_version']}",
          "\u2014" if r["flexible_from"] is None else r["flexible_from"]] for r in d["apis"]],
         numeric={"Key", "Flexible from"})
-    return console_layout("APIs", "APIs", tag("section", body), "/apis", "/api/apis")
+    return console_layout("APIs", "APIs", tag("section", body), "/apis", "/api/apis", d.get("viewer"))
+
+
+def page_security(d):
+    listeners = table("Listeners", ["Listener", "Protocol", "Port", "SASL mechanisms", "PLAIN users"], [
+        [x["name"], x["protocol"], x["port"], ", ".join(x["sasl_mechanisms"]) or "\u2014", x["plain_users"]]
+        for x in d["listeners"]], numeric={"Port", "PLAIN users"})
+    facts = tag("dl", [tag("dt", "Authorizer"), tag("dd", tag("code", d["authorizer"]) if d["authorizer"] else
+                                                   "none: every principal may do everything"),
+                       tag("dt", "Super users"), tag("dd", ", ".join(d.get("super_users", ())) or "\u2014")]
+                + ([tag("dt", "No ACL found"), tag("dd", "allowed" if d["allow_everyone_if_no_acl_found"]
+                                                         else "denied")] if d["authorizer"] else []), class_="facts")
+    sections = [facts, tag("section", listeners)]
+    if not d["allowed"]:
+        sections.append(tag("p", "The ACLs and users need DESCRIBE on the cluster.", class_="note"))
+    else:
+        sections.append(tag("section", table("ACLs", ["Principal", "Host", "Permission", "Operation", "Resource",
+                                                       "Name", "Pattern"], [
+            [a["principal"], a["host"], a["permission"], a["operation"], a["resource_type"], a["name"],
+             a["pattern_type"]] for a in d["acls"]], d["acls_total"])))
+        sections.append(tag("section", table("SCRAM users", ["User", "Mechanisms (iterations)"], [
+            [u["user"], ", ".join(f"{m['mechanism']} ({m['iterations']})" for m in u["mechanisms"])]
+            for u in d["scram_users"]], d["scram_users_total"])))
+    return console_layout("Security", "ACLs and users", sections, "/security", "/api/security", d.get("viewer"))
+
+
+def page_login(d):
+    """The login form (a POST to /login; the answer sets the session cookie)."""
+    failed = [tag("p", "Invalid user name or password.", class_="error", role="alert")] \
+        if d["failed"] is not None else []
+    form = tag("form", [
+        tag("label", "User", for_="user"),
+        tag("input", id="user", name="user", autocomplete="username", required="required",
+            value=d["failed"] or None, autofocus="autofocus"),
+        tag("label", "Password", for_="password"),
+        tag("input", id="password", name="password", type="password", autocomplete="current-password",
+            required="required"),
+        tag("input", type="hidden", name="next", value=d["next"]),
+        tag("button", "Log in", type="submit")], method="post", action="/login", class_="login")
+    note = tag("p", "A user of this broker's SASL listeners: its PLAIN users or SCRAM credentials. "
+                    "The console then shows what that user's ACLs let it see.", class_="note")
+    return console_layout("Log in", "Log in", failed + [form, note], None, None, script=False)
 
 
 def page_message(title, text):
@@ -9629,7 +9905,7 @@ def page_records(d):
     return console_layout(f"{where} \u00b7 Browser", ["Browse ", link(d["topic"], "topics", d["topic"]),
                                                       f"-{d['partition']}"],
                           [facts, browser_form(d), tag("section", [records, browser_pages(d)])], "/topics",
-                          console_path("api", "topics", d["topic"], d["partition"], **d["query"]))
+                          console_path("api", "topics", d["topic"], d["partition"], **d["query"]), d.get("viewer"))
 
 
 VIEW_TEXT = {"log": "the log as stored", "uncommitted": "what a read_uncommitted consumer gets",
@@ -9698,7 +9974,8 @@ class HttpConnection:
 
     def _read(self):
         try:
-            data = self.sock.recv(CONSOLE_HEAD_MAX + 1 - len(self.head) if not self.answered else 4096)
+            data = self.sock.recv(CONSOLE_HEAD_MAX + CONSOLE_BODY_MAX + 1 - len(self.head)
+                                  if not self.answered else 4096)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -9708,11 +9985,20 @@ class HttpConnection:
             self.close("client closed the connection")
         elif not self.answered:
             self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end >= 0:
-                self.send(self.console.answer(bytes(self.head[:end]), self))
-            elif len(self.head) > CONSOLE_HEAD_MAX:
+            self._take()
+
+    def _take(self):
+        """Answer once the head (and the body its Content-Length announces) is whole."""
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0 or end > CONSOLE_HEAD_MAX:
+            if end > CONSOLE_HEAD_MAX or len(self.head) > CONSOLE_HEAD_MAX:
                 self.send(http_response(431, "text/plain", b"request head over 8 KiB\n"), "head too long")
+            return
+        length, refusal = http_body_length(self.head[:end])
+        if refusal:
+            self.send(http_response(refusal[0], "text/plain", refusal[1].encode() + b"\n"), refusal[1])
+        elif len(self.head) >= end + 4 + length:
+            self.send(self.console.answer(bytes(self.head[:end]), bytes(self.head[end + 4:end + 4 + length]), self))
 
     def send(self, response, reason=None):
         """Queue the answer; the connection closes once it is written (a stream's stays)."""
@@ -9788,6 +10074,19 @@ def http_response(status, content_type, body, head_only=False, extra=()):
     return http_head(status, content_type, len(body), extra) + (b"" if head_only else body)
 
 
+def http_body_length(head):
+    """-> (the body's length, None), or (0, (status, why)) for a body the console does not take."""
+    if re.search(rb"\r\ntransfer-encoding:", head, re.I):
+        return 0, (411, "a body needs a Content-Length")
+    lengths = re.findall(rb"\r\ncontent-length:[ \t]*([^\r]*)", head, re.I)
+    if not lengths:
+        return 0, None
+    if len(lengths) > 1 or not lengths[0].strip().isdigit():
+        return 0, (400, "one Content-Length, a number")
+    length = int(lengths[0])
+    return (length, None) if length <= CONSOLE_BODY_MAX else (0, (413, "a body over 4 KiB"))
+
+
 def parse_http_head(data):
     """-> (method, path, {query name: value}, {header name (lower): value});
     ValueError for what is not an HTTP/1.x request head."""
@@ -9809,6 +10108,130 @@ def parse_http_head(data):
 HOST_WITH_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]+):\d+")     # a Host header value with its port
 
 
+# --- Login: the broker's own SASL users; sessions in memory -----------------------
+
+class ConsoleSession:
+    __slots__ = ("user", "mechanism", "proof", "created", "seen")
+
+    def __init__(self, user, mechanism, proof, now):
+        self.user, self.mechanism, self.proof = user, mechanism, proof   # proof: the SCRAM stored key
+        self.created = self.seen = now
+
+
+class ConsoleLogin:
+    """The console's logins, asked for when any listener is SASL: a user name
+    and password checked against the broker's PLAIN users and SCRAM
+    credentials (password_mechanism), then a session -- a random token in a
+    cookie, of which only the hash is kept, in memory (a restart logs everyone
+    out). A session ends at logout, CONSOLE_SESSION_IDLE_S unused,
+    CONSOLE_SESSION_MAX_S in all, or when its user's SCRAM credential changes
+    or goes. Password checks are limited per address and per second: each
+    SCRAM one is a PBKDF2 on the loop."""
+
+    def __init__(self, broker, port):
+        self.broker = broker
+        self.setups = [l.sasl for l in broker.listening if l.sasl]
+        self.cookie = f"doze_console_{port}"            # cookies ignore ports: a name a console
+        self.sessions = collections.OrderedDict()       # token hash -> ConsoleSession, least recently used first
+        self.failures = {}                              # address -> times of its recent failed logins
+        self.checks = collections.deque()               # times of the last second's password checks
+
+    @property
+    def required(self):
+        return bool(self.setups)
+
+    def viewer(self, headers, ip):
+        """Who asks: the session's user; User:ANONYMOUS where no login is
+        asked (as a PLAINTEXT client); None: log in first."""
+        host = java_host_address(ip)
+        if not self.required:
+            return ConsoleViewer(self.broker.authorizer, PRINCIPAL_ANONYMOUS, host)
+        key = self.session_key(headers)
+        if not self.alive(key):
+            return None
+        session = self.sessions[key]
+        session.seen = time.monotonic()
+        self.sessions.move_to_end(key)
+        return ConsoleViewer(self.broker.authorizer, f"User:{session.user}", host, session.user, key)
+
+    def session_key(self, headers):
+        """The hash of the request's token: its cookie's, or a script's Authorization: Bearer."""
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            token = next((value for name, _, value in (part.strip().partition("=")
+                                                       for part in headers.get("cookie", "").split(";"))
+                          if name == self.cookie and value), None)
+        return None if token is None else hashlib.sha256(token.strip().encode()).hexdigest()
+
+    def alive(self, key):
+        """Is the session there, fresh, and its credential the one it logged in with? (Else it ends.)"""
+        session = self.sessions.get(key)
+        if session is None:
+            return False
+        now = time.monotonic()
+        if session.proof is not None:
+            credential = self.broker.store.scram_credential(session.user, session.mechanism)
+            fresh = credential is not None and hmac.compare_digest(credential[1], session.proof)
+        else:
+            fresh = True                          # PLAIN users are the listeners' settings: fixed while running
+        if fresh and now - session.seen < CONSOLE_SESSION_IDLE_S and now - session.created < CONSOLE_SESSION_MAX_S:
+            return True
+        del self.sessions[key]
+        log.info("console: the session of %s ended", session.user)
+        return False
+
+    def attempt(self, ip, user, password):
+        """A login -> ("ok", the session's token), ("refused", None) or ("wait", seconds)."""
+        now = time.monotonic()
+        wait = self.wait_s(ip, now)
+        if wait > 0:
+            log.info("console: login from %s refused for %.0f s: too many attempts", ip, wait)
+            return "wait", wait
+        self.checks.append(now)
+        mechanism = password_mechanism(self.setups, self.broker.store.scram_credential, user, password)
+        if mechanism is None:
+            self.failures.setdefault(ip, collections.deque()).append(now)
+            log.info("console: login of %r from %s failed", user[:100], ip)
+            return "refused", None
+        self.failures.pop(ip, None)
+        token = secrets.token_urlsafe(32)
+        proof = None if mechanism == "PLAIN" else self.broker.store.scram_credential(user, mechanism)[1]
+        self.sessions[hashlib.sha256(token.encode()).hexdigest()] = ConsoleSession(user, mechanism, proof, now)
+        while len(self.sessions) > CONSOLE_MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        log.info("console: %s logged in from %s (%s)", user, ip, mechanism)
+        return "ok", token
+
+    def set_cookie(self, token):
+        return f"{self.cookie}={token}; Path=/; HttpOnly; SameSite=Strict"
+
+    def wait_s(self, ip, now):
+        """How long this address must wait before its next password check (0: none)."""
+        fails = self.failures.get(ip)
+        while fails and fails[0] < now - CONSOLE_LOGIN_WINDOW_S:
+            fails.popleft()
+        if fails and len(fails) >= CONSOLE_LOGIN_FAILURES:
+            return fails[0] + CONSOLE_LOGIN_WINDOW_S - now
+        while self.checks and self.checks[0] < now - 1.0:
+            self.checks.popleft()
+        return 1.0 - (now - self.checks[0]) if len(self.checks) >= CONSOLE_LOGIN_CHECKS_PER_S else 0
+
+    def logout(self, headers):
+        """End the request's session -> the Set-Cookie that forgets it."""
+        session = self.sessions.pop(self.session_key(headers), None)
+        if session is not None:
+            log.info("console: %s logged out", session.user)
+        return f"{self.cookie}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+
+    def sweep(self):
+        now = time.monotonic()
+        for key in [k for k, s in self.sessions.items() if now - s.seen >= CONSOLE_SESSION_IDLE_S
+                    or now - s.created >= CONSOLE_SESSION_MAX_S]:
+            self.alive(key)
+        for ip in [ip for ip, fails in self.failures.items() if not fails or fails[-1] < now - CONSOLE_LOGIN_WINDOW_S]:
+            del self.failures[ip]
+
+
 class Console:
     """The console's listener, its connections, and its routes. It owns its
     one timer (the sweep of slow connections); the broker's loop only
@@ -9819,9 +10242,11 @@ class Console:
         self.port = sock.getsockname()[1]
         self.hosts = {h if HOST_WITH_PORT.fullmatch(h) else f"{h}:{self.port}"
                       for h in ["127.0.0.1", "localhost", "[::1]"] + hosts}
-        self.views = ConsoleViews(broker)
+        self.login = ConsoleLogin(broker, self.port)
+        self.counter = RecordCounter()
         self.connections = set()
         self.heartbeat = time.monotonic()
+        self.moves = broker.logs.moves              # high watermark moves the streams were last told of
         broker.selector.register(sock, selectors.EVENT_READ, self)
         broker.call_later(CONSOLE_SWEEP_S, self._sweep)
         broker.journal.watchers.append(self.on_journal)
@@ -9850,8 +10275,9 @@ class Console:
         hosts = [h.strip().lower() for h in broker.config["doze.console.hosts"].split(",") if h.strip()]
         console = cls(broker, sock, hosts)
         if not ipaddress.ip_address(host).is_loopback:
-            log.warning("the console listens on %s, not a loopback address: anyone who reaches it sees "
-                        "the broker's transactions, topics and configs", address)
+            log.warning("the console listens on %s, not a loopback address: %s", address,
+                        "its logins' passwords cross the network in clear (plain HTTP)" if console.login.required
+                        else "anyone who reaches it sees the broker's transactions, topics and configs")
         return console
 
     @property
@@ -9880,10 +10306,9 @@ class Console:
         their answer, within CONSOLE_HEAD_TIMEOUT_S; keep the streams alive."""
         now = time.monotonic()
         late = now - CONSOLE_HEAD_TIMEOUT_S
-        if now - self.heartbeat >= CONSOLE_HEARTBEAT_S:
-            self.heartbeat = now
-            for conn in self.streams():
-                conn.push(b": keep-alive\n\n")
+        self.login.sweep()
+        self.tell_streams(now)
+        self.counter.sweep(self.broker.logs.logs, CONSOLE_COUNT_BUDGET_S)
         for conn in [c for c in self.connections if not c.stream]:
             if conn.lingering:
                 if conn.since < now - CONSOLE_LINGER_S:
@@ -9913,18 +10338,35 @@ class Console:
         return [c for c in self.connections if c.stream and not c.closed]
 
     def on_journal(self, event):
-        streams = self.streams()
-        if streams:
-            data = sse_event(event)
-            for conn in streams:
+        data = None
+        for conn in self.streams():
+            seen = conn.viewer.fresh().event(event)
+            if seen is event:
+                data = data or sse_event(event)
                 conn.push(data)
+            elif seen is not None:
+                conn.push(sse_event(seen))
 
-    def open_stream(self, conn, headers, query):
+    def tell_streams(self, now):
+        """A sweep's news for the streams: their sessions' ends, an "offsets"
+        event when a high watermark moved (plain produce journals nothing),
+        a keep-alive now and then."""
+        moved, self.moves = self.moves != self.broker.logs.moves, self.broker.logs.moves
+        beat = now - self.heartbeat >= CONSOLE_HEARTBEAT_S
+        if beat:
+            self.heartbeat = now
+        for conn in self.streams():
+            if conn.viewer.session is not None and not self.login.alive(conn.viewer.session):
+                conn.close("its session ended")
+            elif moved or beat:
+                conn.push(b"event: offsets\ndata: {}\n\n" if moved else b": keep-alive\n\n")
+
+    def open_stream(self, conn, headers, query, viewer):
         """-> the stream's head and what the browser missed since Last-Event-ID
         (if the ring still holds it; else a "reset" event: reload the page)."""
         if len(self.streams()) >= CONSOLE_MAX_STREAMS:
             return http_response(503, "text/plain", b"too many event streams\n")
-        conn.stream = True
+        conn.stream, conn.viewer = True, viewer
         out = bytearray(http_head(200, "text/event-stream") + b"retry: 2000\n\n")
         last = headers.get("last-event-id") or query.get("last_id")
         if last is not None and last.isdigit():
@@ -9933,13 +10375,14 @@ class Console:
                 out += b"event: reset\ndata: {}\n\n"
             else:
                 for event in ring:
-                    if event["id"] > int(last):
-                        out += sse_event(event)
+                    seen = viewer.event(event) if event["id"] > int(last) else None
+                    if seen is not None:
+                        out += sse_event(seen)
         return bytes(out)
 
     # --- requests ---
-    def answer(self, head, conn):
-        """A request head -> the HTTP answer (bytes)."""
+    def answer(self, head, body, conn):
+        """A request (head and body) -> the HTTP answer (bytes)."""
         ip = conn.ip
         try:
             method, path, query, headers = parse_http_head(head)
@@ -9949,73 +10392,143 @@ class Console:
         if headers.get("host", "").lower() not in self.hosts:
             log.info("console: request from %s for host %r refused", ip, headers.get("host", "")[:100])
             return http_response(421, "text/plain", b"this console answers to its own address only\n")
-        if method not in ("GET", "HEAD"):
-            return http_response(405, "text/plain", b"the console is read-only: GET and HEAD\n",
-                                 extra=(("Allow", "GET, HEAD"),))
-        if path == "/events" and not self.restricted():
-            return self.open_stream(conn, headers, query)
         try:
-            status, kind, body = self.route(path, query)
+            if path in LOGIN_PATHS:
+                return self.login_answer(method, path, query, headers, body, ip)
+            if method not in ("GET", "HEAD"):
+                return http_response(405, "text/plain", b"the console is read-only: GET and HEAD\n",
+                                     extra=(("Allow", "GET, HEAD"),))
+            viewer = self.login.viewer(headers, ip)
+            if path == "/events":
+                return self.open_stream(conn, headers, query, viewer) if viewer else \
+                    http_response(401, "text/plain", b"log in first\n")
+            status, kind, body, extra = self.route(path, query, viewer)
         except Exception as e:                # a bug in doze: this page fails, the broker serves on
             log.error("console: %s failed: %s", path[:200], where(e))
-            status, kind, body = 500, "text/plain", b"the console failed on this page; the log says why\n"
-        return http_response(status, kind, body, head_only=method == "HEAD")
+            status, kind, body, extra = 500, "text/plain", b"the console failed on this page; the log says why\n", ()
+        return http_response(status, kind, body, head_only=method == "HEAD", extra=extra)
 
     ROUTES = {"/": ("cluster", page_cluster), "/topics": ("topics", page_topics), "/groups": ("groups", page_groups),
-              "/apis": ("apis", page_apis)}
+              "/apis": ("apis", page_apis), "/security": ("security", page_security)}
+    PUBLIC = ("/console.css", "/console.js", "/apis", "/api/apis")
 
-    def route(self, path, query):
-        """-> (status, content type, body)."""
+    def route(self, path, query, viewer):
+        """-> (status, content type, body, extra headers): a page, or where to log in first."""
         if path == "/console.css":
-            return 200, "text/css; charset=utf-8", CONSOLE_CSS.encode()
+            return 200, "text/css; charset=utf-8", CONSOLE_CSS.encode(), ()
         if path == "/console.js":
-            return 200, "text/javascript; charset=utf-8", CONSOLE_JS.encode()
+            return 200, "text/javascript; charset=utf-8", CONSOLE_JS.encode(), ()
         api = path.startswith("/api/")
+        if viewer is None and path not in self.PUBLIC:
+            if api:
+                return self.error(api, 401, "", "Log in first: POST user and password (a form) to /api/login, "
+                                  "then send its cookie.")
+            here = path + ("?" + urllib.parse.urlencode(query) if query else "")
+            return 303, "text/plain", b"log in first\n", (("Location", console_path("login", next=here)),)
         name = path[4:] if api else path
         if api:
             name = {"/cluster": "/", "/": ""}.get(name, name)      # "/"'s twin is /api/cluster
-        if name == "/apis" or not self.restricted():
-            if name in self.ROUTES:
-                view, page = self.ROUTES[name]
-                return self.respond(api, getattr(self.views, view)(), page)
-            if name.startswith("/topics/") and name.count("/") == 2:
-                data = self.views.topic(name[len("/topics/"):])
-                if data is not None:
-                    return self.respond(api, data, page_topic)
-            if name.startswith("/topics/") and name.count("/") == 3:
-                topic, _, partition = name[len("/topics/"):].partition("/")
-                data = self.views.records(topic, int(partition), query) if partition.isdigit() else None
-                if data is not None:
-                    return self.respond(api, data, page_records)
-            if name == "/txn":
-                data = self.views.transaction(query.get("id", ""))
-                if data is not None:
-                    return self.respond(api, data, page_txn)
-                return self.error(api, 404, "Not found", "TRANSACTIONAL_ID_NOT_FOUND: no such transactional id.")
-            if name == "/group":
-                data = self.views.group(query.get("id", ""))
-                if data is not None:
-                    return self.respond(api, data, page_group)
-                return self.error(api, 404, "Not found", "GROUP_ID_NOT_FOUND: no such group.")
-        elif name in self.ROUTES or name.startswith("/topics/") or name in ("/txn", "/group"):
-            return self.error(api, 403, "Login needed", "This broker has an authorizer: the console's "
-                              "pages need a login, which this doze does not serve yet.")
-        return self.error(api, 404, "Not found", f"No console page at {path}.")
+        views = ConsoleViews(self.broker, viewer, self.counter)
+        data, page = self.page_data(views, name, query)
+        if page is None:
+            return self.error(api, *data)
+        if viewer is not None and viewer.user is not None:
+            data["viewer"] = viewer.describe()
+        return self.respond(api, data, page)
+
+    def page_data(self, views, name, query):
+        """-> (data, page function), or ((status, title, text), None) for no page."""
+        v = views.viewer
+        if name in self.ROUTES:
+            view, page = self.ROUTES[name]
+            return getattr(views, view)(), page
+        if name.startswith("/topics/") and name.count("/") in (2, 3):
+            topic, _, partition = name[len("/topics/"):].partition("/")
+            if not v.topic(topic, Op.READ if partition else Op.DESCRIBE):    # as Fetch and Metadata ask
+                return (403, "Not allowed", "TOPIC_AUTHORIZATION_FAILED: Topic authorization failed."), None
+            data = views.records(topic, int(partition), query) if partition.isdigit() else \
+                None if partition else views.topic(topic)
+            if data is not None:
+                return data, page_records if partition else page_topic
+            return (404, "Not found", "UNKNOWN_TOPIC_OR_PARTITION: no such topic or partition."), None
+        if name in ("/txn", "/group"):
+            key = query.get("id", "")
+            if not (v.txn(key) if name == "/txn" else v.group(key)):
+                return (403, "Not allowed", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Transactional Id authorization "
+                        "failed." if name == "/txn" else "GROUP_AUTHORIZATION_FAILED: Group authorization failed."), None
+            data = views.transaction(key) if name == "/txn" else views.group(key)
+            if data is not None:
+                return data, page_txn if name == "/txn" else page_group
+            return (404, "Not found", "TRANSACTIONAL_ID_NOT_FOUND: no such transactional id." if name == "/txn"
+                    else "GROUP_ID_NOT_FOUND: no such group."), None
+        return (404, "Not found", f"No console page at {name}."), None
 
     @staticmethod
     def respond(api, data, page):
         if api:
-            return 200, "application/json; charset=utf-8", json.dumps(data, indent=1).encode()
-        return 200, "text/html; charset=utf-8", page(data).encode()
+            return 200, "application/json; charset=utf-8", json.dumps(data, indent=1).encode(), ()
+        return 200, "text/html; charset=utf-8", page(data).encode(), ()
 
     @staticmethod
     def error(api, status, title, text):
         if api:
-            return status, "application/json; charset=utf-8", json.dumps({"error": text}).encode()
-        return status, "text/html; charset=utf-8", page_message(title, text).encode()
+            return status, "application/json; charset=utf-8", json.dumps({"error": text}).encode(), ()
+        return status, "text/html; charset=utf-8", page_message(title, text).encode(), ()
 
-    def restricted(self):
-        return self.broker.authorizer is not None
+    # --- logging in and out (when a listener is SASL): the two POSTs, and the form ---
+    def login_answer(self, method, path, query, headers, body, ip):
+        api, out = path.startswith("/api/"), path.endswith("logout")
+        if not self.login.required:
+            return http_response(*self.error(api, 404, "Not found", "No login here: no listener is SASL, "
+                                             "the console shows what User:ANONYMOUS may see.")[:3])
+        if method != "POST" and (api or out or method not in ("GET", "HEAD")):
+            return http_response(405, "text/plain", b"POST a form here\n",
+                                 extra=(("Allow", "POST" if api or out else "GET, HEAD, POST"),))
+        if method != "POST":
+            page = page_login({"next": safe_next(query.get("next")), "failed": None})
+            return http_response(200, "text/html; charset=utf-8", page.encode(), head_only=method == "HEAD")
+        if not same_origin(headers):
+            log.info("console: a %s from %s with Origin %r refused", path, ip, headers.get("origin", "")[:100])
+            return http_response(403, "text/plain", b"a login or logout from another origin is refused\n")
+        if out:
+            extra = (("Set-Cookie", self.login.logout(headers)),)
+            return http_response(200, "application/json; charset=utf-8", b'{"logged_out": true}', extra=extra) \
+                if api else http_response(303, "text/plain", b"logged out\n", extra=extra + (("Location", "/login"),))
+        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=5))
+        user, next_path = form.get("user", ""), safe_next(form.get("next"))
+        outcome, value = self.login.attempt(ip, user, form.get("password", ""))
+        if outcome == "wait":
+            return http_response(429, "text/plain", b"too many logins: wait\n",
+                                 extra=(("Retry-After", str(int(value) + 1)),))
+        if outcome == "refused":
+            status, kind, page, _ = self.error(api, 401, "", "Invalid user name or password.") if api else \
+                (401, "text/html; charset=utf-8", page_login({"next": next_path, "failed": user}).encode(), ())
+            return http_response(status, kind, page)
+        extra = (("Set-Cookie", self.login.set_cookie(value)),)
+        if api:                                   # a script may send the token as Authorization: Bearer
+            return http_response(200, "application/json; charset=utf-8", json.dumps(
+                {"user": user, "principal": f"User:{user}", "token": value}).encode(), extra=extra)
+        return http_response(303, "text/plain", b"logged in\n", extra=extra + (("Location", next_path),))
+
+
+LOGIN_PATHS = ("/login", "/logout", "/api/login", "/api/logout")
+
+
+def same_origin(headers):
+    """A browser's POST from the console's own pages (Origin, or Sec-Fetch-Site
+    where a browser sends no Origin); a script sends neither."""
+    origin = headers.get("origin")
+    if origin is not None:
+        return origin.lower() == f"http://{headers.get('host', '').lower()}"
+    return headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+
+
+def safe_next(path):
+    """Where to go after the login: a path of this console (never another site, never the login itself)."""
+    if not path or not path.startswith("/") or path.startswith(("//", "/\\")) or \
+            path.partition("?")[0] in LOGIN_PATHS:
+        return "/"
+    return urllib.parse.quote(path, safe="/?=&%-._~+")
 
 
 ###############################################################################

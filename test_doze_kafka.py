@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import zlib
 
 import pytest
@@ -5672,12 +5673,13 @@ def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
 # 12. CONSOLE -- its pages and JSON twins over real HTTP, and their safety
 ###############################################################################
 
-def http_get(port, path, host=None, method="GET", headers=None):
+def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
     """One HTTP request with the standard library's client -> (status, {header: value}, body)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=SOCKET_TIMEOUT_S)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=SOCKET_TIMEOUT_S,
+                                   source_address=(source, 0) if source else None)
     try:
-        c.request(method, path, headers={"Host": f"127.0.0.1:{port}" if host is None else host,
-                                         **(headers or {})})
+        c.request(method, path, body=body, headers={"Host": f"127.0.0.1:{port}" if host is None else host,
+                                                    **(headers or {})})
         r = c.getresponse()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
@@ -5948,13 +5950,14 @@ def test_console_snappy_and_lz4_decoders_follow_their_formats():
 class EventStream:
     """A raw reader of the console's /events stream."""
 
-    def __init__(self, port, last_id=None, rcvbuf=None):
+    def __init__(self, port, last_id=None, rcvbuf=None, cookie=None):
         self.sock = socket.socket()
         if rcvbuf:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(SOCKET_TIMEOUT_S)
         self.sock.connect(("127.0.0.1", port))
         extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
+        extra += f"Cookie: {cookie}\r\n" if cookie else ""
         self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
@@ -5967,8 +5970,9 @@ class EventStream:
             raise EOFError("the console closed the stream")
         return data
 
-    def events(self, count):
-        """The next `count` events as (id, event name, data dict); comments and retry skipped."""
+    def events(self, count, skip=("offsets",)):
+        """The next `count` events as (id, event name, data dict); comments, retry
+        and (unless asked) the offsets events skipped."""
         out = []
         while len(out) < count:
             while b"\n\n" not in self.buf:
@@ -5976,7 +5980,7 @@ class EventStream:
             block, self.buf = self.buf.split(b"\n\n", 1)
             fields = dict(line.split(": ", 1) for line in block.decode().split("\n") if ": " in line
                           and not line.startswith(":"))
-            if "event" in fields:
+            if "event" in fields and fields["event"] not in skip:
                 out.append((int(fields["id"]) if "id" in fields else None, fields["event"],
                             json.loads(fields["data"])))
         return out
@@ -6018,6 +6022,20 @@ def test_console_event_stream_sends_each_transition_and_marker_as_it_happens(con
         assert lost.events(1)[0][1] == "reset"
     finally:
         lost.close()
+
+
+def test_console_event_stream_says_when_offsets_move(console):
+    """Plain produce journals nothing; the stream still hears of it (an
+    "offsets" event, no id) within a sweep, so live pages refresh."""
+    stream = EventStream(console.console.port)
+    try:
+        with RawClient(console.port) as c:
+            c.create_topic("plain", 1)
+            assert c.produce("plain", 0, make_batch([b"x"])).error_code == 0
+        [(event_id, name, data)] = stream.events(1, skip=("txn", "marker"))
+    finally:
+        stream.close()
+    assert (event_id, name, data) == (None, "offsets", {})
 
 
 def test_console_event_streams_are_capped_and_a_slow_one_is_let_go(console, monkeypatch):
@@ -6122,6 +6140,26 @@ def test_console_reads_a_consumer_assignment_and_refuses_other_bytes():
     assert doze.consumer_assignment(b"") is None and doze.consumer_assignment(b"\x00\x00\x7f\xff\xff\xff") is None
 
 
+def test_console_group_page_shows_a_member_and_its_assignment(console):
+    """A consumer that joined and got orders [0, 1] from its SyncGroup: its
+    member id, instance, client id, host and assignment, on the page and the twin."""
+    assignment = struct.pack(">hi", 3, 1) + struct.pack(">h", 6) + b"orders" + struct.pack(">iii", 2, 0, 1) + \
+        struct.pack(">i", -1)
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 2)
+        j = join(c, "live-group", instance="i-1")
+        assert j.error_code == 0, j
+        assert sync(c, "live-group", j.generation_id, j.member_id, {j.member_id: assignment}).error_code == 0
+        g = console_json(console, doze.console_path("api", "group", id="live-group"))
+        page = console_html(console, doze.console_path("group", id="live-group"))
+    assert (g["group_state"], g["protocol_type"], g["protocol"], g["generation_id"], g["leader"]) == (
+        "Stable", "consumer", "range", j.generation_id, j.member_id)
+    [m] = g["members"]
+    assert (m["member_id"], m["group_instance_id"], m["client_host"]) == (j.member_id, "i-1", "/127.0.0.1")
+    assert m["client_id"] == c.client_id and m["assignment"] == [{"topic": "orders", "partitions": [0, 1]}]
+    assert f'<th scope="row">{j.member_id}</th><td>i-1</td>' in page and "<td>orders [0, 1]</td>" in page
+
+
 def test_console_topics_and_topic_pages_agree_with_the_protocol(console):
     with RawClient(console.port) as c:
         txn_scene(c)
@@ -6132,15 +6170,50 @@ def test_console_topics_and_topic_pages_agree_with_the_protocol(console):
         topic = console_json(console, "/api/topics/orders")
         page = console_html(console, "/topics/orders")
     assert (topics["orders"]["partitions"], topics["orders"]["offsets"]) == (2, 6)
+    assert (topics["orders"]["records"], topics["orders"]["markers"]) == (4, 2)       # c1 c2 a1 p1, two markers
     assert topics["orders"]["open_transactions"] == 1
-    assert [(p["partition"], p["log_start_offset"], p["last_stable_offset"], p["high_watermark"])
-            for p in topic["partitions"]] == [(0, 0, 5, 6), (1, 0, 0, 0)]
+    assert [(p["partition"], p["log_start_offset"], p["last_stable_offset"], p["high_watermark"], p["records"],
+             p["markers"]) for p in topic["partitions"]] == [(0, 0, 5, 6, 4, 2), (1, 0, 0, 0, 0, 0)]
     configs = {e["name"]: e for e in topic["configs"]}
     assert configs["retention.ms"] == {"name": "retention.ms", "value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"}
     assert configs["cleanup.policy"]["source"] == "DEFAULT_CONFIG"
     assert "<caption>Partitions</caption>" in page and ">3600000<" in page
     assert http_get(console.console.port, "/topics/nothing-here")[0] == 404
     assert http_get(console.console.port, "/api/topics/nothing-here")[0] == 404
+
+
+def test_console_counts_records_without_markers_within_its_budget(console, monkeypatch):
+    """One-record batches (each could be a marker) over two segments, past a
+    log start moved by DeleteRecords: a budget of nothing counts nothing
+    ("counting"), and the count is exact, as a fetch sees it, once it has time."""
+    with RawClient(console.port) as c:
+        c.create_topic("many", 1)
+        for i in range(150):
+            if i == 75:
+                console.run_in_loop(lambda: console.logs.logs[("many", 0)].roll())
+            t = Txn(c, f"tx-{i % 3}")
+            t.add(("many", 0))
+            assert t.produce("many", 0, [b"v%d" % i]).error_code == 0
+            assert t.end(commit=i % 4 != 0) == 0
+        assert c.produce("many", 0, make_batch([b"plain"] * 7)).error_code == 0     # one batch of seven
+        r = c.call(ApiKey.DELETE_RECORDS, 2, topics=[Msg(name="many", partitions=[
+            Msg(partition_index=0, offset=5)])], timeout_ms=5000)
+        assert r.topics[0].partitions[0].error_code == 0
+        monkeypatch.setattr(doze, "CONSOLE_COUNT_BUDGET_S", 0.0)
+        blind = console_json(console, "/api/topics/many")["partitions"][0]
+        monkeypatch.undo()
+        counted = console_json(console, "/api/topics/many")["partitions"][0]
+        listed = {t["name"]: t for t in console_json(console, "/api/topics")["topics"]}["many"]
+        data, offset = 0, 5                                          # what a fetch from log start sees
+        while offset < counted["high_watermark"]:
+            batches = split_batches(c.fetch("many", 0, offset).records)
+            data += sum(struct.unpack_from(">i", b, 57)[0] for b in batches if not header_of(b).attributes & 0x20)
+            offset = header_of(batches[-1]).base_offset + header_of(batches[-1]).last_offset_delta + 1
+    assert len(console.logs.logs[("many", 0)].segments) == 2
+    assert (blind["records"], blind["markers"]) == (None, None)
+    assert (counted["log_start_offset"], counted["high_watermark"]) == (5, 307)
+    assert (counted["records"], counted["markers"]) == (154, 148) == (data, 148)   # offsets 0-4 held 2 markers
+    assert (listed["records"], listed["markers"]) == (154, 148)
 
 
 def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
@@ -6196,7 +6269,7 @@ def test_console_answers_carry_its_security_headers(console, path, method, host,
     assert got == status
     assert headers["content-security-policy"] == CONSOLE_CSP
     assert (headers["x-content-type-options"], headers["referrer-policy"], headers["cache-control"]) == (
-        "nosniff", "no-referrer", "no-store")
+        "nosniff", "same-origin", "no-store")
     assert not any(h.startswith("access-control-") for h in headers)
     if method == "HEAD":
         assert body == b"" and int(headers["content-length"]) > 0
@@ -6290,13 +6363,223 @@ def test_console_tables_are_cut_at_their_row_limit(console, monkeypatch):
     assert len(cluster["partitions"]) == 50 and cluster["partitions_total"] == 120
 
 
-def test_console_data_pages_need_a_login_under_an_authorizer(start_broker):
-    broker = start_broker({"doze.console.listener": "127.0.0.1:0",
-                           "authorizer.class.name": doze.STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"})
+def test_console_without_sasl_shows_what_anonymous_may_see_under_an_authorizer(start_broker):
+    """No SASL listener: no login; the viewer is User:ANONYMOUS, as a PLAINTEXT client."""
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "authorizer.class.name": doze.STANDARD_AUTHORIZER,
+                           "super.users": "User:admin"})
     port = broker.console.port
-    for path in ("/", "/topics", "/topics/x", "/api/cluster", "/api/topics"):
+    broker.run_in_loop(lambda: doze.run_steps(broker.logs.create_topic("hidden", 1, {})))
+    assert console_json(broker, "/api/topics")["topics"] == []
+    for path in ("/topics/hidden", "/topics/hidden/0", "/topics/nosuch", "/txn?id=x", "/group?id=g"):
         assert http_get(port, path)[0] == 403, path
-    assert http_get(port, "/apis")[0] == 200
+    assert console_json(broker, "/api/security")["allowed"] is False
+    assert http_get(port, "/login")[0] == 404 and http_get(port, "/apis")[0] == 200
+    broker.run_in_loop(lambda: broker.authorizer.add([acl(doze.ResourceType.TOPIC, "hidden", doze.Op.READ,
+                                                          principal="User:ANONYMOUS", host="127.0.0.1")]))
+    assert [t["name"] for t in console_json(broker, "/api/topics")["topics"]] == ["hidden"]
+    assert http_get(port, "/topics/hidden/0")[0] == 200
+
+
+def form(**fields):
+    return urllib.parse.urlencode(fields).encode()
+
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def console_login(port, user, password, source=None, origin=True, api=False):
+    """POST the login form -> (status, headers, body); the cookie is headers["set-cookie"]."""
+    headers = {**FORM, **({"Origin": f"http://127.0.0.1:{port}"} if origin else {})}
+    return http_get(port, "/api/login" if api else "/login", method="POST", headers=headers,
+                    body=form(user=user, password=password, next="/topics?x=1"), source=source)
+
+
+def session_cookie(port, user, password, **kw):
+    status, headers, body = console_login(port, user, password, **kw)
+    assert status in (200, 303), (status, body)
+    return headers["set-cookie"].split(";")[0]
+
+
+@pytest.fixture
+def sasl_console(start_broker):
+    return start_broker(acl_settings(doze_console_listener="127.0.0.1:0"))
+
+
+def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_users(sasl_console, caplog):
+    broker, port = sasl_console, sasl_console.console.port
+    add_scram_user(broker, "carol", "carol-pw", "SCRAM-SHA-512", iterations=8192)
+    status, headers, _ = http_get(port, "/topics?view=a")
+    assert status == 303 and headers["location"] == "/login?next=%2Ftopics%3Fview%3Da"
+    status, _, body = http_get(port, "/api/cluster")
+    assert status == 401 and "log in first" in json.loads(body)["error"].lower()
+    assert http_get(port, "/events")[0] == 401
+    assert [http_get(port, p)[0] for p in ("/apis", "/api/apis", "/console.css", "/console.js")] == [200] * 4
+    status, headers, body = http_get(port, "/login?next=/txn%3Fid%3Dx")
+    assert status == 200 and "content-security-policy" in headers
+    assert 'method="post" action="/login"' in body.decode() and 'value="/txn?id=x"' in body.decode()
+    before = broker_digest(broker)
+    with caplog.at_level(logging.DEBUG, logger="doze_kafka"):
+        status, headers, body = console_login(port, "alice", "wrong")
+        assert status == 401 and "Invalid user name or password." in body.decode() and "set-cookie" not in headers
+        assert console_login(port, "nobody", "alice-secret")[0] == 401
+        status, headers, _ = console_login(port, "alice", "alice-secret")         # PLAIN
+        assert status == 303 and headers["location"] == "/topics?x=1"
+        cookie = headers["set-cookie"]
+        assert re.fullmatch(rf"doze_console_{port}=[\w-]{{40,}}; Path=/; HttpOnly; SameSite=Strict", cookie)
+        cookie = cookie.split(";")[0]
+        status, _, body = http_get(port, "/", headers={"Cookie": cookie})
+        assert status == 200 and "Logged in as <strong>alice</strong>" in body.decode()
+        assert console_json_as(port, "/api/cluster", cookie)["viewer"] == {"user": "alice", "principal": "User:alice"}
+        status, _, body = console_login(port, "carol", "carol-pw", api=True)     # SCRAM-SHA-512
+        token = json.loads(body)["token"]
+        scram = f"doze_console_{port}={token}"
+        assert console_json_as(port, "/api/topics", scram)["viewer"]["user"] == "carol"
+        status, _, body = http_get(port, "/api/topics", headers={"Authorization": f"Bearer {token}"})
+        assert status == 200 and json.loads(body)["viewer"]["user"] == "carol"
+        assert http_get(port, "/api/topics", headers={"Authorization": f"Bearer {token}x"})[0] == 401
+        status, headers, _ = http_get(port, "/logout", method="POST", headers={"Cookie": cookie, **FORM,
+                                                                            "Origin": f"http://127.0.0.1:{port}"})
+        assert status == 303 and headers["location"] == "/login" and "Max-Age=0" in headers["set-cookie"]
+        assert http_get(port, "/", headers={"Cookie": cookie})[0] == 303           # that session is over
+        assert http_get(port, "/api/topics", headers={"Cookie": scram})[0] == 200   # not the other
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "alice-secret" not in text and "carol-pw" not in text and scram.split("=")[1] not in text
+    assert "console: alice logged in from 127.0.0.1 (PLAIN)" in text and "console: login of 'alice'" in text
+    assert broker_digest(broker) == before                                       # logins change no broker state
+    add_scram_user(broker, "carol", "new-pw", "SCRAM-SHA-512")                   # a changed credential ends it
+    assert http_get(port, "/api/topics", headers={"Cookie": scram})[0] == 401
+
+
+def console_json_as(port, path, cookie):
+    status, _, body = http_get(port, path, headers={"Cookie": cookie})
+    assert status == 200, (path, status, body[:300])
+    return json.loads(body)
+
+
+@pytest.mark.parametrize("headers, status", [
+    ({"Origin": "http://evil.example"}, 403), ({"Origin": "null"}, 403), ({"Sec-Fetch-Site": "cross-site"}, 403),
+    ({"Sec-Fetch-Site": "same-origin"}, 303), ({}, 303)])
+def test_console_login_and_logout_refuse_other_origins(sasl_console, headers, status):
+    port = sasl_console.console.port
+    body = form(user="alice", password="alice-secret")
+    assert http_get(port, "/login", method="POST", headers={**FORM, **headers}, body=body)[0] == status
+    cookie = session_cookie(sasl_console.console.port, "alice", "alice-secret")
+    code = http_get(port, "/logout", method="POST", headers={**headers, "Cookie": cookie})[0]
+    assert code == (403 if status == 403 else 303)
+    assert http_get(port, "/", headers={"Cookie": cookie})[0] == (200 if status == 403 else 303)
+
+
+def test_console_login_is_limited_per_address_and_per_second(sasl_console, monkeypatch):
+    port = sasl_console.console.port
+    monkeypatch.setattr(doze, "CONSOLE_LOGIN_CHECKS_PER_S", 100)
+    assert [console_login(port, "alice", "bad")[0] for _ in range(doze.CONSOLE_LOGIN_FAILURES)] == [401] * 5
+    status, headers, _ = console_login(port, "alice", "alice-secret")            # the right one, too late
+    assert status == 429 and 50 <= int(headers["retry-after"]) <= 61
+    assert console_login(port, "alice", "alice-secret", source="127.0.0.2")[0] == 303   # another address
+    monkeypatch.setattr(doze, "CONSOLE_LOGIN_CHECKS_PER_S", 2)
+    sasl_console.run_in_loop(sasl_console.console.login.checks.clear)           # the last second's, so far
+    codes = [console_login(port, "admin", "admin-secret", source="127.0.0.3")[0] for _ in range(3)]
+    assert codes[:2] == [303, 303] and codes[2] == 429                           # all addresses: checks a second
+    assert wait_until(lambda: console_login(port, "admin", "admin-secret", source="127.0.0.3")[0] == 303)
+
+
+def test_console_takes_a_small_form_body_only(sasl_console):
+    port = sasl_console.console.port
+    head = f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    assert http_raw(port, (head + "Content-Length: 5000\r\n\r\n").encode()).startswith(b"HTTP/1.1 413 ")
+    assert http_raw(port, (head + "Transfer-Encoding: chunked\r\n\r\n").encode()).startswith(b"HTTP/1.1 411 ")
+    assert http_raw(port, (head + "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab").encode()).startswith(
+        b"HTTP/1.1 400 ")
+    assert http_raw(port, (head + "Content-Length: -1\r\n\r\n").encode()).startswith(b"HTTP/1.1 400 ")
+    body = form(user="alice", password="alice-secret")
+    with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S) as s:   # a body in pieces
+        s.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:5])
+        time.sleep(0.2)
+        s.sendall(body[5:])
+        assert s.recv(65536).startswith(b"HTTP/1.1 303 ")
+    assert http_get(port, "/api/login")[0] == 405 and http_get(port, "/logout")[0] == 405
+
+
+def acl_scene(broker):
+    """As admin (a super user): topics pub and secret, a committed transaction
+    on each (tx-pub, tx-secret), group offsets (g-pub, g-secret); alice may see
+    pub, tx-pub and g-pub only (DESCRIBE_CONFIGS not given)."""
+    with as_user(broker, "admin") as c:
+        c.create_topic("pub", 1)
+        c.create_topic("secret", 1)
+        for name in ("pub", "secret"):
+            t = Txn(c, f"tx-{name}")
+            t.add((name, 0))
+            assert t.produce(name, 0, [f"{name}-value".encode()]).error_code == 0
+            assert t.end(commit=True) == 0
+            assert commit_offsets(c, f"g-{name}", {(name, 0): 1}) == {(name, 0): 0}
+        create_acls(c, acl(doze.ResourceType.TOPIC, "pub", doze.Op.READ),
+                    acl(doze.ResourceType.TRANSACTIONAL_ID, "tx-pub", doze.Op.DESCRIBE),
+                    acl(doze.ResourceType.GROUP, "g-pub", doze.Op.DESCRIBE))
+
+
+def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
+    broker, port = sasl_console, sasl_console.console.port
+    acl_scene(broker)
+    alice = session_cookie(port, "alice", "alice-secret")
+    admin = session_cookie(port, "admin", "admin-secret")
+
+    def seen(cookie):
+        cluster = console_json_as(port, "/api/cluster", cookie)
+        return ([t["transactional_id"] for t in cluster["transactions"]],
+                sorted({p["topic"] for p in cluster["producers"]}), sorted({p["topic"] for p in cluster["partitions"]}),
+                [e.get("transactional_id") for e in cluster["recent_events"]],
+                [t["name"] for t in console_json_as(port, "/api/topics", cookie)["topics"]],
+                [g["group_id"] for g in console_json_as(port, "/api/groups", cookie)["groups"]])
+    txns, producers, partitions, events, topics, groups = seen(alice)
+    assert (txns, producers, partitions, topics, groups) == (["tx-pub"], ["pub"], ["pub"], ["pub"], ["g-pub"])
+    assert console_json_as(port, "/api/cluster", alice)["broker"]["data_dir"] is None
+    assert console_json_as(port, "/api/cluster", admin)["broker"]["data_dir"] == broker.config.data_dir
+    assert events and set(events) == {"tx-pub"}
+    txns, producers, partitions, events, topics, groups = seen(admin)
+    assert (txns, producers, partitions, groups) == (["tx-pub", "tx-secret"], ["pub", "secret"], ["pub", "secret"],
+                                                     ["g-pub", "g-secret"])
+    assert {"pub", "secret"} <= set(topics) and set(events) == {"tx-pub", "tx-secret"}
+    for path, status in [("/topics/secret", 403), ("/topics/secret/0", 403), ("/topics/nosuch", 403),
+                         ("/txn?id=tx-secret", 403), ("/txn?id=nosuch", 403), ("/group?id=g-secret", 403),
+                         ("/topics/pub/0", 200), ("/txn?id=tx-pub", 200), ("/group?id=g-pub", 200)]:
+        assert http_get(port, path, headers={"Cookie": alice})[0] == status, path
+        assert http_get(port, path, headers={"Cookie": admin})[0] in (200, 404), path
+    records = console_json_as(port, "/api/topics/pub/0", alice)["items"]
+    assert [r["value_text"] for r in records if r["kind"] == "record"] == ["pub-value"]
+    assert console_json_as(port, "/api/topics/pub", alice)["configs"] is None          # no DESCRIBE_CONFIGS
+    assert console_json_as(port, "/api/topics/pub", admin)["configs"]
+    assert console_json_as(port, "/api/security", alice)["allowed"] is False
+    security = console_json_as(port, "/api/security", admin)
+    assert security["allowed"] and security["super_users"] == ["User:admin"] and security["acls_total"] == 3
+    assert {(a["resource_type"], a["name"], a["operation"], a["permission"]) for a in security["acls"]} == {
+        ("TOPIC", "pub", "READ", "ALLOW"), ("TRANSACTIONAL_ID", "tx-pub", "DESCRIBE", "ALLOW"),
+        ("GROUP", "g-pub", "DESCRIBE", "ALLOW")}
+    assert "ACLs and users" in http_get(port, "/security", headers={"Cookie": admin})[2].decode()
+
+
+def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the_session(sasl_console):
+    broker, port = sasl_console, sasl_console.console.port
+    acl_scene(broker)
+    alice = session_cookie(port, "alice", "alice-secret")
+    stream = EventStream(port, cookie=alice)
+    try:
+        assert stream.head.startswith(b"HTTP/1.1 200 OK")
+        with as_user(broker, "admin") as c:
+            for name in ("secret", "pub"):
+                t = Txn(c, f"tx-{name}")
+                t.add((name, 0))
+                t.produce(name, 0, [b"more"])
+                assert t.end(commit=True) == 0
+        got = stream.events(5, skip=())
+        assert {d.get("transactional_id") for _, kind, d in got if kind != "offsets"} == {"tx-pub"}
+        assert any(kind == "offsets" for _, kind, _ in got) or stream.events(1, skip=("txn", "marker"))
+        http_get(port, "/logout", method="POST", headers={"Cookie": alice})
+        with pytest.raises(EOFError):
+            for _ in range(50):
+                stream.events(1, skip=())
+    finally:
+        stream.close()
 
 
 def test_console_address_in_use_stops_a_given_setting(start_broker):

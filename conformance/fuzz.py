@@ -2434,8 +2434,10 @@ class ConsoleFuzzer(threading.Thread):
     oversized heads, wrong hosts and methods, heads never finished, event
     streams opened and dropped. Every answer must be an HTTP/1.1 status of
     the console's own set; a 500 (a page that failed: a bug in doze), no
-    answer, or anything else is a finding."""
-    OK = {200, 400, 403, 404, 405, 408, 421, 431, 503}
+    answer, or anything else is a finding. The login's POSTs get bodies of
+    every shape (forms, bytes, lengths that lie, chunked), the pages cookies
+    and bearer tokens that are not sessions."""
+    OK = {200, 303, 400, 401, 403, 404, 405, 408, 411, 413, 421, 429, 431, 503}
     PATHS = ["/", "/topics", "/apis", "/txn", "/console.css", "/console.js", "/events", "/api/cluster",
              "/api/topics", "/api/apis", "/api/txn", "/nothing", "/topics/%s", "/topics/%s/%s", "/api/topics/%s",
              "/api/topics/%s/%s"]
@@ -2477,7 +2479,7 @@ class ConsoleFuzzer(threading.Thread):
         rng = self.rng
         host = f"127.0.0.1:{self.port}"
         kind = rng.choice(["get", "get", "get", "get", "garbage", "huge", "host", "method", "slow", "stream",
-                           "headers"])
+                           "headers", "login", "session"])
         if kind == "garbage":
             head = bytes(rng.randint(0, 255) for _ in range(rng.randint(0, 200))) + b"\r\n\r\n"
         elif kind == "huge":
@@ -2487,6 +2489,22 @@ class ConsoleFuzzer(threading.Thread):
         elif kind == "method":
             head = f"{rng.choice(['POST', 'PUT', 'DELETE', 'OPTIONS', 'TRACE', 'CONNECT', 'G@T'])} " \
                    f"{self.target()} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n\r\nhello".encode()
+        elif kind == "login":
+            body = rng.choice([urllib.parse.urlencode({"user": self.word(), "password": self.word(),
+                                                       "next": rng.choice(["/", "//evil.test", "/topics", self.word()])}),
+                               "&".join("f%d=%s" % (i, self.word()) for i in range(rng.randint(0, 40))),
+                               "".join(chr(rng.randint(0, 255)) for _ in range(rng.randint(0, 5000)))])
+            body = body.encode("utf-8", "replace")
+            length = rng.choice([len(body), len(body), -1, "x", 2 ** 70, len(body) - 1 if body else 0])
+            extra = rng.choice(["", "Transfer-Encoding: chunked\r\n", f"Origin: {rng.choice(['null', 'http://evil.test'])}\r\n",
+                                f"Content-Length: {len(body)}\r\n"])
+            head = (f"POST {rng.choice(['/login', '/logout', '/api/login', '/api/logout'])} HTTP/1.1\r\nHost: {host}\r\n"
+                    f"Content-Length: {length}\r\n{extra}\r\n").encode() + body
+        elif kind == "session":
+            head = (f"GET {self.target()} HTTP/1.1\r\nHost: {host}\r\n"
+                    f"Cookie: doze_console_{self.port}={self.word()}; other={self.word()}\r\n"
+                    f"Authorization: {rng.choice(['Bearer', 'bearer', 'Basic', ''])} {self.word()}\r\n\r\n"
+                    ).encode("utf-8", "replace")
         elif kind == "headers":
             lines = [f"X-{i}: {'v' * rng.randint(0, 80)}" for i in range(rng.randint(0, 120))]
             if rng.random() < 0.3:

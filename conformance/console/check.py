@@ -16,7 +16,12 @@ producer (confluent-kafka), and Debian's Chromium through playwright-core
   4. the message browser, left open, gets the COMMIT and ABORT dividers and
      the aborted records as they are written;
   5. records whose key, value and headers are script run nothing;
-  6. a screenshot of each page goes to --shots (the README's come from here).
+  6. a second doze with a SASL listener and an authorizer asks for a login:
+     a page sends the browser to the form, a wrong password is refused, the
+     right one (a PLAIN user) lands on the page first asked for, with its
+     live stream; alice, allowed one topic by an ACL, sees that one only;
+     Log out ends the session;
+  7. a screenshot of each page goes to --shots (the README's come from here).
 
 --install installs what is missing (apt-get chromium; npm playwright-core).
 Prints RESULT ok, or RESULT fail with what failed; exit status 0 or 1.
@@ -189,6 +194,55 @@ def run(doze, url, browser, shots):
     check(problems == [], f"no console errors or warnings: {problems}")
 
 
+LOGIN_SETTINGS = {
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";',
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",                 # the PLAINTEXT listener's clients: the setup below
+}
+
+
+def run_login(doze, url, browser, shots):
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic
+    from confluent_kafka.admin import ResourcePatternType, ResourceType
+    admin = AdminClient({"bootstrap.servers": doze.bootstrap})
+    for name in ("seen", "unseen"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+    binding = AclBinding(ResourceType.TOPIC, "seen", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    admin.create_acls([binding])[binding].result(10)
+
+    print("a SASL broker's console asks for a login", flush=True)
+    browser.do("problems")
+    got = browser.do("goto", url=url + "/topics")
+    check(got["url"] == url + "/login?next=%2Ftopics" and got["title"].startswith("Log in"),
+          f"a page sends the browser to the login form: {got['url']}")
+    browser.do("screenshot", path=os.path.join(shots, "login.png"), full=False)
+    browser.do("fill", selector="#user", value="alice")
+    browser.do("fill", selector="#password", value="wrong")
+    got = browser.do("submit", selector="form.login button")
+    check(got["status"] == 401 and browser.do("count_text", selector="[role=alert]", text="Invalid") == 1,
+          "a wrong password is refused")
+    refused = browser.do("problems")
+    check(len(refused) == 1 and "status of 401" in refused[0], f"the only console message is the 401's: {refused}")
+    browser.do("fill", selector="#password", value="alice-secret")
+    got = browser.do("submit", selector="form.login button")
+    check(got["status"] == 200 and got["url"] == url + "/topics", f"logged in, on the page asked for: {got['url']}")
+    topics = [r[0] for r in browser.do("rows", selector="#main tbody tr")]
+    check(topics == ["seen"] and browser.do("count_text", selector="header", text="Logged in as alice") == 1,
+          f"alice sees the topic its ACL allows, only: {topics}")
+    browser.do("goto", url=url + "/", live=True)
+    check(True, "its live stream opens with the session")
+    got = browser.do("submit", selector="form.who button")
+    check(got["url"].startswith(url + "/login"), "Log out ends the session")
+    got = browser.do("goto", url=url + "/")
+    check(got["url"].startswith(url + "/login"), "and the pages ask again")
+    problems = browser.do("problems")
+    check(problems == [], f"no console errors or warnings: {problems}")
+
+
 def main():
     needs.venv()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -207,6 +261,15 @@ def main():
     started = time.monotonic()
     try:
         run(doze, f"http://127.0.0.1:{port}", browser, args.shots)
+        login_port = free_port()
+        os.makedirs(os.path.join(work, "secured"))
+        secured = Doze(os.path.join(work, "secured"), settings={
+            "doze.console.listener": f"127.0.0.1:{login_port}", **LOGIN_SETTINGS})
+        secured.start()
+        try:
+            run_login(secured, f"http://127.0.0.1:{login_port}", browser, args.shots)
+        finally:
+            secured.stop()
         print(f"RESULT ok ({time.monotonic() - started:.1f} s; screenshots in {args.shots})")
         return 0
     except (CheckFailed, Exception) as e:

@@ -25,10 +25,16 @@ for await (const line of rl) {
   try {
     if (cmd.op === "goto") {
       const response = await page.goto(cmd.url, { waitUntil: "load" });
-      result = { status: response ? response.status() : 0, title: await page.title() };
+      result = { status: response ? response.status() : 0, title: await page.title(), url: page.url() };
       if (cmd.live) {
         await page.waitForFunction(() => document.body.getAttribute("data-live") === "open", null, { timeout: 5000 });
       }
+    } else if (cmd.op === "fill") {
+      await page.fill(cmd.selector, cmd.value);
+      result = true;
+    } else if (cmd.op === "submit") {                 // click, and wait for the page the click leads to
+      const [response] = await Promise.all([page.waitForNavigation({ waitUntil: "load" }), page.click(cmd.selector)]);
+      result = { status: response ? response.status() : 0, title: await page.title(), url: page.url() };
     } else if (cmd.op === "wait_text") {
       await page.waitForFunction(([sel, text]) => [...document.querySelectorAll(sel)]
         .some((e) => e.textContent.includes(text)), [cmd.selector, cmd.text], { timeout: cmd.timeout || 15000 });
