@@ -42,7 +42,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
      the transactions, producers, LSOs, topics and groups the broker holds), its
      safety, its login against the broker's SASL users, and its ACL filtering
   §12 server loop: listeners, TLS on the loop (PEM stores, client certificates'
-     principals), connections, their limits, back-pressure, group commit
+     principals), connections, their limits, back-pressure, the protocol trace
+     (--trace: each request and answer, and the broker's own actions), group commit
   §13 CLI
 To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
@@ -179,6 +180,8 @@ BROKER_DEFAULTS = {
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
     "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §11)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §12)
+    "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
 }
 
 TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §12)
@@ -3946,11 +3949,12 @@ class GroupCoordinator:
     sockets: handlers call join/sync/heartbeat/leave/commit, and waiters are
     woken through notify(("group", group_id))."""
 
-    def __init__(self, config, store, logs, notify):
+    def __init__(self, config, store, logs, notify, journal=None):
         self.config = config
         self.store = store
         self.logs = logs
         self.notify = notify
+        self.journal = journal or Journal(config.clock)   # each new generation (the console, the trace)
         self.clock = config.clock
         self.groups = {}
         self.configs = store.group_configs()     # group id -> {config name: text} (GROUP resources)
@@ -4153,6 +4157,8 @@ class GroupCoordinator:
                 m.awaiting_join = False
                 m.join_result = self._join_response(g, m)
                 m.deadline_ms = now + m.session_timeout_ms
+        self.journal.record("group", group_id=g.group_id, generation=g.generation, state=g.state.value,
+                            members=len(g.members), protocol=g.protocol_name, leader=g.leader)
         self.notify(("group", g.group_id))
 
     def _remove(self, g, m):
@@ -8893,6 +8899,7 @@ CONSOLE_JS = """\
   });
   source.addEventListener("marker", refresh);
   source.addEventListener("offsets", refresh);
+  source.addEventListener("group", refresh);
   source.addEventListener("reset", refresh);
 })();
 """
@@ -9377,8 +9384,9 @@ class ConsoleViewer:
 
     def event(self, e):
         """A journal event as this viewer may see it, or None."""
-        tid = e.get("transactional_id")
-        if tid is not None and not self.txn(tid) or "topic" in e and not self.topic(e["topic"]):
+        tid, gid = e.get("transactional_id"), e.get("group_id")
+        if tid is not None and not self.txn(tid) or "topic" in e and not self.topic(e["topic"]) or \
+                gid is not None and not self.group(gid):
             return None
         if "partitions" in e and self.authorizer is not None:
             e = {**e, "partitions": [p for p in e["partitions"] if self.topic(p.rpartition("-")[0])]}
@@ -9665,8 +9673,8 @@ def events_table(events):
 
 
 def event_subject(e):
-    tid = e.get("transactional_id")
-    return link(tid, "txn", id=tid) if tid is not None else ""
+    tid, gid = e.get("transactional_id"), e.get("group_id")
+    return link(tid, "txn", id=tid) if tid is not None else link(gid, "group", id=gid) if gid is not None else ""
 
 
 def producer_text(d):
@@ -9678,6 +9686,8 @@ def event_text(e):
         return f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} ({producer_text(e)})"
     if e["kind"] == "txn":
         return f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} ({producer_text(e)})"
+    if e["kind"] == "group":
+        return f"generation {e['generation']}: {e['state']}, {e['members']} members"
     return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
 
 
@@ -10802,10 +10812,11 @@ class TlsServer:
 
 class Slot:
     """One request's place in its connection's response order."""
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "traced")
 
     def __init__(self):
         self.chunks = None          # the encoded response frame, once ready
+        self.traced = None          # how its answer is traced, when the request was (--trace)
 
 
 class Connection:
@@ -11222,6 +11233,197 @@ def loggable(api_key, msg):
     return hide(msg)
 
 
+# --- The protocol trace (--trace): the protocol as it moves, for learners ---------
+# doze.trace=KINDS (or --trace) prints one line per request and per answer,
+# decoded and cut short (the fields that are set; long lists abbreviated;
+# record batches as their headers: offsets, producer id/epoch, sequence,
+# transactional, COMMIT or ABORT), and between them the broker's own actions
+# from the journal (a transaction's state change, stored in meta.db before it
+# is shown; a marker appended; a group's new generation) and each partition's
+# high watermark and LSO as they move after a group commit. KINDS: txn
+# (the transaction APIs, transactional Produce, read_committed Fetch),
+# group (the group APIs), all. doze.trace.ids keeps only what names one of
+# these transactional ids, group ids or client ids. Lines go to the logger
+# doze_kafka.trace (the command line prints them bare on stdout). Off, it
+# costs one `is None` test per request and per group commit.
+
+TRACE_TXN_APIS = {ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
+                  ApiKey.TXN_OFFSET_COMMIT, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_TRANSACTIONS,
+                  ApiKey.LIST_TRANSACTIONS, ApiKey.DESCRIBE_PRODUCERS}
+TRACE_GROUP_APIS = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT,
+                    ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
+                    ApiKey.OFFSET_DELETE, ApiKey.TXN_OFFSET_COMMIT}
+TRACE_KINDS = ("txn", "group", "all")
+TRACE_LINE_CHARS = 600
+TRACE_NOISE = {"throttle_time_ms", "replica_id", "replica_state", "session_id", "session_epoch", "rack_id",
+               "cluster_authorized_operations", "topic_authorized_operations", "forgotten_topics_data",
+               "current_leader", "node_endpoints", "leader_epoch", "current_leader_epoch", "log_start_offset",
+               "last_fetched_epoch", "preferred_read_replica", "diverging_epoch", "snapshot_id",
+               "record_errors", "include_cluster_authorized_operations", "include_topic_authorized_operations",
+               "log_append_time_ms", "committed_leader_epoch", "error_message"}
+
+
+class Tracer:
+    """The trace's filter and its lines (see above)."""
+
+    def __init__(self, broker, kinds, ids):
+        self.broker, self.kinds, self.ids = broker, kinds, ids
+        self.offsets = {}                   # (topic, partition) -> (HW, LSO) last shown
+        broker.journal.watchers.append(self.on_event)
+
+    @classmethod
+    def open(cls, broker):
+        """The trace doze.trace asks for, or None (off)."""
+        kinds = {k.strip() for k in broker.config["doze.trace"].split(",") if k.strip()}
+        if not kinds:
+            return None
+        if not kinds <= set(TRACE_KINDS):
+            raise ValueError(f"doze.trace: {', '.join(sorted(kinds))}: the kinds are {', '.join(TRACE_KINDS)}")
+        ids = {i.strip() for i in broker.config["doze.trace.ids"].split(",") if i.strip()}
+        return cls(broker, kinds, ids)
+
+    def emit(self, mark, text):
+        now = datetime.datetime.fromtimestamp(self.broker.clock()).strftime("%H:%M:%S.%f")[:-3]
+        line = f"{now} {mark} {text}"
+        trace_log.info("%s", line if len(line) <= TRACE_LINE_CHARS else line[:TRACE_LINE_CHARS] + " \u2026")
+
+    def wants(self, api_key, req, client_id):
+        if "all" not in self.kinds and not (
+                "txn" in self.kinds and (api_key in TRACE_TXN_APIS or getattr(req, "transactional_id", None)
+                                         or getattr(req, "isolation_level", 0) == 1)
+                or "group" in self.kinds and api_key in TRACE_GROUP_APIS):
+            return False
+        return not self.ids or bool(self.ids & {client_id, getattr(req, "transactional_id", None),
+                                                getattr(req, "group_id", None)})
+
+    def request(self, conn, spec, version, client_id, req):
+        """A request to trace -> what its answer is traced with (None: not traced)."""
+        if not self.wants(spec.key, req, client_id):
+            return None
+        who = f"{client_id or '-'}@{conn.name}"
+        self.emit("\u2192", f"{spec.name} v{version} [{who}] {trace_text(loggable(spec.key, req), True)}")
+        return (spec.name, version, who)
+
+    def response(self, traced, spec, msg):
+        """An answer of a traced request; its top-level error said even when left at its default."""
+        name, version, who = traced
+        text = trace_text(loggable(spec.key, msg), True)
+        if not hasattr(msg, "error_code") and any(f.name == "error_code" for f in spec.response
+                                                  if f.in_version(version)):
+            text = "error_code=NONE " + text if text != "(no error)" else "error_code=NONE"
+        self.emit("\u2190", f"{name} v{version} [{who}] {text}")
+
+    def on_event(self, e):
+        """A journal event, between the requests: what the broker itself did."""
+        if "all" not in self.kinds and not ("txn" in self.kinds and e["kind"] in ("txn", "marker")
+                                            or "group" in self.kinds and e["kind"] == "group"):
+            return
+        if self.ids and not self.ids & {e.get("transactional_id"), e.get("group_id")}:
+            return
+        self.emit("\u2022", trace_event_text(e))
+
+    def moved(self, plogs):
+        """After a group commit: each partition whose HW or LSO moved."""
+        for plog in plogs:
+            tp = (plog.topic, plog.partition)
+            now = (plog.high_watermark, last_stable_offset(self.broker, plog))
+            before = self.offsets.get(tp, (plog.log_start_offset, plog.log_start_offset))
+            self.offsets[tp] = now
+            if now != before and self.shows_offsets(tp):
+                lso = f"LSO {before[1]} \u2192 {now[1]}" if now[1] != before[1] else f"LSO {now[1]}"
+                held = " (held back by an open transaction)" if now[1] < now[0] else ""
+                self.emit("\u2022", f"{tp[0]}-{tp[1]}: HW {before[0]} \u2192 {now[0]}, {lso}{held}, durable")
+
+    def shows_offsets(self, tp):
+        if "all" not in self.kinds and "txn" not in self.kinds:
+            return False
+        if not self.ids:
+            return "all" in self.kinds or tp in self.broker.txn_partitions
+        return any(tp in m.partitions or tp in m.marker_offsets for tid, m in self.broker.txns.txns.items()
+                   if tid in self.ids)
+
+
+trace_log = logging.getLogger("doze_kafka.trace")
+
+
+def trace_text(node, top=False, depth=0):
+    """A request or answer as one short line: set fields only, error codes by
+    name, lists cut after TRACE_LIST_ITEMS, batches as their headers."""
+    if isinstance(node, types.SimpleNamespace):
+        parts = []
+        for k, v in vars(node).items():
+            if k in TRACE_NOISE or k.startswith("_") or v is None or v == "" or v == [] or v == bytes(16) or \
+                    (k.endswith("error_code") and v == 0 and not top) or (k.endswith("_ms") and v == 0):
+                continue
+            if k.endswith("error_code"):
+                parts.append(f"{k}={ErrorCode(v).name if v in ErrorCode._value2member_map_ else v}")
+            elif k == "records":
+                parts.append(f"records=[{batches_text(v)}]")
+            else:
+                parts.append(f"{k}={trace_text(v, depth=depth + 1)}")
+        return ("{" + " ".join(parts) + "}") if depth else " ".join(parts) or "(no error)"
+    if isinstance(node, list):
+        items = [trace_text(x, depth=depth + 1) for x in node[:TRACE_LIST_ITEMS]]
+        more = f" \u2026+{len(node) - TRACE_LIST_ITEMS}" if len(node) > TRACE_LIST_ITEMS else ""
+        return "[" + ", ".join(items) + more + "]"
+    if isinstance(node, Memo):
+        return trace_text(node.build(), depth=depth)
+    if isinstance(node, (bytes, bytearray, memoryview)):
+        return f"<{len(node)} bytes>"
+    if isinstance(node, str):
+        return json.dumps(node) if not node or any(c in node for c in " {}[]=,\"") or not node.isprintable() \
+            else node
+    if isinstance(node, (int, float, bool)):
+        return str(node)
+    return f"<{type(node).__name__}>"
+
+
+TRACE_LIST_ITEMS = 4
+
+
+def batches_text(records):
+    """Record batches by their headers: "0-1 pid 1000/0 seq 0 txn", "2 COMMIT pid 1000/0"."""
+    data = records.read() if isinstance(records, FileSlice) else records
+    view, pos, out = memoryview(data), 0, []
+    while pos + BATCH_HEADER_SIZE <= len(view):
+        h = read_batch_header(view, pos)
+        end = pos + LOG_OVERHEAD + h.batch_length
+        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(view):
+            break
+        if len(out) < TRACE_LIST_ITEMS:
+            span = f"{h.base_offset}" if not h.last_offset_delta else \
+                f"{h.base_offset}-{h.base_offset + h.last_offset_delta}"
+            if h.attributes & ATTR_CONTROL and end - pos >= BATCH_HEADER_SIZE + 9:
+                span += " COMMIT" if control_type(view[pos:end]) == CONTROL_COMMIT else " ABORT"
+            elif h.records_count != h.last_offset_delta + 1:
+                span += f" ({h.records_count} records)"
+            if h.producer_id >= 0:
+                span += f" pid {h.producer_id}/{h.producer_epoch}"
+                span += f" seq {h.base_sequence}" if h.base_sequence >= 0 else ""
+            span += " txn" if h.attributes & ATTR_TRANSACTIONAL and not h.attributes & ATTR_CONTROL else ""
+            out.append(span)
+        else:
+            out.append(None)
+        pos = end
+    extra = f", \u2026+{len(out) - TRACE_LIST_ITEMS} batches" if len(out) > TRACE_LIST_ITEMS else ""
+    return ", ".join(x for x in out if x) + extra + (f" +{len(view) - pos} bytes" if pos < len(view) else "")
+
+
+def trace_event_text(e):
+    """A journal event in words."""
+    if e["kind"] == "txn":
+        return (f"txn {e['transactional_id']}: {e['from_state']} \u2192 {e['to_state']} ({e['cause'] or 'loaded'}), "
+                f"producer {e['producer_id']} epoch {e['producer_epoch']}, "
+                f"partitions [{', '.join(e['partitions'])}], stored in meta.db")
+    if e["kind"] == "marker":
+        return (f"marker {e['control']} appended to {e['topic']}-{e['partition']} at offset {e['offset']} "
+                f"(txn {e['transactional_id']}, producer {e['producer_id']} epoch {e['producer_epoch']})")
+    if e["kind"] == "group":
+        return (f"group {e['group_id']}: generation {e['generation']}, {e['state']}, "
+                f"{e['members']} members, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}")
+    return json.dumps({k: v for k, v in e.items() if k not in ("id", "at_ms")})
+
+
 def _fsync_new_dirs(path, files):
     """makedirs that makes each created directory's entry durable."""
     missing = []
@@ -11268,8 +11470,8 @@ class Broker:
             if tp in self.logs.logs:
                 self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
-        self.groups = GroupCoordinator(config, self.store, self.logs, self.notify)
-        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console
+        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
+        self.groups = GroupCoordinator(config, self.store, self.logs, self.notify, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
                                            self.producer_state, self.producer_ids, self.notify, self.journal)
         self.txns.load()
@@ -11307,6 +11509,7 @@ class Broker:
         self.call_later(SWEEP_S, self._sweep_connections)
         self.call_later(TRIM_S, self._trim_memory)
         self.console = Console.open(self)            # None unless doze.console.listener is set
+        self.tracer = Tracer.open(self)              # None unless doze.trace is set
 
     @property
     def bootstrap(self):
@@ -11542,6 +11745,8 @@ class Broker:
                 return
             for plog in moved:
                 self.notify((plog.topic, plog.partition))
+            if self.tracer is not None:
+                self.tracer.moved(moved)
         if self.txns.completing:
             self.txns.progress()                       # decisions whose markers are now durable
         self.notify(FLUSHED)
@@ -11640,6 +11845,8 @@ class Broker:
                       correlation_id, loggable(api_key, req))
         slot = Slot()
         conn.slots.append(slot)
+        if self.tracer is not None:
+            slot.traced = self.tracer.request(conn, spec, version, client_id, req)
         ctx = RequestContext(self, conn, api_key, version, client_id)
         try:
             result = handler(ctx, req)
@@ -11710,6 +11917,8 @@ class Broker:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id,
                       loggable(spec.key, msg))
+        if slot.traced is not None:
+            self.tracer.response(slot.traced, spec, msg)
         if not conn.closed:
             conn.push(slot, chunks)
 
@@ -11914,6 +12123,11 @@ def main(argv=None):
     parser.add_argument("--data-dir", help="data directory (overrides log.dirs)")
     parser.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
                         help="a Kafka setting, as in server.properties (repeatable)")
+    parser.add_argument("--trace", nargs="?", const="all", metavar="KINDS",
+                        help="print the protocol as it moves: every request and answer, decoded, and the "
+                        "broker's own actions between them; KINDS: txn, group, all (the default)")
+    parser.add_argument("--trace-ids", metavar="IDS",
+                        help="trace only what names one of these transactional, group or client ids")
     parser.add_argument("--apis", action="store_true", help="list the APIs served and exit")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -11928,6 +12142,9 @@ def main(argv=None):
         if not sep:
             parser.error(f"--override needs NAME=VALUE, got {item!r}")
         settings[name.strip()] = value.strip()
+    if args.trace:
+        settings["doze.trace"] = args.trace
+        settings["doze.trace.ids"] = args.trace_ids or ""
     try:
         if args.properties:
             config = Config.from_properties(args.properties, settings=settings, data_dir=args.data_dir,
@@ -11936,6 +12153,11 @@ def main(argv=None):
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
         if "doze.console.listener" not in config.given:     # the command line serves the console
             config.settings["doze.console.listener"] = CONSOLE_CLI_ADDRESS
+        if config["doze.trace"]:                             # bare lines on stdout, beside the log on stderr
+            out = logging.StreamHandler(sys.stdout)
+            out.setFormatter(logging.Formatter("%(message)s"))
+            trace_log.addHandler(out)
+            trace_log.propagate = False
         broker = Broker(config)
         for text in args.add_scram:
             user, mechanism, credential = parse_add_scram(text)

@@ -6607,6 +6607,129 @@ def test_cli_serves_the_console_and_prints_its_url(tmp_path):
 
 
 ###############################################################################
+# 12b. TRACE -- the protocol as it moves, line by line
+###############################################################################
+
+@pytest.fixture
+def traced(start_broker, caplog):
+    """A broker with doze.trace set; -> (broker, lines()) where lines() is what it traced so far."""
+    def start(kinds="txn", ids="", **more):
+        caplog.set_level(logging.INFO, logger="doze_kafka.trace")
+        broker = start_broker({"doze.trace": kinds, "doze.trace.ids": ids, **more})
+        return broker, lambda: [r.getMessage()[13:] for r in caplog.records if r.name == "doze_kafka.trace"]
+    return start
+
+
+def in_order(lines, *patterns):
+    """Each pattern matches a line after the previous one's; -> the matched lines."""
+    found, i = [], 0
+    for pattern in patterns:
+        while i < len(lines) and not re.search(pattern, lines[i]):
+            i += 1
+        assert i < len(lines), f"no line {pattern!r} after {found[-1:] or 'the start'}:\n" + "\n".join(lines)
+        found.append(lines[i])
+        i += 1
+    return found
+
+
+def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(traced):
+    broker, lines = traced("txn")
+    with RawClient(broker.port, client_id="learner") as c:
+        c.create_topic("orders", 2)
+        t = Txn(c, "tx-1")
+        t.add(("orders", 0), ("orders", 1))
+        t.produce("orders", 0, [b"a", b"b"])
+        t.produce("orders", 1, [b"c"])
+        assert t.add_offsets("g") == 0
+        assert t.commit_offsets("g", {("orders", 0): 7}) == {("orders", 0): 0}
+        assert t.end(commit=True) == 0
+        t.add(("orders", 0))
+        t.produce("orders", 0, [b"gone"])
+        assert t.end(commit=False) == 0
+        assert wait_until(lambda: any("CompleteAbort" in x for x in lines()))
+    got = lines()
+    pid = t.producer_id
+    in_order(got,
+             r"^\u2192 InitProducerId v4 \[learner@127\.0\.0\.1:\d+\] transactional_id=tx-1 transaction_timeout_ms=60000",
+             rf"^\u2022 txn tx-1: Empty \u2192 Empty \(InitProducerId\), producer {pid} epoch 0, partitions \[\], "
+             r"stored in meta\.db$",
+             rf"^\u2190 InitProducerId v4 \[learner@[\d.:]+\] error_code=NONE producer_id={pid} producer_epoch=0$",
+             r"^\u2192 AddPartitionsToTxn v3 .* topics=\[\{name=orders partitions=\[0, 1\]\}\]",
+             r"^\u2022 txn tx-1: Empty \u2192 Ongoing \(AddPartitionsToTxn\).*partitions \[orders-0, orders-1\]",
+             rf"^\u2192 Produce v9 .*transactional_id=tx-1 .*index=0 records=\[0-1 pid {pid}/0 seq 0 txn\]",
+             r"^\u2022 orders-0: HW 0 \u2192 2, LSO 0 \(held back by an open transaction\), durable$",
+             r"^\u2190 Produce v9 .*index=0 base_offset=0",
+             r"^\u2192 TxnOffsetCommit v3 .*group_id=g .*committed_offset=7",
+             r"^\u2192 EndTxn v3 .*committed=True",
+             r"^\u2022 txn tx-1: Ongoing \u2192 PrepareCommit \(EndTxn \(commit\)\)",
+             rf"^\u2022 marker COMMIT appended to orders-0 at offset 2 \(txn tx-1, producer {pid} epoch 0\)$",
+             r"^\u2022 orders-0: HW 2 \u2192 3, LSO 0 \u2192 3, durable$",
+             r"^\u2022 txn tx-1: PrepareCommit \u2192 CompleteCommit \(markers durable\)",
+             r"^\u2190 EndTxn v3 .* error_code=NONE$",
+             r"^\u2022 marker ABORT appended to orders-0 at offset 4",
+             r"^\u2022 txn tx-1: PrepareAbort \u2192 CompleteAbort")
+    assert not [x for x in got if "CreateTopics" in x or "Metadata" in x]        # not a transaction API
+    assert all(len(x) <= doze.TRACE_LINE_CHARS + 20 for x in got)
+
+
+def test_trace_filters_by_kind_and_by_id(traced):
+    broker, lines = traced("group", ids="g-seen")
+    with RawClient(broker.port) as c:
+        c.create_topic("orders", 1)
+        Txn(c, "tx-1")
+        for group in ("g-seen", "g-other"):
+            j = join(c, group)
+            assert sync(c, group, j.generation_id, j.member_id, {j.member_id: b""}).error_code == 0
+        assert wait_until(lambda: any("\u2190 SyncGroup" in x for x in lines()))
+    got = lines()
+    in_order(got, r"^\u2192 JoinGroup v7 .*group_id=g-seen", r"^\u2190 JoinGroup v7 .*error_code=MEMBER_ID_REQUIRED",
+             r"^\u2022 group g-seen: generation 1, CompletingRebalance, 1 members, protocol range",
+             r"^\u2190 SyncGroup v5 .*error_code=NONE")
+    assert not [x for x in got if "g-other" in x or "InitProducerId" in x or "tx-1" in x]
+
+
+def test_trace_all_hides_secrets_and_abbreviates(traced):
+    broker, lines = traced("all", **sasl_settings())
+    with RawClient(sasl_port(broker), client_id="sasl-client") as c:
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        assert a.error_code == 0
+        c.create_topic("many", 9)
+        c.metadata(["many"])
+    got = "\n".join(lines())
+    assert "alice-secret" not in got and 'auth_bytes="<hidden: 19 bytes>"' in got
+    assert re.search(r"\u2192 Metadata v12 \[sasl-client@[\d.:]+\] topics=\[\{name=many\}\]", got)
+    assert re.search(r"partitions=\[\{partition_index=0.*\}, \{partition_index=3.*\} \u2026\+5\]", got), got
+
+
+def test_trace_is_off_unless_asked_and_refuses_unknown_kinds(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka.trace")
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        Txn(c, "tx-1")
+    assert broker.tracer is None and not [r for r in caplog.records if r.name == "doze_kafka.trace"]
+    with pytest.raises(ValueError, match="doze.trace: txns: the kinds are txn, group, all"):
+        start_broker({"doze.trace": "txns"})
+
+
+def test_cli_trace_prints_bare_lines_on_stdout(tmp_path):
+    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
+                             "--override", "doze.console.listener=", "--trace", "all", "--trace-ids", "cli-test"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        with RawClient(port, client_id="cli-test") as c:
+            c.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} \u2192 ApiVersions v3 \[cli-test@127\.0\.0\.1:\d+\] "
+                        r"client_software_name=t client_software_version=1\n", lines[0]), lines
+    assert re.match(r"\d\d:\d\d:\d\d\.\d{3} \u2190 ApiVersions v3 \[cli-test@[\d.:]+\] error_code=NONE api_keys=\[",
+                    lines[1]), lines
+
+
+###############################################################################
 # 13. CLI
 ###############################################################################
 
