@@ -96,6 +96,7 @@ import time
 import types
 import urllib.parse
 import uuid
+import weakref
 import zlib
 
 if sys.version_info < (3, 9):
@@ -9241,41 +9242,42 @@ class RecordCounter:
     partition not counted yet says so (None)."""
 
     def __init__(self):
-        self.counted = {}             # (topic, partition) -> {segment base: [first batch, next batch, markers]}
-        self.unfinished = set()       # the partitions a sweep goes on counting
+        # Keyed by the log object itself: a topic deleted and made again is a new one.
+        self.counted = weakref.WeakKeyDictionary()    # log -> {segment base: [segment, first batch, next, markers]}
+        self.unfinished = weakref.WeakSet()           # the logs a sweep goes on counting
 
     def markers(self, plog, deadline):
         """The markers between log start and the HW, or None if not counted by the deadline."""
-        key, hw, start = (plog.topic, plog.partition), plog.high_watermark, plog.log_start_offset
-        old, fresh, total, complete = self.counted.get(key, {}), {}, 0, True
+        hw, start = plog.high_watermark, plog.log_start_offset
+        old, fresh, total, complete = self.counted.get(plog, {}), {}, 0, True
         for seg in plog.segments:
             first = 0 if seg.base_offset >= start else seg.batch_at(start)
             if not seg.bases or first is None or seg.base_offset >= hw:
                 continue
             entry = old.get(seg.base_offset)
-            if entry is None or entry[0] != first:
-                entry = [first, first, 0]
+            if entry is None or entry[0] is not seg or entry[1] != first:
+                entry = [seg, first, first, 0]
             fresh[seg.base_offset] = entry
             end = bisect.bisect_left(seg.lasts, hw)       # the batches below the HW
-            if complete and entry[1] < end:
+            if complete and entry[2] < end:
                 self._count(seg, entry, end, deadline)
-            complete = complete and entry[1] >= end
-            total += entry[2]
-        self.counted[key] = fresh
-        (self.unfinished.discard if complete else self.unfinished.add)(key)
+            complete = complete and entry[2] >= end
+            total += entry[3]
+        self.counted[plog] = fresh
+        (self.unfinished.discard if complete else self.unfinished.add)(plog)
         return total if complete else None
 
     @staticmethod
     def _count(seg, entry, end, deadline):
         bases, lasts, positions = seg.bases, seg.lasts, seg.positions
-        fd, i, found = seg.read_handle().fd, entry[1], entry[2]
-        while i < end:
-            if i & 255 == 0 and time.perf_counter() > deadline:
+        fd, i, found = seg.read_handle().fd, entry[2], entry[3]
+        for n in range(end - i):
+            if n & 255 == 0 and time.perf_counter() > deadline:
                 break
             if bases[i] == lasts[i] and I16.unpack_from(os.pread(fd, 23, positions[i]), 21)[0] & ATTR_CONTROL:
                 found += 1
             i += 1
-        entry[1], entry[2] = i, found
+        entry[2], entry[3] = i, found
 
     def counts(self, plog, deadline):
         """{"records": offsets less markers, "markers": ...}: None while not counted yet."""
@@ -9284,16 +9286,15 @@ class RecordCounter:
                 "markers": markers}
 
     def sweep(self, logs, budget_s):
-        """Go on counting what pages left unfinished; forget the partitions gone."""
+        """Go on counting what pages left unfinished (of the logs still there)."""
         deadline = time.perf_counter() + budget_s
-        for key in list(self.counted):
-            if key not in logs:
-                del self.counted[key]
-                self.unfinished.discard(key)
-        for key in list(self.unfinished):
+        for plog in list(self.unfinished):
             if time.perf_counter() > deadline:
                 break
-            self.markers(logs[key], deadline)
+            if logs.get((plog.topic, plog.partition)) is plog:
+                self.markers(plog, deadline)
+            else:
+                self.unfinished.discard(plog)
 
 
 CONSOLE_COUNT_BUDGET_S = 0.02
@@ -9389,7 +9390,9 @@ class ConsoleViewer:
                 gid is not None and not self.group(gid):
             return None
         if "partitions" in e and self.authorizer is not None:
-            e = {**e, "partitions": [p for p in e["partitions"] if self.topic(p.rpartition("-")[0])]}
+            seen = [p for p in e["partitions"] if self.topic(p.rpartition("-")[0])]
+            if len(seen) < len(e["partitions"]):
+                e = {**e, "partitions": seen, "partition_count": len(seen)}
         return e
 
     def describe(self):
@@ -9440,7 +9443,7 @@ class ConsoleViews:
                 "age_ms": age, "last_update_ms": meta.last_update_ms,
                 "partitions": self.viewer.partitions({"topic": t, "partition": p} for t, p in sorted(meta.partitions)),
                 "groups": [g for g in sorted(meta.groups) if self.viewer.group(g)],
-                "pending_offsets": sum(len(staged) for staged in meta.offsets.values()),
+                "pending_offsets": len(self.viewer.offsets(offset_rows(meta.offsets))),
                 "hanging": age is not None and meta.state == TxnState.ONGOING and age > meta.timeout_ms}
 
     def transaction(self, transactional_id):
@@ -9547,12 +9550,23 @@ class ConsoleViews:
                 table = b.producer_states.get((topic, p))
                 holder = next((pid for pid, e in table.producers.items() if e.txn_first_offset == lso), None)
                 meta = by_producer.get(holder)
-                held = {"producer_id": holder, "since_offset": lso, "transactional_id": self.txn_id(meta),
-                        "producer_epoch": table.producers[holder].epoch if holder is not None else None}
+                readable = self.viewer.topic(topic, Op.READ)        # producers: as DescribeProducers
+                held = {"producer_id": holder if readable else None, "since_offset": lso,
+                        "transactional_id": self.txn_id(meta),
+                        "producer_epoch": table.producers[holder].epoch if holder is not None and readable else None}
             rows.append({"topic": topic, "partition": p, "log_start_offset": plog.log_start_offset,
                          "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held})
         rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"], r["partition"]))
         return rows
+
+    def counts(self, plog):
+        """A partition's record and marker counts (with READ on its topic: they
+        tell what a fetch would), its bytes and segments (with DESCRIBE on the
+        cluster, as DescribeLogDirs); what the viewer may not see is left out."""
+        out = self.counter.counts(plog, self.deadline) if self.viewer.topic(plog.topic, Op.READ) else {}
+        if self.viewer.cluster():
+            out.update(bytes=sum(seg.size for seg in plog.segments), segments=len(plog.segments))
+        return out
 
     def txn_id(self, meta):
         """A producer's transactional id, if there is one and the viewer may describe it."""
@@ -9564,13 +9578,12 @@ class ConsoleViews:
         for name in sorted(n for n in b.logs.topics if self.viewer.topic(n)):
             logs = [b.logs.logs[(name, p)] for p in range(b.logs.topics[name].partitions)
                     if (name, p) in b.logs.logs]
-            counts = [self.counter.counts(plog, self.deadline) for plog in logs]
+            counts = [self.counts(plog) for plog in logs]
             rows.append({"name": name, "partitions": b.logs.topics[name].partitions,
                          "internal": name in INTERNAL_TOPICS,
                          "offsets": sum(plog.high_watermark - plog.log_start_offset for plog in logs),
                          **{k: None if any(c[k] is None for c in counts) else sum(c[k] for c in counts)
-                            for k in ("records", "markers")},
-                         "bytes": sum(seg.size for plog in logs for seg in plog.segments),
+                            for k in ("records", "markers", "bytes") if all(k in c for c in counts)},
                          "open_transactions": sum(last_stable_offset(b, plog) < plog.high_watermark for plog in logs)})
         rows, total = cut(rows)
         return {"topics": rows, "topics_total": total}
@@ -9588,8 +9601,7 @@ class ConsoleViews:
         return {"name": name, "topic_id": str(uuid.UUID(bytes=meta.topic_id)), "internal": name in INTERNAL_TOPICS,
                 "partitions": [{"partition": plog.partition, "log_start_offset": plog.log_start_offset,
                                 "last_stable_offset": last_stable_offset(b, plog), "high_watermark": plog.high_watermark,
-                                **self.counter.counts(plog, self.deadline),
-                                "bytes": sum(seg.size for seg in plog.segments), "segments": len(plog.segments)}
+                                **self.counts(plog)}
                                for plog in parts],
                 "partitions_total": total, "configs": configs}
 
@@ -9605,18 +9617,17 @@ class ConsoleViews:
         """The listeners' protocols and mechanisms; with DESCRIBE on the cluster
         (what DescribeAcls and DescribeUserScramCredentials ask) the ACLs and
         the SCRAM users (names, mechanisms, iterations: never a key)."""
+        if not self.viewer.cluster():
+            return {"allowed": False}
         b = self.broker
         a = b.authorizer
-        listeners = [{"name": l.listener.name, "protocol": l.listener.protocol, "port": l.port,
-                      "sasl_mechanisms": list(l.sasl[0]) if l.sasl else [],
-                      "plain_users": len(l.sasl[1]) if l.sasl and "PLAIN" in l.sasl[0] else 0}
-                     for l in b.listening]
-        out = {"authorizer": None if a is None else STANDARD_AUTHORIZER, "listeners": listeners,
-               "allowed": self.viewer.cluster()}
+        listeners = [{"name": x.listener.name, "protocol": x.listener.protocol, "port": x.port,
+                      "sasl_mechanisms": list(x.sasl[0]) if x.sasl else [],
+                      "plain_users": len(x.sasl[1]) if x.sasl and "PLAIN" in x.sasl[0] else 0}
+                     for x in b.listening]
+        out = {"authorizer": None if a is None else STANDARD_AUTHORIZER, "listeners": listeners, "allowed": True}
         if a is not None:
             out["allow_everyone_if_no_acl_found"] = a.allow_if_no_acl
-        if not out["allowed"]:
-            return out
         acls, total = cut([{"resource_type": ResourceType(x.resource_type).name, "name": x.name,
                             "pattern_type": PatternType(x.pattern).name, "principal": x.principal, "host": x.host,
                             "operation": AclOperation(x.operation).name,
@@ -9736,13 +9747,16 @@ def held_text(held):
     if held is None:
         return "\u2014"
     who = held["transactional_id"]
+    if held["producer_id"] is None:              # the viewer may not READ the topic: no producer shown
+        name = link(who, "txn", id=who) if who is not None else esc("an open transaction")
+        return Html(f"{name}, open since offset {held['since_offset']}")
     name = link(who, "txn", id=who) if who is not None else esc(f"producer {held['producer_id']}")
     return Html(f"{name} ({esc(producer_text(held))}), open since offset {held['since_offset']}")
 
 
 def page_topics(d):
-    rows = [[link(r["name"], "topics", r["name"]), r["partitions"], count_text(r["records"]),
-             count_text(r["markers"]), r["bytes"], r["open_transactions"]] for r in d["topics"]]
+    rows = [[link(r["name"], "topics", r["name"]), r["partitions"], count_cell(r, "records"),
+             count_cell(r, "markers"), count_cell(r, "bytes"), r["open_transactions"]] for r in d["topics"]]
     body = table("Topics", ["Topic", "Partitions", "Records", "Markers", "Bytes", "Partitions held back"], rows,
                  d["topics_total"], numeric={"Partitions", "Records", "Markers", "Bytes", "Partitions held back"})
     note = tag("p", "Records: from log start to the high watermark, transaction markers not counted "
@@ -9754,8 +9768,8 @@ def page_topic(d):
     parts = table("Partitions", ["Partition", "Log start", "LSO", "High watermark", "Records", "Markers", "Bytes",
                                  "Segments"], [
         [link(str(r["partition"]), "topics", d["name"], r["partition"]), r["log_start_offset"],
-         r["last_stable_offset"], r["high_watermark"], count_text(r["records"]), count_text(r["markers"]),
-         r["bytes"], r["segments"]] for r in d["partitions"]],
+         r["last_stable_offset"], r["high_watermark"], count_cell(r, "records"), count_cell(r, "markers"),
+         count_cell(r, "bytes"), count_cell(r, "segments")] for r in d["partitions"]],
         d["partitions_total"],
         numeric={"Log start", "LSO", "High watermark", "Records", "Markers", "Bytes", "Segments"})
     configs = tag("p", "Its configs need DESCRIBE_CONFIGS on the topic.", class_="note") \
@@ -9768,8 +9782,11 @@ def page_topic(d):
                           "/topics", console_path("api", "topics", d["name"]), d.get("viewer"))
 
 
-def count_text(n):
-    return tag("span", "counting\u2026", class_="muted") if n is None else n
+def count_cell(row, key):
+    """A count: "counting…" while not counted yet, a dash where the viewer may not see it."""
+    if key not in row:
+        return tag("span", "\u2014", class_="muted", title="needs more permissions")
+    return tag("span", "counting\u2026", class_="muted") if row[key] is None else row[key]
 
 
 def page_groups(d):
@@ -9814,26 +9831,27 @@ def page_apis(d):
 
 
 def page_security(d):
+    if not d["allowed"]:
+        return console_layout("Security", "ACLs and users", tag("p", "The listeners, ACLs and users need "
+                                                                     "DESCRIBE on the cluster.", class_="note"),
+                              "/security", "/api/security", d.get("viewer"))
     listeners = table("Listeners", ["Listener", "Protocol", "Port", "SASL mechanisms", "PLAIN users"], [
         [x["name"], x["protocol"], x["port"], ", ".join(x["sasl_mechanisms"]) or "\u2014", x["plain_users"]]
         for x in d["listeners"]], numeric={"Port", "PLAIN users"})
     facts = tag("dl", [tag("dt", "Authorizer"), tag("dd", tag("code", d["authorizer"]) if d["authorizer"] else
                                                    "none: every principal may do everything"),
-                       tag("dt", "Super users"), tag("dd", ", ".join(d.get("super_users", ())) or "\u2014")]
+                       tag("dt", "Super users"), tag("dd", ", ".join(d["super_users"]) or "\u2014")]
                 + ([tag("dt", "No ACL found"), tag("dd", "allowed" if d["allow_everyone_if_no_acl_found"]
                                                          else "denied")] if d["authorizer"] else []), class_="facts")
-    sections = [facts, tag("section", listeners)]
-    if not d["allowed"]:
-        sections.append(tag("p", "The ACLs and users need DESCRIBE on the cluster.", class_="note"))
-    else:
-        sections.append(tag("section", table("ACLs", ["Principal", "Host", "Permission", "Operation", "Resource",
-                                                       "Name", "Pattern"], [
-            [a["principal"], a["host"], a["permission"], a["operation"], a["resource_type"], a["name"],
-             a["pattern_type"]] for a in d["acls"]], d["acls_total"])))
-        sections.append(tag("section", table("SCRAM users", ["User", "Mechanisms (iterations)"], [
-            [u["user"], ", ".join(f"{m['mechanism']} ({m['iterations']})" for m in u["mechanisms"])]
-            for u in d["scram_users"]], d["scram_users_total"])))
-    return console_layout("Security", "ACLs and users", sections, "/security", "/api/security", d.get("viewer"))
+    acls = table("ACLs", ["Principal", "Host", "Permission", "Operation", "Resource", "Name", "Pattern"], [
+        [a["principal"], a["host"], a["permission"], a["operation"], a["resource_type"], a["name"],
+         a["pattern_type"]] for a in d["acls"]], d["acls_total"])
+    users = table("SCRAM users", ["User", "Mechanisms (iterations)"], [
+        [u["user"], ", ".join(f"{m['mechanism']} ({m['iterations']})" for m in u["mechanisms"])]
+        for u in d["scram_users"]], d["scram_users_total"])
+    return console_layout("Security", "ACLs and users", [facts, tag("section", listeners), tag("section", acls),
+                                                         tag("section", users)],
+                          "/security", "/api/security", d.get("viewer"))
 
 
 def page_login(d):
@@ -9984,7 +10002,7 @@ class HttpConnection:
 
     def _read(self):
         try:
-            data = self.sock.recv(CONSOLE_HEAD_MAX + CONSOLE_BODY_MAX + 1 - len(self.head)
+            data = self.sock.recv(CONSOLE_HEAD_MAX + 4 + CONSOLE_BODY_MAX + 1 - len(self.head)
                                   if not self.answered else 4096)
         except (BlockingIOError, InterruptedError):
             return
@@ -10093,6 +10111,8 @@ def http_body_length(head):
         return 0, None
     if len(lengths) > 1 or not lengths[0].strip().isdigit():
         return 0, (400, "one Content-Length, a number")
+    if len(lengths[0].strip()) > 9:
+        return 0, (413, "a body over 4 KiB")
     length = int(lengths[0])
     return (length, None) if length <= CONSOLE_BODY_MAX else (0, (413, "a body over 4 KiB"))
 
@@ -10190,7 +10210,7 @@ class ConsoleLogin:
         log.info("console: the session of %s ended", session.user)
         return False
 
-    def attempt(self, ip, user, password):
+    def attempt(self, ip, user, password, headers):
         """A login -> ("ok", the session's token), ("refused", None) or ("wait", seconds)."""
         now = time.monotonic()
         wait = self.wait_s(ip, now)
@@ -10203,7 +10223,7 @@ class ConsoleLogin:
             self.failures.setdefault(ip, collections.deque()).append(now)
             log.info("console: login of %r from %s failed", user[:100], ip)
             return "refused", None
-        self.failures.pop(ip, None)
+        self.sessions.pop(self.session_key(headers), None)     # the browser's session before, if any
         token = secrets.token_urlsafe(32)
         proof = None if mechanism == "PLAIN" else self.broker.store.scram_credential(user, mechanism)[1]
         self.sessions[hashlib.sha256(token.encode()).hexdigest()] = ConsoleSession(user, mechanism, proof, now)
@@ -10312,9 +10332,18 @@ class Console:
                           "too many console connections")
 
     def _sweep(self):
-        """Close connections that have not sent a whole head, or not taken
-        their answer, within CONSOLE_HEAD_TIMEOUT_S; keep the streams alive."""
-        now = time.monotonic()
+        """The console's timer, every CONSOLE_SWEEP_S: its own chores, guarded
+        (they read files and meta.db: a failure is logged, the broker serves on)."""
+        try:
+            self._chores(time.monotonic())
+        except Exception as e:
+            log.error("console: its sweep failed: %s", where(e))
+        if self.sock.fileno() >= 0:
+            self.broker.call_later(CONSOLE_SWEEP_S, self._sweep)
+
+    def _chores(self, now):
+        """Close connections that have not sent a whole request, or not taken
+        their answer, within CONSOLE_HEAD_TIMEOUT_S; sessions, streams, counts."""
         late = now - CONSOLE_HEAD_TIMEOUT_S
         self.login.sweep()
         self.tell_streams(now)
@@ -10331,8 +10360,6 @@ class Console:
                           "request head not sent in time")
             if not conn.closed and conn.since < late - CONSOLE_HEAD_TIMEOUT_S:
                 conn.close("answer not taken in time")
-        if self.sock.fileno() >= 0:
-            self.broker.call_later(CONSOLE_SWEEP_S, self._sweep)
 
     def close(self):
         with contextlib.suppress(ValueError):
@@ -10504,9 +10531,12 @@ class Console:
             extra = (("Set-Cookie", self.login.logout(headers)),)
             return http_response(200, "application/json; charset=utf-8", b'{"logged_out": true}', extra=extra) \
                 if api else http_response(303, "text/plain", b"logged out\n", extra=extra + (("Location", "/login"),))
-        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=5))
+        try:
+            form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=5))
+        except ValueError:
+            return http_response(400, "text/plain", b"a login form has user, password and next\n")
         user, next_path = form.get("user", ""), safe_next(form.get("next"))
-        outcome, value = self.login.attempt(ip, user, form.get("password", ""))
+        outcome, value = self.login.attempt(ip, user, form.get("password", ""), headers)
         if outcome == "wait":
             return http_response(429, "text/plain", b"too many logins: wait\n",
                                  extra=(("Retry-After", str(int(value) + 1)),))

@@ -6216,6 +6216,39 @@ def test_console_counts_records_without_markers_within_its_budget(console, monke
     assert (listed["records"], listed["markers"]) == (154, 148)
 
 
+def test_console_counts_a_topic_made_again_afresh(console):
+    """Counts are kept by the log itself: a topic deleted and made again under
+    the same name is counted from nothing."""
+    with RawClient(console.port) as c:
+        c.create_topic("again", 1)
+        for i in range(6):
+            t = Txn(c, "tx-again")
+            t.add(("again", 0))
+            assert t.produce("again", 0, [b"x"]).error_code == 0
+            assert t.end(commit=True) == 0
+        assert console_json(console, "/api/topics/again")["partitions"][0]["markers"] == 6
+        r = c.call(ApiKey.DELETE_TOPICS, 4, topic_names=["again"], timeout_ms=5000)
+        assert r.responses[0].error_code == 0
+        c.create_topic("again", 1)
+        for _ in range(2):
+            assert c.produce("again", 0, make_batch([b"y"])).error_code == 0
+        again = console_json(console, "/api/topics/again")["partitions"][0]
+    assert (again["high_watermark"], again["records"], again["markers"]) == (2, 2, 0)
+
+
+def test_console_sweep_that_fails_is_logged_and_the_broker_serves_on(console, monkeypatch, caplog):
+    def broken(*_):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(console.console.counter, "sweep", broken)
+    assert wait_until(lambda: "console: its sweep failed" in caplog.text)
+    with RawClient(console.port) as c:                             # the loop lives on
+        c.create_topic("alive", 1)
+    monkeypatch.undo()
+    count = caplog.text.count("console: its sweep failed")
+    time.sleep(doze.CONSOLE_SWEEP_S * 2.5)                          # and the sweep is still scheduled
+    assert caplog.text.count("console: its sweep failed") == count and http_get(console.console.port, "/apis")[0] == 200
+
+
 def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
     with RawClient(console.port) as c:
         txn_scene(c)
@@ -6476,6 +6509,10 @@ def test_console_login_is_limited_per_address_and_per_second(sasl_console, monke
     status, headers, _ = console_login(port, "alice", "alice-secret")            # the right one, too late
     assert status == 429 and 50 <= int(headers["retry-after"]) <= 61
     assert console_login(port, "alice", "alice-secret", source="127.0.0.2")[0] == 303   # another address
+    assert [console_login(port, "admin", "guess", source="127.0.0.4")[0] for _ in range(4)] == [401] * 4
+    assert console_login(port, "alice", "alice-secret", source="127.0.0.4")[0] == 303   # a success there ...
+    assert console_login(port, "admin", "guess", source="127.0.0.4")[0] == 401
+    assert console_login(port, "admin", "guess", source="127.0.0.4")[0] == 429        # ... resets no count
     monkeypatch.setattr(doze, "CONSOLE_LOGIN_CHECKS_PER_S", 2)
     sasl_console.run_in_loop(sasl_console.console.login.checks.clear)           # the last second's, so far
     codes = [console_login(port, "admin", "admin-secret", source="127.0.0.3")[0] for _ in range(3)]
@@ -6491,6 +6528,16 @@ def test_console_takes_a_small_form_body_only(sasl_console):
     assert http_raw(port, (head + "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab").encode()).startswith(
         b"HTTP/1.1 400 ")
     assert http_raw(port, (head + "Content-Length: -1\r\n\r\n").encode()).startswith(b"HTTP/1.1 400 ")
+    assert http_raw(port, (head + "Content-Length: " + "9" * 5000 + "\r\n\r\n").encode()).startswith(b"HTTP/1.1 413 ")
+    fields = form(**{f"f{i}": "x" for i in range(9)})
+    assert http_raw(port, (head + f"Content-Length: {len(fields)}\r\n\r\n").encode() + fields).startswith(
+        b"HTTP/1.1 400 ")
+    short = form(user="alice", password="alice-secret", next="/")
+    big = form(user="alice", password="alice-secret", next="/" + "a" * (doze.CONSOLE_BODY_MAX - len(short)))
+    padded = head + f"Content-Length: {len(big)}\r\nX-Pad: "
+    padded += "p" * (doze.CONSOLE_HEAD_MAX - len(padded)) + "\r\n\r\n"           # the largest head and body
+    assert len(padded) - 4 == doze.CONSOLE_HEAD_MAX and len(big) == doze.CONSOLE_BODY_MAX
+    assert http_raw(port, padded.encode() + big).startswith(b"HTTP/1.1 303 ")
     body = form(user="alice", password="alice-secret")
     with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S) as s:   # a body in pieces
         s.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:5])
@@ -6513,7 +6560,12 @@ def acl_scene(broker):
             assert t.produce(name, 0, [f"{name}-value".encode()]).error_code == 0
             assert t.end(commit=True) == 0
             assert commit_offsets(c, f"g-{name}", {(name, 0): 1}) == {(name, 0): 0}
+        c.create_topic("desc", 1)                      # alice may DESCRIBE it, not READ it
+        held = Txn(c, "tx-open")
+        held.add(("desc", 0))
+        assert held.produce("desc", 0, [b"open"]).error_code == 0
         create_acls(c, acl(doze.ResourceType.TOPIC, "pub", doze.Op.READ),
+                    acl(doze.ResourceType.TOPIC, "desc", doze.Op.DESCRIBE),
                     acl(doze.ResourceType.TRANSACTIONAL_ID, "tx-pub", doze.Op.DESCRIBE),
                     acl(doze.ResourceType.GROUP, "g-pub", doze.Op.DESCRIBE))
 
@@ -6532,14 +6584,24 @@ def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
                 [t["name"] for t in console_json_as(port, "/api/topics", cookie)["topics"]],
                 [g["group_id"] for g in console_json_as(port, "/api/groups", cookie)["groups"]])
     txns, producers, partitions, events, topics, groups = seen(alice)
-    assert (txns, producers, partitions, topics, groups) == (["tx-pub"], ["pub"], ["pub"], ["pub"], ["g-pub"])
+    assert (txns, producers, partitions, topics, groups) == (["tx-pub"], ["pub"], ["desc", "pub"], ["desc", "pub"],
+                                                             ["g-pub"])
+    [desc] = [p for p in console_json_as(port, "/api/cluster", alice)["partitions"] if p["topic"] == "desc"]
+    assert desc["held_back_by"] == {"producer_id": None, "producer_epoch": None, "transactional_id": None,
+                                    "since_offset": 0}                           # no READ: no producer shown
+    rows = {t["name"]: t for t in console_json_as(port, "/api/topics", alice)["topics"]}
+    assert (rows["pub"]["records"], rows["pub"]["markers"]) == (1, 1) and "bytes" not in rows["pub"]
+    assert not {"records", "markers", "bytes"} & set(rows["desc"])            # DESCRIBE only: offsets, no counts
+    assert rows["desc"]["offsets"] == 1
+    admin_rows = {t["name"]: t for t in console_json_as(port, "/api/topics", admin)["topics"]}
+    assert admin_rows["desc"]["records"] == 1 and admin_rows["desc"]["bytes"] > 0
     assert console_json_as(port, "/api/cluster", alice)["broker"]["data_dir"] is None
     assert console_json_as(port, "/api/cluster", admin)["broker"]["data_dir"] == broker.config.data_dir
     assert events and set(events) == {"tx-pub"}
     txns, producers, partitions, events, topics, groups = seen(admin)
-    assert (txns, producers, partitions, groups) == (["tx-pub", "tx-secret"], ["pub", "secret"], ["pub", "secret"],
-                                                     ["g-pub", "g-secret"])
-    assert {"pub", "secret"} <= set(topics) and set(events) == {"tx-pub", "tx-secret"}
+    assert (txns, producers, partitions, groups) == (["tx-open", "tx-pub", "tx-secret"], ["desc", "pub", "secret"],
+                                                     ["desc", "pub", "secret"], ["g-pub", "g-secret"])
+    assert {"pub", "secret"} <= set(topics) and set(events) == {"tx-open", "tx-pub", "tx-secret"}
     for path, status in [("/topics/secret", 403), ("/topics/secret/0", 403), ("/topics/nosuch", 403),
                          ("/txn?id=tx-secret", 403), ("/txn?id=nosuch", 403), ("/group?id=g-secret", 403),
                          ("/topics/pub/0", 200), ("/txn?id=tx-pub", 200), ("/group?id=g-pub", 200)]:
@@ -6549,11 +6611,13 @@ def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
     assert [r["value_text"] for r in records if r["kind"] == "record"] == ["pub-value"]
     assert console_json_as(port, "/api/topics/pub", alice)["configs"] is None          # no DESCRIBE_CONFIGS
     assert console_json_as(port, "/api/topics/pub", admin)["configs"]
-    assert console_json_as(port, "/api/security", alice)["allowed"] is False
+    assert console_json_as(port, "/api/security", alice) == {"allowed": False, "viewer": {
+        "user": "alice", "principal": "User:alice"}}
     security = console_json_as(port, "/api/security", admin)
-    assert security["allowed"] and security["super_users"] == ["User:admin"] and security["acls_total"] == 3
+    assert security["allowed"] and security["super_users"] == ["User:admin"] and security["acls_total"] == 4
     assert {(a["resource_type"], a["name"], a["operation"], a["permission"]) for a in security["acls"]} == {
-        ("TOPIC", "pub", "READ", "ALLOW"), ("TRANSACTIONAL_ID", "tx-pub", "DESCRIBE", "ALLOW"),
+        ("TOPIC", "pub", "READ", "ALLOW"), ("TOPIC", "desc", "DESCRIBE", "ALLOW"),
+        ("TRANSACTIONAL_ID", "tx-pub", "DESCRIBE", "ALLOW"),
         ("GROUP", "g-pub", "DESCRIBE", "ALLOW")}
     assert "ACLs and users" in http_get(port, "/security", headers={"Cookie": admin})[2].decode()
 
