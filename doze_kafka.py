@@ -11440,18 +11440,15 @@ def batches_text(records):
 
 
 def trace_event_text(e):
-    """A journal event in words."""
+    """A journal event in words: the console's (event_text), with what it is of."""
     if e["kind"] == "txn":
-        return (f"txn {e['transactional_id']}: {e['from_state']} \u2192 {e['to_state']} ({e['cause'] or 'loaded'}), "
-                f"producer {e['producer_id']} epoch {e['producer_epoch']}, "
-                f"partitions [{', '.join(e['partitions'])}], stored in meta.db")
+        return (f"txn {e['transactional_id']}: {event_text(e)}, partitions [{', '.join(e['partitions'])}], "
+                f"stored in meta.db")
     if e["kind"] == "marker":
-        return (f"marker {e['control']} appended to {e['topic']}-{e['partition']} at offset {e['offset']} "
-                f"(txn {e['transactional_id']}, producer {e['producer_id']} epoch {e['producer_epoch']})")
+        return f"txn {e['transactional_id']}: {event_text(e)} appended"
     if e["kind"] == "group":
-        return (f"group {e['group_id']}: generation {e['generation']}, {e['state']}, "
-                f"{e['members']} members, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}")
-    return json.dumps({k: v for k, v in e.items() if k not in ("id", "at_ms")})
+        return f"group {e['group_id']}: {event_text(e)}, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}"
+    return event_text(e)
 
 
 def _fsync_new_dirs(path, files):

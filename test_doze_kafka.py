@@ -6715,22 +6715,22 @@ def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(tr
     pid = t.producer_id
     in_order(got,
              r"^\u2192 InitProducerId v4 \[learner@127\.0\.0\.1:\d+\] transactional_id=tx-1 transaction_timeout_ms=60000",
-             rf"^\u2022 txn tx-1: Empty \u2192 Empty \(InitProducerId\), producer {pid} epoch 0, partitions \[\], "
+             rf"^\u2022 txn tx-1: Empty \u2192 Empty: InitProducerId \(producer {pid}, epoch 0\), partitions \[\], "
              r"stored in meta\.db$",
              rf"^\u2190 InitProducerId v4 \[learner@[\d.:]+\] error_code=NONE producer_id={pid} producer_epoch=0$",
              r"^\u2192 AddPartitionsToTxn v3 .* topics=\[\{name=orders partitions=\[0, 1\]\}\]",
-             r"^\u2022 txn tx-1: Empty \u2192 Ongoing \(AddPartitionsToTxn\).*partitions \[orders-0, orders-1\]",
+             r"^\u2022 txn tx-1: Empty \u2192 Ongoing: AddPartitionsToTxn .*partitions \[orders-0, orders-1\]",
              rf"^\u2192 Produce v9 .*transactional_id=tx-1 .*index=0 records=\[0-1 pid {pid}/0 seq 0 txn\]",
              r"^\u2022 orders-0: HW 0 \u2192 2, LSO 0 \(held back by an open transaction\), durable$",
              r"^\u2190 Produce v9 .*index=0 base_offset=0",
              r"^\u2192 TxnOffsetCommit v3 .*group_id=g .*committed_offset=7",
              r"^\u2192 EndTxn v3 .*committed=True",
-             r"^\u2022 txn tx-1: Ongoing \u2192 PrepareCommit \(EndTxn \(commit\)\)",
-             rf"^\u2022 marker COMMIT appended to orders-0 at offset 2 \(txn tx-1, producer {pid} epoch 0\)$",
+             r"^\u2022 txn tx-1: Ongoing \u2192 PrepareCommit: EndTxn \(commit\)",
+             rf"^\u2022 txn tx-1: COMMIT marker at orders-0 offset 2 \(producer {pid}, epoch 0\) appended$",
              r"^\u2022 orders-0: HW 2 \u2192 3, LSO 0 \u2192 3, durable$",
-             r"^\u2022 txn tx-1: PrepareCommit \u2192 CompleteCommit \(markers durable\)",
+             r"^\u2022 txn tx-1: PrepareCommit \u2192 CompleteCommit: markers durable",
              r"^\u2190 EndTxn v3 .* error_code=NONE$",
-             r"^\u2022 marker ABORT appended to orders-0 at offset 4",
+             r"^\u2022 txn tx-1: ABORT marker at orders-0 offset 4",
              r"^\u2022 txn tx-1: PrepareAbort \u2192 CompleteAbort")
     assert not [x for x in got if "CreateTopics" in x or "Metadata" in x]        # not a transaction API
     assert all(len(x) <= doze.TRACE_LINE_CHARS + 20 for x in got)
@@ -6747,7 +6747,7 @@ def test_trace_filters_by_kind_and_by_id(traced):
         assert wait_until(lambda: any("\u2190 SyncGroup" in x for x in lines()))
     got = lines()
     in_order(got, r"^\u2192 JoinGroup v7 .*group_id=g-seen", r"^\u2190 JoinGroup v7 .*error_code=MEMBER_ID_REQUIRED",
-             r"^\u2022 group g-seen: generation 1, CompletingRebalance, 1 members, protocol range",
+             r"^\u2022 group g-seen: generation 1: CompletingRebalance, 1 members, protocol range",
              r"^\u2190 SyncGroup v5 .*error_code=NONE")
     assert not [x for x in got if "g-other" in x or "InitProducerId" in x or "tx-1" in x]
 
