@@ -44,7 +44,10 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §12 server loop: listeners, TLS on the loop (PEM stores, client certificates'
      principals), connections, their limits, back-pressure, the protocol trace
      (--trace: each request and answer, and the broker's own actions), group commit
-  §13 CLI
+  §13 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+     (InitProducerId, idempotence, a transaction, commit, abort, fencing, the
+     timeout, a crash between decision and markers) with a small client of its own
+  §14 CLI
 To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
 InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
 Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
@@ -11298,7 +11301,9 @@ class Tracer:
 
     def __init__(self, broker, kinds, ids):
         self.broker, self.kinds, self.ids = broker, kinds, ids
-        self.offsets = {}                   # (topic, partition) -> (HW, LSO) last shown
+        # (topic, partition) -> (HW, LSO) last shown: the logs' own at the start
+        self.offsets = {tp: (plog.high_watermark, last_stable_offset(broker, plog))
+                        for tp, plog in broker.logs.logs.items()}
         broker.journal.watchers.append(self.on_event)
 
     @classmethod
@@ -11357,12 +11362,13 @@ class Tracer:
         for plog in plogs:
             tp = (plog.topic, plog.partition)
             now = (plog.high_watermark, last_stable_offset(self.broker, plog))
-            before = self.offsets.get(tp, (plog.log_start_offset, plog.log_start_offset))
+            before = self.offsets.get(tp, (plog.log_start_offset, plog.log_start_offset))   # a new partition
             self.offsets[tp] = now
             if now != before and self.shows_offsets(tp):
-                lso = f"LSO {before[1]} \u2192 {now[1]}" if now[1] != before[1] else f"LSO {now[1]}"
+                hw, lso = (f"{name} {now[i]}" if before[i] == now[i] else f"{name} {before[i]} \u2192 {now[i]}"
+                           for i, name in enumerate(("HW", "LSO")))
                 held = " (held back by an open transaction)" if now[1] < now[0] else ""
-                self.emit("\u2022", f"{tp[0]}-{tp[1]}: HW {before[0]} \u2192 {now[0]}, {lso}{held}, durable")
+                self.emit("\u2022", f"{tp[0]}-{tp[1]}: {hw}, {lso}{held}, durable")
 
     def shows_offsets(self, tp):
         if "all" not in self.kinds and "txn" not in self.kinds:
@@ -11498,6 +11504,7 @@ class Broker:
                 self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
+        self.tracer = Tracer.open(self)              # None unless doze.trace is set
         self.groups = GroupCoordinator(config, self.store, self.logs, self.notify, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
                                            self.producer_state, self.producer_ids, self.notify, self.journal)
@@ -11536,7 +11543,6 @@ class Broker:
         self.call_later(SWEEP_S, self._sweep_connections)
         self.call_later(TRIM_S, self._trim_memory)
         self.console = Console.open(self)            # None unless doze.console.listener is set
-        self.tracer = Tracer.open(self)              # None unless doze.trace is set
 
     @property
     def bootstrap(self):
@@ -12094,7 +12100,388 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
 
 
 ###############################################################################
-# 13. CLI
+# 13. DEMO -- the transaction protocol step by step, on a broker in this process
+###############################################################################
+# python3 doze_kafka.py demo starts a broker (with its console and the txn
+# trace) and walks through the classic transaction protocol with a small
+# client of its own on the codec above: each step says what it sends, what
+# came back and why, naming the KIP or Kafka class that makes the rule.
+# demo() returns each step's outcome, so the tests check them.
+
+class DemoClient:
+    """A blocking Kafka client of one connection and one request at a time,
+    on doze's own schemas: what the demo speaks with."""
+
+    def __init__(self, port, client_id):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.client_id, self.correlation_id = client_id.encode(), 0
+
+    def send(self, api_key, version, **fields):
+        spec = HANDLERS[api_key][0]
+        self.correlation_id += 1
+        head = struct.pack(">hhih", api_key, version, self.correlation_id, len(self.client_id)) + self.client_id
+        body = head + (b"\x00" if spec.flexible(version) else b"") + \
+            b"".join(encode_body(spec, version, "request", Msg(**fields)).finish())
+        self.sock.sendall(I32.pack(len(body)) + body)
+        return spec, version
+
+    def receive(self, spec, version):
+        size = I32.unpack(self._exactly(4))[0]
+        r = Reader(self._exactly(size))
+        r.fixed(I32)                                       # the correlation id: one request at a time
+        if spec.flexible(version) and spec.key != ApiKey.API_VERSIONS:
+            skip_tagged_fields(r)
+        return read_struct(r, plan_for(spec, version, "response"), spec.flexible(version))
+
+    def call(self, api_key, version, **fields):
+        return self.receive(*self.send(api_key, version, **fields))
+
+    def _exactly(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError("the broker closed the connection")
+            data += chunk
+        return data
+
+    def close(self):
+        self.sock.close()
+
+    # --- the verbs the steps use ---
+    def init(self, transactional_id, timeout_ms=60000):
+        return self.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
+                         transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1)
+
+    def produce(self, topic, partition, values, pid=-1, epoch=-1, seq=-1, transactional_id=None):
+        batch = build_batch([(None, v, ()) for v in values], timestamp_ms=int(time.time() * 1000), producer_id=pid,
+                            producer_epoch=epoch, base_sequence=seq,
+                            attributes=ATTR_TRANSACTIONAL if transactional_id else 0)
+        r = self.call(ApiKey.PRODUCE, 9, transactional_id=transactional_id, acks=-1, timeout_ms=10000,
+                      topic_data=[Msg(name=topic, partition_data=[Msg(index=partition, records=batch)])])
+        return r.responses[0].partition_responses[0]
+
+    def add_partitions(self, transactional_id, pid, epoch, *tps):
+        r = self.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, transactional_id=transactional_id, producer_id=pid,
+                      producer_epoch=epoch, topics=[Msg(name=t, partitions=[p for tt, p in tps if tt == t])
+                                                    for t in dict.fromkeys(t for t, _ in tps)])
+        return [p.partition_error_code for t in r.results_by_topic for p in t.results_by_partition]
+
+    def end(self, transactional_id, pid, epoch, commit):
+        return self.call(ApiKey.END_TXN, 3, transactional_id=transactional_id, producer_id=pid,
+                         producer_epoch=epoch, committed=commit).error_code
+
+    def fetch(self, topic, partition, offset, read_committed):
+        r = self.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                      isolation_level=int(read_committed), topics=[Msg(topic=topic, partitions=[
+                          Msg(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+        part = r.responses[0].partitions[0]
+        data = bytes(part.records or b"")
+        values, pos = [], 0
+        while pos + BATCH_HEADER_SIZE <= len(data):
+            h = read_batch_header(data, pos)
+            batch = data[pos:pos + LOG_OVERHEAD + h.batch_length]
+            if not h.attributes & ATTR_CONTROL:
+                values += [(h.base_offset + rec[0], h.producer_id, rec[3]) for rec in decode_records(batch)]
+            pos += len(batch)
+        return part, values
+
+
+DEMO_TOPIC = "demo-orders"
+
+
+def demo_values(values, aborted=()):
+    """What a consumer keeps of fetched (offset, producer, value): it drops an
+    aborted transaction's records from its first offset on (as Java's consumer)."""
+    first = {a.producer_id: a.first_offset for a in aborted}
+    return [v.decode() for off, pid, v in values if not (pid in first and off >= first[pid])]
+
+
+class DemoDisk(Files):
+    """The disk the demo's crash step uses: writes to one partition's
+    directory fail while `refusing` names it (the rest as Files)."""
+
+    def __init__(self):
+        self.refusing, self.paths = None, {}
+
+    def open_append(self, path, create):
+        fd = super().open_append(path, create)
+        self.paths[fd] = path
+        return fd
+
+    def write(self, fd, data):
+        if self.refusing and self.paths.get(fd, "").startswith(self.refusing + os.sep):
+            raise OSError(errno.EIO, "the demo's disk refuses this write")
+        super().write(fd, data)
+
+
+class Demo:
+    """The steps, in order; each prints its story and returns what it saw."""
+
+    def __init__(self, data_dir, say, pause, settings):
+        self.data_dir, self.say, self.pause, self.settings = data_dir, say, pause, settings
+        self.disk = DemoDisk()
+        self.broker = self.start()
+        self.connect()
+
+    def connect(self):
+        self.c = DemoClient(self.broker.port, "demo")
+        self.watch = DemoClient(self.broker.port, "demo-watch")      # polls states: not traced
+
+    def start(self):
+        broker = Broker(Config(self.settings, data_dir=self.data_dir, host="127.0.0.1", port=0), files=self.disk)
+        broker._thread = threading.Thread(target=broker.serve_forever, name="doze-demo", daemon=True)
+        broker._thread.start()
+        return broker
+
+    def stop(self, clean=True):
+        self.c.close()
+        self.watch.close()
+        self.broker.stop(clean)
+        self.broker._thread.join(10)
+
+    def step(self, number, title, text):
+        self.say(f"\n=== Step {number}: {title} ===\n{text}")
+
+    def explain(self, text):
+        self.say(f"   {text}")
+
+    def run(self):
+        results = []
+        steps = [self.init_producer, self.idempotence, self.transaction, self.commit, self.abort, self.fencing,
+                 self.timeout, self.crash]
+        self.c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name=DEMO_TOPIC, num_partitions=2, replication_factor=-1,
+                                                         configs=[])], timeout_ms=5000, validate_only=False)
+        for number, step in enumerate(steps, 1):
+            results.append(step(number))
+            if number < len(steps):
+                self.pause()
+        return results
+
+    def committed_offset(self, group="demo-group"):
+        r = self.c.call(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=False,
+                        topics=[Msg(name=DEMO_TOPIC, partition_indexes=[0])])
+        return r.topics[0].partitions[0].committed_offset
+
+    def state_of(self, transactional_id):
+        r = self.watch.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id])
+        return r.transaction_states[0].transaction_state
+
+    def until_state(self, transactional_id, states, limit_s=10.0):
+        deadline = time.monotonic() + limit_s
+        while (state := self.state_of(transactional_id)) not in states and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return state
+
+    # --- the steps ---
+    def init_producer(self, n):
+        self.step(n, "InitProducerId: a producer id and an epoch",
+                  "A transactional producer first finds its transaction coordinator and asks it for a\n"
+                  "producer id and epoch for its transactional.id (KIP-98; Kafka's TransactionCoordinator\n"
+                  ".handleInitProducerId). Sent: InitProducerId transactional_id=demo-tx.")
+        r = self.c.init("demo-tx")
+        self.pid, self.epoch = r.producer_id, r.producer_epoch
+        self.explain(f"Answer: {ErrorCode(r.error_code).name}, producer id {self.pid}, epoch {self.epoch}. The id's "
+                     f"state (Empty) reached meta.db before the answer.\n   The same transactional.id asked again "
+                     f"gets the same producer id and the next epoch: that is how a zombie is fenced (step 6).")
+        return {"error": r.error_code, "producer_id": self.pid, "producer_epoch": self.epoch}
+
+    def idempotence(self, n):
+        self.step(n, "Idempotence: a resent batch is not written twice",
+                  "An idempotent producer numbers its batches per partition (producer id, epoch, sequence).\n"
+                  "Its answer lost, it sends the same batch again; the partition remembers the last five\n"
+                  "batches of each producer and answers the resend with the first offsets (Kafka's\n"
+                  "ProducerStateManager). Sent: Produce seq 0, then the same batch again.")
+        r = self.c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                        producer_id=-1, producer_epoch=-1)
+        first = self.c.produce(DEMO_TOPIC, 0, [b"once"], r.producer_id, r.producer_epoch, seq=0)
+        again = self.c.produce(DEMO_TOPIC, 0, [b"once"], r.producer_id, r.producer_epoch, seq=0)
+        _, values = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
+        copies = sum(v == b"once" for _, _, v in values)
+        self.explain(f"First answer: offset {first.base_offset}; the resend's: offset {again.base_offset} "
+                     f"({ErrorCode(again.error_code).name}). The log holds {copies} copy.")
+        return {"first_offset": first.base_offset, "again_offset": again.base_offset, "again_error": again.error_code,
+                "copies": copies}
+
+    def transaction(self, n):
+        self.step(n, "A transaction over two partitions, with a consumer's offsets",
+                  "AddPartitionsToTxn names the partitions before the first write to each (the coordinator\n"
+                  "stores them: Ongoing); Produce writes transactional batches; AddOffsetsToTxn and\n"
+                  "TxnOffsetCommit stage a consumer group's offsets to commit with it (KIP-98, KIP-447).")
+        added = self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
+        a = self.c.produce(DEMO_TOPIC, 0, [b"t1-a"], self.pid, self.epoch, 0, "demo-tx")
+        b = self.c.produce(DEMO_TOPIC, 1, [b"t1-b"], self.pid, self.epoch, 0, "demo-tx")
+        offsets = self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="demo-tx", producer_id=self.pid,
+                              producer_epoch=self.epoch, group_id="demo-group").error_code
+        staged = self.c.call(ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id="demo-tx", group_id="demo-group",
+                             producer_id=self.pid, producer_epoch=self.epoch, generation_id=-1, member_id="",
+                             topics=[Msg(name=DEMO_TOPIC, partitions=[Msg(partition_index=0, committed_offset=1,
+                                                                          committed_metadata="")])])
+        self.first_txn_offset = a.base_offset
+        _, uncommitted = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
+        part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
+        seen_u, seen_c = demo_values(uncommitted), demo_values(committed)
+        self.explain(f"Written at {DEMO_TOPIC}-0 offset {a.base_offset} and {DEMO_TOPIC}-1 offset {b.base_offset}. "
+                     f"read_uncommitted sees {seen_u};\n   read_committed sees {seen_c}: it stops at the last stable "
+                     f"offset, {part.last_stable_offset} (high watermark {part.high_watermark}): the first offset of "
+                     f"the open transaction.\n   The group's committed offset is still {self.committed_offset()}.")
+        return {"added": added, "offsets_error": offsets,
+                "staged_error": staged.topics[0].partitions[0].error_code, "uncommitted": seen_u,
+                "committed": seen_c, "lso": part.last_stable_offset, "hw": part.high_watermark,
+                "group_offset": self.committed_offset()}
+
+    def commit(self, n):
+        self.step(n, "Commit: the decision, the markers, the LSO",
+                  "EndTxn(commit): the coordinator stores PrepareCommit (the decision: from here the commit\n"
+                  "happens, whatever fails), writes a COMMIT marker into each partition, then stores\n"
+                  "CompleteCommit. Kafka answers EndTxn once PrepareCommit is stored; doze answers once the\n"
+                  "markers are durable, so what a reader sees right after agrees with the answer.")
+        code = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
+        part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
+        seen = demo_values(committed)
+        self.explain(f"EndTxn: {ErrorCode(code).name}. read_committed now sees {seen}; LSO {part.last_stable_offset}"
+                     f" = high watermark {part.high_watermark} (the marker took offset "
+                     f"{part.high_watermark - 1}).\n   The group's committed offset: {self.committed_offset()}.")
+        return {"error": code, "committed": seen, "lso": part.last_stable_offset, "hw": part.high_watermark,
+                "group_offset": self.committed_offset(), "state": self.state_of("demo-tx")}
+
+    def abort(self, n):
+        self.step(n, "Abort: the records stay, the consumers drop them",
+                  "EndTxn(abort) writes ABORT markers. The aborted records stay in the log; a read_committed\n"
+                  "Fetch carries the aborted transactions (producer id, first offset) below the LSO, and the\n"
+                  "consumer drops their records (Kafka's Fetcher, KIP-98).")
+        self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0))
+        dropped = self.c.produce(DEMO_TOPIC, 0, [b"t2-dropped"], self.pid, self.epoch, 1, "demo-tx")
+        code = self.c.end("demo-tx", self.pid, self.epoch, commit=False)
+        part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
+        _, uncommitted = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
+        aborted = [(a.producer_id, a.first_offset) for a in part.aborted_transactions or []]
+        self.explain(f"EndTxn: {ErrorCode(code).name}. The Fetch lists aborted transactions {aborted}; a "
+                     f"read_committed consumer keeps {demo_values(committed, part.aborted_transactions or [])},\n"
+                     f"   a read_uncommitted one gets {demo_values(uncommitted)}.")
+        return {"error": code, "dropped_offset": dropped.base_offset, "aborted": aborted,
+                "committed": demo_values(committed, part.aborted_transactions or []),
+                "uncommitted": demo_values(uncommitted)}
+
+    def fencing(self, n):
+        self.step(n, "Fencing: a second producer with the same transactional.id",
+                  "A new instance (after a restart, or a zombie's replacement) sends InitProducerId with the\n"
+                  "same transactional.id: the epoch goes up, and the coordinator refuses the old epoch from\n"
+                  "then on (PRODUCER_FENCED; a partition refuses a batch of an old epoch:\n"
+                  "INVALID_PRODUCER_EPOCH). An open transaction of the old one would be aborted first.")
+        self.c2 = DemoClient(self.broker.port, "demo-new-instance")
+        r = self.c2.init("demo-tx")
+        add = self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 1))
+        end = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
+        self.explain(f"The new instance got producer id {r.producer_id}, epoch {r.producer_epoch}. The zombie "
+                     f"(epoch {self.epoch}): AddPartitionsToTxn {ErrorCode(add[0]).name}, EndTxn "
+                     f"{ErrorCode(end).name}.")
+        old, self.epoch = self.epoch, r.producer_epoch
+        return {"producer_id": r.producer_id, "new_epoch": r.producer_epoch, "old_epoch": old, "zombie_add": add[0],
+                "zombie_end": end}
+
+    def timeout(self, n):
+        self.step(n, "The transaction timeout: an abandoned transaction is aborted",
+                  "transaction.timeout.ms is the producer's (capped by the broker's transaction.max.timeout.ms).\n"
+                  "An Ongoing transaction older than that is aborted by the coordinator itself, and its\n"
+                  "producer fenced: the epoch goes up (Kafka's TransactionCoordinator.abortTimedOutTransactions).\n"
+                  "Here a producer with a 1 s timeout writes one record and goes quiet.")
+        c3 = DemoClient(self.broker.port, "demo-abandoned")
+        r = c3.init("demo-abandoned", timeout_ms=1000)
+        c3.add_partitions("demo-abandoned", r.producer_id, r.producer_epoch, (DEMO_TOPIC, 1))
+        c3.produce(DEMO_TOPIC, 1, [b"t3-abandoned"], r.producer_id, r.producer_epoch, 0, "demo-abandoned")
+        held = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)[0].last_stable_offset
+        state = self.until_state("demo-abandoned", ("CompleteAbort",))
+        late = c3.end("demo-abandoned", r.producer_id, r.producer_epoch, commit=True)
+        part, committed = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)
+        c3.close()
+        self.explain(f"While open, {DEMO_TOPIC}-1's LSO was held at {held}; after the timeout the state is {state}, "
+                     f"the LSO {part.last_stable_offset} (HW {part.high_watermark}),\n   and the producer's late "
+                     f"EndTxn(commit) gets {ErrorCode(late).name}. read_committed keeps "
+                     f"{demo_values(committed, part.aborted_transactions or [])}.")
+        return {"held_lso": held, "state": state, "late_end": late, "lso": part.last_stable_offset,
+                "hw": part.high_watermark, "committed": demo_values(committed, part.aborted_transactions or [])}
+
+    def crash(self, n):
+        self.step(n, "A crash between the decision and the markers",
+                  "The decision is what makes a commit happen: once PrepareCommit is in meta.db, a broker\n"
+                  "that dies before all its markers are written carries the commit out when it starts again\n"
+                  "(Kafka's TransactionStateManager loads it; doze's TransactionCoordinator.load). Here the\n"
+                  "disk refuses the write of one marker, and the broker dies right after.")
+        c2, pid, epoch = self.c2, self.pid, self.epoch
+        c2.add_partitions("demo-tx", pid, epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
+        c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
+        c2.produce(DEMO_TOPIC, 1, [b"t4-b"], pid, epoch, 0, "demo-tx")
+        self.disk.refusing = os.path.join(self.data_dir, f"{DEMO_TOPIC}-1")
+        c2.send(ApiKey.END_TXN, 3, transactional_id="demo-tx", producer_id=pid, producer_epoch=epoch, committed=True)
+        before = self.until_state("demo-tx", ("PrepareCommit",))
+        self.stop(clean=False)                        # as kill -9: no final fsync, no clean close
+        c2.close()
+        self.disk.refusing = None
+        self.broker = self.start()
+        self.connect()
+        after = self.until_state("demo-tx", ("CompleteCommit",))
+        part, committed = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)
+        seen = demo_values(committed, part.aborted_transactions or [])
+        commits = sum(1 for line in batches_text(self.c.fetch(DEMO_TOPIC, 0, 6, False)[0].records).split(", ")
+                      if "COMMIT" in line)
+        self.explain(f"When it died the transaction was {before}; after the restart it is {after}, and "
+                     f"read_committed on {DEMO_TOPIC}-1 sees {seen}.\n   The restart wrote every partition's "
+                     f"marker again ({DEMO_TOPIC}-0 now has {commits} COMMIT markers from offset 6): it does not know "
+                     f"which were written, and a\n   second marker of a finished transaction changes nothing "
+                     f"(Kafka's coordinator does the same after a failover).")
+        return {"before": before, "after": after, "committed_1": seen, "commit_markers_0": commits}
+
+
+def demo(say=print, pause=None, data_dir=None, console=None):
+    """Run the demo's steps on a broker of its own (in a temporary directory
+    unless given) -> each step's outcome. pause() runs between steps;
+    console: HOST:PORT to serve the console on (None: none)."""
+    tmp = None
+    if data_dir is None:
+        tmp = data_dir = tempfile.mkdtemp(prefix="doze-demo-")
+    settings = {"doze.trace": "txn", "doze.console.listener": console or "",
+                "doze.trace.ids": "demo,demo-new-instance,demo-abandoned,demo-tx"}
+    d = Demo(data_dir, say, pause or (lambda: None), settings)
+    try:
+        if d.broker.console is not None:
+            say(f"The console: {d.broker.console.url} (open it: each step shows there as it happens)")
+        return d.run()
+    finally:
+        d.stop()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def demo_main(argv):
+    """python3 doze_kafka.py demo [--no-pause] [--no-trace] [--console HOST:PORT]"""
+    parser = argparse.ArgumentParser(prog="doze_kafka.py demo",
+                                     description="Kafka's transaction protocol, step by step, on a broker in "
+                                                 "this process")
+    parser.add_argument("--no-pause", action="store_true", help="do not wait for Enter between steps")
+    parser.add_argument("--no-trace", action="store_true", help="do not print the protocol trace between")
+    parser.add_argument("--console", default=CONSOLE_CLI_ADDRESS, help="where to serve the console ('' for none)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if not args.no_trace:
+        out = logging.StreamHandler(sys.stdout)
+        out.setFormatter(logging.Formatter("      %(message)s"))
+        trace_log.addHandler(out)
+        trace_log.setLevel(logging.INFO)
+    trace_log.propagate = False
+    host, _, port = args.console.rpartition(":")
+    try:
+        socket.create_server((host.strip("[]") or "127.0.0.1", int(port))).close()
+        console = args.console
+    except (OSError, ValueError):
+        console = "127.0.0.1:0" if args.console else None            # the default's port is taken: another
+    demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "), console=console)
+    print("\nDone: the broker is gone with its temporary directory.")
+    return 0
+
+
+###############################################################################
+# 14. CLI
 ###############################################################################
 
 def render_apis():
@@ -12139,7 +12526,11 @@ def calm_garbage_collector():
 
 
 def main(argv=None):
-    """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]"""
+    """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]
+    python3 doze_kafka.py demo [--no-pause]"""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:
+        return demo_main(argv[1:])
     parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
     parser.add_argument("properties", nargs="?", help="a Kafka server.properties file")
     parser.add_argument("--port", type=int, help="listen on this port (overrides listeners)")

@@ -6794,6 +6794,45 @@ def test_cli_trace_prints_bare_lines_on_stdout(tmp_path):
 
 
 ###############################################################################
+# 12c. DEMO -- the transaction protocol step by step
+###############################################################################
+
+def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
+    said = []
+    s = doze.demo(say=said.append, data_dir=str(tmp_path / "demo"))
+    init, idem, txn, commit, abort, fence, timeout, crash = s
+    assert init["error"] == 0 and init["producer_epoch"] == 0 and init["producer_id"] >= 0
+    assert (idem["first_offset"], idem["again_offset"], idem["again_error"], idem["copies"]) == (0, 0, 0, 1)
+    assert txn["added"] == [0, 0] and (txn["offsets_error"], txn["staged_error"]) == (0, 0)
+    assert txn["uncommitted"] == ["once", "t1-a"] and txn["committed"] == ["once"]
+    assert (txn["lso"], txn["hw"], txn["group_offset"]) == (1, 2, -1)               # LSO at the open txn's first
+    assert commit["error"] == 0 and commit["committed"] == ["once", "t1-a"]
+    assert (commit["lso"], commit["hw"], commit["group_offset"], commit["state"]) == (3, 3, 1, "CompleteCommit")
+    assert abort["error"] == 0 and abort["aborted"] == [(init["producer_id"], abort["dropped_offset"])]
+    assert abort["committed"] == ["once", "t1-a"] and abort["uncommitted"] == ["once", "t1-a", "t2-dropped"]
+    assert (fence["producer_id"], fence["old_epoch"], fence["new_epoch"]) == (init["producer_id"], 0, 1)
+    assert fence["zombie_add"] == fence["zombie_end"] == ErrorCode.PRODUCER_FENCED
+    assert (timeout["held_lso"], timeout["state"], timeout["late_end"]) == (2, "CompleteAbort", ErrorCode.PRODUCER_FENCED)
+    assert timeout["lso"] == timeout["hw"] == 4 and timeout["committed"] == ["t1-b"]
+    assert (crash["before"], crash["after"], crash["committed_1"]) == ("PrepareCommit", "CompleteCommit", ["t1-b", "t4-b"])
+    assert crash["commit_markers_0"] == 2
+    text = "\n".join(said)
+    assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 9))
+    for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager"):
+        assert rule in text
+
+
+def test_cli_demo_runs_without_pauses(tmp_path):
+    r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", ""], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
+    assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
+    assert "could not be written ([Errno 5] the demo's disk refuses this write)" in r.stderr
+    assert os.listdir(tmp_path) == []                                # its broker's directory is gone
+
+
+###############################################################################
 # 13. CLI
 ###############################################################################
 
