@@ -21,7 +21,10 @@ producer (confluent-kafka), and Debian's Chromium through playwright-core
      right one (a PLAIN user) lands on the page first asked for, with its
      live stream; alice, allowed one topic by an ACL, sees that one only;
      Log out ends the session;
-  7. a screenshot of each page goes to --shots (the README's come from here).
+  7. the demo (python3 doze_kafka.py demo, run here in-process) with its
+     console open in the browser: the Transaction page of demo-tx lit
+     Ongoing at step 3, CompleteCommit at step 4, the new epoch at step 6;
+  8. a screenshot of each page goes to --shots (the README's come from here).
 
 --install installs what is missing (apt-get chromium; npm playwright-core).
 Prints RESULT ok, or RESULT fail with what failed; exit status 0 or 1.
@@ -243,6 +246,33 @@ def run_login(doze, url, browser, shots):
     check(problems == [], f"no console errors or warnings: {problems}")
 
 
+def run_demo(browser, shots):
+    """The demo's steps, the browser on demo-tx's Transaction page between them."""
+    sys.path.insert(0, os.path.dirname(CONFORMANCE))
+    import doze_kafka
+    from brokers import free_port
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/txn?id=demo-tx"
+    expect = {3: ("li.now span.state", "Ongoing"), 4: ("li.now span.state", "CompleteCommit"),
+              6: ("dl.facts", "epoch 1")}
+    done = []
+
+    def pause():
+        step = len(done) + 1
+        done.append(step)
+        if step in expect:
+            browser.do("goto", url=url, live=True)
+            browser.do("wait_text", selector=expect[step][0], text=expect[step][1])
+            check(True, f"after demo step {step}: {expect[step][1]}")
+            browser.do("screenshot", path=os.path.join(shots, f"demo-step{step}.png"), full=True)
+    print("the demo, its Transaction page watched", flush=True)
+    browser.do("problems")
+    results = doze_kafka.demo(say=lambda text: None, pause=pause, console=f"127.0.0.1:{port}")
+    check(len(results) == 8 and results[-1]["after"] == "CompleteCommit", "the demo ran its eight steps")
+    problems = browser.do("problems")
+    check(problems == [], f"no console errors or warnings: {problems}")
+
+
 def main():
     needs.venv()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -270,6 +300,7 @@ def main():
             run_login(secured, f"http://127.0.0.1:{login_port}", browser, args.shots)
         finally:
             secured.stop()
+        run_demo(browser, args.shots)
         print(f"RESULT ok ({time.monotonic() - started:.1f} s; screenshots in {args.shots})")
         return 0
     except (CheckFailed, Exception) as e:
