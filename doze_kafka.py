@@ -12267,6 +12267,11 @@ class Demo:
         r = self.watch.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id])
         return r.transaction_states[0].transaction_state
 
+    def watch_hw(self, partition):
+        r = self.watch.call(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
+            Msg(name=DEMO_TOPIC, partitions=[Msg(partition_index=partition, timestamp=LATEST_TIMESTAMP)])])
+        return r.topics[0].partitions[0].offset
+
     def until_state(self, transactional_id, states, limit_s=10.0):
         deadline = time.monotonic() + limit_s
         while (state := self.state_of(transactional_id)) not in states and time.monotonic() < deadline:
@@ -12410,11 +12415,14 @@ class Demo:
                   "disk refuses the write of one marker, and the broker dies right after.")
         c2, pid, epoch = self.c2, self.pid, self.epoch
         c2.add_partitions("demo-tx", pid, epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
-        c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
+        a = c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
         c2.produce(DEMO_TOPIC, 1, [b"t4-b"], pid, epoch, 0, "demo-tx")
         self.disk.refusing = os.path.join(self.data_dir, f"{DEMO_TOPIC}-1")
         c2.send(ApiKey.END_TXN, 3, transactional_id="demo-tx", producer_id=pid, producer_epoch=epoch, committed=True)
         before = self.until_state("demo-tx", ("PrepareCommit",))
+        deadline = time.monotonic() + 10                  # until demo-orders-0's marker is durable
+        while self.watch_hw(0) < a.base_offset + 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.stop(clean=False)                        # as kill -9: no final fsync, no clean close
         c2.close()
         self.disk.refusing = None
@@ -12433,24 +12441,69 @@ class Demo:
         return {"before": before, "after": after, "committed_1": seen, "commit_markers_0": commits}
 
 
-def demo(say=print, pause=None, data_dir=None, console=None):
+class _Say(logging.Handler):
+    """The trace's lines, to the demo's say(), indented under its story."""
+
+    def __init__(self, say):
+        super().__init__()
+        self.say = say
+
+    def emit(self, record):
+        self.say("      " + record.getMessage())
+
+
+def demo(say=print, pause=None, data_dir=None, console=None, trace=True):
     """Run the demo's steps on a broker of its own (in a temporary directory
-    unless given) -> each step's outcome. pause() runs between steps;
+    unless given) -> each step's outcome. say(text) tells the story (and,
+    with trace, the trace's lines between); pause() runs between steps;
     console: HOST:PORT to serve the console on (None: none)."""
     tmp = None
     if data_dir is None:
         tmp = data_dir = tempfile.mkdtemp(prefix="doze-demo-")
-    settings = {"doze.trace": "txn", "doze.console.listener": console or "",
+    settings = {"doze.trace": "all" if trace else "", "doze.console.listener": console or "",
                 "doze.trace.ids": "demo,demo-new-instance,demo-abandoned,demo-tx"}
-    d = Demo(data_dir, say, pause or (lambda: None), settings)
+    handler, propagate, level = _Say(say), trace_log.propagate, trace_log.level
+    if trace:
+        trace_log.addHandler(handler)
+        trace_log.propagate = False
+        trace_log.setLevel(logging.INFO)
     try:
-        if d.broker.console is not None:
-            say(f"The console: {d.broker.console.url} (open it: each step shows there as it happens)")
-        return d.run()
+        d = Demo(data_dir, say, pause or (lambda: None), settings)
+        try:
+            if d.broker.console is not None:
+                say(f"The console: {d.broker.console.url} (open it: each step shows there as it happens)")
+            return d.run()
+        finally:
+            d.stop()
     finally:
-        d.stop()
+        trace_log.removeHandler(handler)
+        trace_log.propagate, trace_log.level = propagate, level
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+WALKTHROUGH_BEGIN = "<!-- walkthrough: python3 doze_kafka.py demo --walkthrough README.md writes it; not by hand -->"
+WALKTHROUGH_END = "<!-- end of the walkthrough -->"
+
+
+def walkthrough(said):
+    """The demo's story and trace (what say() got) as Markdown: a heading a
+    step, its text, the trace as code; times and ports left out, so that the
+    same run gives the same page."""
+    out, code = [], False
+    for text in said:
+        if text.startswith("      "):
+            line = re.sub(r"^\d\d:\d\d:\d\d\.\d{3} ", "", text.strip())
+            out.append(("" if code else "\n") + "    " + re.sub(r"@127\.0\.0\.1:\d+\]", "]", line))
+            code = True
+            continue
+        code = False
+        if text.startswith("\n=== Step "):
+            head, _, body = text.strip().partition("\n")
+            out.append(f"\n### {head.strip('= ')}\n\n" + " ".join(body.split()))
+        elif text.startswith("   "):
+            out.append("\n" + " ".join(text.split()))
+    return "\n".join(out).strip() + "\n"
 
 
 def demo_main(argv):
@@ -12461,21 +12514,34 @@ def demo_main(argv):
     parser.add_argument("--no-pause", action="store_true", help="do not wait for Enter between steps")
     parser.add_argument("--no-trace", action="store_true", help="do not print the protocol trace between")
     parser.add_argument("--console", default=CONSOLE_CLI_ADDRESS, help="where to serve the console ('' for none)")
+    parser.add_argument("--walkthrough", metavar="README",
+                        help="run it without pauses or console and write its story and trace into this file, "
+                             "between its walkthrough markers")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    if not args.no_trace:
-        out = logging.StreamHandler(sys.stdout)
-        out.setFormatter(logging.Formatter("      %(message)s"))
-        trace_log.addHandler(out)
-        trace_log.setLevel(logging.INFO)
-    trace_log.propagate = False
+    if args.walkthrough:
+        said = []
+        demo(say=said.append)
+        with open(args.walkthrough) as f:
+            text = f.read()
+        head, begin, rest = text.partition(WALKTHROUGH_BEGIN)
+        _, end, tail = rest.partition(WALKTHROUGH_END)
+        if not begin or not end:
+            print(f"{args.walkthrough}: no walkthrough markers ({WALKTHROUGH_BEGIN} ... {WALKTHROUGH_END})",
+                  file=sys.stderr)
+            return 1
+        with open(args.walkthrough, "w") as f:
+            f.write(head + begin + "\n" + walkthrough(said) + end + tail)
+        print(f"{args.walkthrough}: the walkthrough written ({len(said)} lines of the demo)")
+        return 0
     host, _, port = args.console.rpartition(":")
     try:
         socket.create_server((host.strip("[]") or "127.0.0.1", int(port))).close()
         console = args.console
     except (OSError, ValueError):
         console = "127.0.0.1:0" if args.console else None            # the default's port is taken: another
-    demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "), console=console)
+    demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "), console=console,
+         trace=not args.no_trace)
     print("\nDone: the broker is gone with its temporary directory.")
     return 0
 

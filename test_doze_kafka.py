@@ -6820,6 +6820,12 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 9))
     for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager"):
         assert rule in text
+    # The README's walkthrough is this run's story and trace, word for word.
+    readme = open(os.path.join(os.path.dirname(doze.__file__), "README.md")).read()
+    written = readme.split(doze.WALKTHROUGH_BEGIN + "\n", 1)[1].split(doze.WALKTHROUGH_END, 1)[0]
+    ours = doze.walkthrough(said)
+    assert "\u2192 EndTxn v3 [demo-new-instance] transactional_id=demo-tx producer_id=0 producer_epoch=1 committed=True" in ours
+    assert written == ours, "README.md's walkthrough is not the demo's: python3 doze_kafka.py demo --walkthrough README.md"
 
 
 def test_cli_demo_runs_without_pauses(tmp_path):
