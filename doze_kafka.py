@@ -48,8 +48,18 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
      (InitProducerId, idempotence, a transaction, commit, abort, fencing, the
      timeout, a crash between decision and markers) with a small client of its own
   §14 CLI
-To learn transactions: read §8 TransactionCoordinator, then the §10 handlers for
-InitProducerId -> AddPartitionsToTxn -> Produce -> TxnOffsetCommit -> EndTxn.
+To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
+transaction works, step by step"), then read each step's code:
+  1 InitProducerId      handle_init_producer_id -> TransactionCoordinator.init_producer
+  2 idempotence         produce_partition -> ProducerStateTable.check, .update
+  3 a transaction       handle_add_partitions_to_txn -> TransactionCoordinator.add_partitions;
+                        handle_produce (transactional batches); handle_add_offsets_to_txn,
+                        handle_txn_offset_commit -> .stage_offsets; last_stable_offset
+  4 commit              handle_end_txn -> .end_txn -> ._write_markers -> .progress, ._complete
+  5 abort, as consumers see it    the same; fetch_partitions -> ProducerStateTable.aborted_between
+  6 fencing             .init_producer -> ._bump, ._fence_and_abort; .for_producer (PRODUCER_FENCED)
+  7 the timeout         .tick -> ._fence_and_abort
+  8 a crash, restarted  .load (a stored decision is carried out); rebuild_producer_state
 Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
 """
 
@@ -4521,7 +4531,8 @@ class TransactionCoordinator:
 
     # --- storage ---
     def load(self):
-        """Read meta.db; carry out stored decisions; restart open transactions' timeouts."""
+        """Read meta.db; carry out stored decisions; restart open transactions'
+        timeouts. (The walkthrough's step 8: a crash between decision and markers.)"""
         now = self.now_ms()
         for row in self.store.load_txns():
             meta = TransactionMetadata(row["transactional_id"], row["producer_id"],
@@ -4801,8 +4812,9 @@ class TransactionCoordinator:
 
     # --- timers ---
     def tick(self):
-        """Time out transactions that stopped changing (transaction.timeout.ms),
-        retry unfinished decisions, expire idle transactional ids."""
+        """Time out transactions that stopped changing (transaction.timeout.ms;
+        the walkthrough's step 7), retry unfinished decisions, expire idle
+        transactional ids."""
         now = self.now_ms()
         for meta in list(self.txns.values()):
             if meta.state == TxnState.ONGOING and now - meta.last_update_ms > meta.timeout_ms:
@@ -6944,7 +6956,8 @@ InitProducerId  key=22  versions=0-5  flexible=2+
     producer_epoch  int16 = -1
 """)
 def handle_init_producer_id(ctx, req):
-    """InitProducerId: a producer id and epoch (KIP-98).
+    """InitProducerId: a producer id and epoch (KIP-98). The walkthrough's step 1,
+    and step 6 (fencing) when the transactional id is asked for again.
 
     Without a transactional id: a fresh id at epoch 0 for an idempotent
     producer, every time ("blindly", as Kafka's coordinator says). With one:
@@ -7012,6 +7025,7 @@ def handle_add_partitions_to_txn(ctx, req):
     the coordinator *before* producing to them (KIP-98). They are where EndTxn
     writes its markers. All or nothing: if any partition fails its check, none
     is added; the others get OPERATION_NOT_ATTEMPTED (as KafkaApis does).
+    The walkthrough's step 3.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED, INVALID_REQUEST,
     INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2),
@@ -7063,6 +7077,7 @@ AddOffsetsToTxn  key=25  versions=0-4  flexible=3+
 def handle_add_offsets_to_txn(ctx, req):
     """AddOffsetsToTxn: this transaction will commit offsets of `group_id`
     (Kafka adds the group's __consumer_offsets partition; doze, the group).
+    The walkthrough's step 3.
 
     Errors: as AddPartitionsToTxn; TRANSACTIONAL_ID_AUTHORIZATION_FAILED (WRITE
     on the id), then GROUP_AUTHORIZATION_FAILED (READ on the group).
@@ -7089,6 +7104,7 @@ EndTxn  key=26  versions=0-4  flexible=3+      # v5 is KIP-890's transaction v2:
 """)
 def handle_end_txn(ctx, req):
     """EndTxn: the producer's last word on a transaction -- commit or abort.
+    The walkthrough's steps 4 and 5 (and 8: the decision a restart carries out).
 
     doze answers after both phases: the decision in meta.db, a COMMIT or ABORT
     marker on every partition of the transaction, fsynced, and (for a commit)
@@ -7199,6 +7215,7 @@ def handle_txn_offset_commit(ctx, req):
     """TxnOffsetCommit: stage consumer offsets in the transaction; they become
     the group's committed offsets only if it commits (KIP-98), checked against
     the group's generation and member (KIP-447) so a zombie cannot commit.
+    The walkthrough's step 3.
 
     Errors: INVALID_GROUP_ID, INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH
     (fenced), CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE (group not added;
