@@ -12391,16 +12391,22 @@ class Demo:
                   "same transactional.id: the epoch goes up, and the coordinator refuses the old epoch from\n"
                   "then on (PRODUCER_FENCED; a partition refuses a batch of an old epoch:\n"
                   "INVALID_PRODUCER_EPOCH). An open transaction of the old one would be aborted first.")
-        self.c2 = DemoClient(self.broker.port, "demo-new-instance")
-        r = self.c2.init("demo-tx")
+        self.c2 = c2 = DemoClient(self.broker.port, "demo-new-instance")
+        r = c2.init("demo-tx")
+        c2.add_partitions("demo-tx", r.producer_id, r.producer_epoch, (DEMO_TOPIC, 1))
+        c2.produce(DEMO_TOPIC, 1, [b"t5-new"], r.producer_id, r.producer_epoch, 0, "demo-tx")   # a new epoch: seq 0
         add = self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 1))
+        late = self.c.produce(DEMO_TOPIC, 1, [b"t5-zombie"], self.pid, self.epoch, 3, "demo-tx")
         end = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
-        self.explain(f"The new instance got producer id {r.producer_id}, epoch {r.producer_epoch}. The zombie "
-                     f"(epoch {self.epoch}): AddPartitionsToTxn {ErrorCode(add[0]).name}, EndTxn "
-                     f"{ErrorCode(end).name}.")
+        done = c2.end("demo-tx", r.producer_id, r.producer_epoch, commit=True)
+        self.explain(f"The new instance got producer id {r.producer_id}, epoch {r.producer_epoch}, and wrote to "
+                     f"{DEMO_TOPIC}-1. The zombie (epoch {self.epoch}): AddPartitionsToTxn "
+                     f"{ErrorCode(add[0]).name},\n   its Produce to {DEMO_TOPIC}-1 {ErrorCode(late.error_code).name} "
+                     f"(the partition has seen epoch {r.producer_epoch}), EndTxn {ErrorCode(end).name}. The new "
+                     f"instance's commit: {ErrorCode(done).name}.")
         old, self.epoch = self.epoch, r.producer_epoch
         return {"producer_id": r.producer_id, "new_epoch": r.producer_epoch, "old_epoch": old, "zombie_add": add[0],
-                "zombie_end": end}
+                "zombie_produce": late.error_code, "zombie_end": end, "new_commit": done}
 
     def timeout(self, n):
         self.step(n, "The transaction timeout: an abandoned transaction is aborted",
@@ -12433,7 +12439,7 @@ class Demo:
         c2, pid, epoch = self.c2, self.pid, self.epoch
         c2.add_partitions("demo-tx", pid, epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
         a = c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
-        c2.produce(DEMO_TOPIC, 1, [b"t4-b"], pid, epoch, 0, "demo-tx")
+        c2.produce(DEMO_TOPIC, 1, [b"t4-b"], pid, epoch, 1, "demo-tx")     # after step 6's t5-new
         self.disk.refusing = os.path.join(self.data_dir, f"{DEMO_TOPIC}-1")
         c2.send(ApiKey.END_TXN, 3, transactional_id="demo-tx", producer_id=pid, producer_epoch=epoch, committed=True)
         before = self.until_state("demo-tx", ("PrepareCommit",))

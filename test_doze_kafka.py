@@ -6811,10 +6811,12 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert abort["error"] == 0 and abort["aborted"] == [(init["producer_id"], abort["dropped_offset"])]
     assert abort["committed"] == ["once", "t1-a"] and abort["uncommitted"] == ["once", "t1-a", "t2-dropped"]
     assert (fence["producer_id"], fence["old_epoch"], fence["new_epoch"]) == (init["producer_id"], 0, 1)
-    assert fence["zombie_add"] == fence["zombie_end"] == ErrorCode.PRODUCER_FENCED
-    assert (timeout["held_lso"], timeout["state"], timeout["late_end"]) == (2, "CompleteAbort", ErrorCode.PRODUCER_FENCED)
-    assert timeout["lso"] == timeout["hw"] == 4 and timeout["committed"] == ["t1-b"]
-    assert (crash["before"], crash["after"], crash["committed_1"]) == ("PrepareCommit", "CompleteCommit", ["t1-b", "t4-b"])
+    assert fence["zombie_add"] == fence["zombie_end"] == ErrorCode.PRODUCER_FENCED and fence["new_commit"] == 0
+    assert fence["zombie_produce"] == ErrorCode.INVALID_PRODUCER_EPOCH          # the partition saw the new epoch
+    assert (timeout["held_lso"], timeout["state"], timeout["late_end"]) == (4, "CompleteAbort", ErrorCode.PRODUCER_FENCED)
+    assert timeout["lso"] == timeout["hw"] == 6 and timeout["committed"] == ["t1-b", "t5-new"]
+    assert (crash["before"], crash["after"]) == ("PrepareCommit", "CompleteCommit")
+    assert crash["committed_1"] == ["t1-b", "t5-new", "t4-b"]
     assert crash["commit_markers_0"] == 2
     text = "\n".join(said)
     assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 9))
