@@ -12125,6 +12125,17 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
 # came back and why, naming the KIP or Kafka class that makes the rule.
 # demo() returns each step's outcome, so the tests check them.
 
+def recv_exactly(sock, n):
+    """n bytes from a blocking socket; EOFError if it closes first."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError("the broker closed the connection")
+        data += chunk
+    return data
+
+
 class DemoClient:
     """A blocking Kafka client of one connection and one request at a time,
     on doze's own schemas: what the demo speaks with."""
@@ -12143,8 +12154,8 @@ class DemoClient:
         return spec, version
 
     def receive(self, spec, version):
-        size = I32.unpack(self._exactly(4))[0]
-        r = Reader(self._exactly(size))
+        size = I32.unpack(recv_exactly(self.sock, 4))[0]
+        r = Reader(recv_exactly(self.sock, size))
         r.fixed(I32)                                       # the correlation id: one request at a time
         if spec.flexible(version) and spec.key != ApiKey.API_VERSIONS:
             skip_tagged_fields(r)
@@ -12152,15 +12163,6 @@ class DemoClient:
 
     def call(self, api_key, version, **fields):
         return self.receive(*self.send(api_key, version, **fields))
-
-    def _exactly(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError("the broker closed the connection")
-            data += chunk
-        return data
 
     def close(self):
         self.sock.close()

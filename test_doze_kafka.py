@@ -167,13 +167,7 @@ class RawClient:
         return self._exactly(size)
 
     def _exactly(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError("the broker closed the connection")
-            data += chunk
-        return data
+        return doze.recv_exactly(self.sock, n)
 
     def receive(self, key, version):
         """-> (correlation id, decoded response Msg)."""
