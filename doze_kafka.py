@@ -3968,7 +3968,7 @@ class GroupCoordinator:
         self.store = store
         self.logs = logs
         self.notify = notify
-        self.journal = journal or Journal(config.clock)   # each new generation (the console, the trace)
+        self.journal = Journal(config.clock) if journal is None else journal   # new generations, for the console
         self.clock = config.clock
         self.groups = {}
         self.configs = store.group_configs()     # group id -> {config name: text} (GROUP resources)
@@ -4531,8 +4531,9 @@ class TransactionCoordinator:
 
     # --- storage ---
     def load(self):
-        """Read meta.db; carry out stored decisions; restart open transactions'
-        timeouts. (The walkthrough's step 8: a crash between decision and markers.)"""
+        """Read meta.db; carry out stored decisions (the walkthrough's step 8: a
+        crash between decision and markers). Open transactions keep their start:
+        their timeout runs on from it."""
         now = self.now_ms()
         for row in self.store.load_txns():
             meta = TransactionMetadata(row["transactional_id"], row["producer_id"],
@@ -4540,9 +4541,7 @@ class TransactionCoordinator:
             meta.adopt(row)
             self.txns[meta.transactional_id] = meta
             self._index_staged(meta)
-            if meta.state == TxnState.ONGOING:
-                meta.last_update_ms = now
-            elif meta.state in DECIDED:
+            if meta.state in DECIDED:
                 log.info("transaction %s was decided (%s) before a restart; carrying it out",
                          meta.transactional_id, meta.state.value)
                 self._write_markers(meta)
@@ -4812,12 +4811,14 @@ class TransactionCoordinator:
 
     # --- timers ---
     def tick(self):
-        """Time out transactions that stopped changing (transaction.timeout.ms;
-        the walkthrough's step 7), retry unfinished decisions, expire idle
-        transactional ids."""
+        """Time out transactions open longer than their transaction.timeout.ms
+        since they began, as Kafka's TransactionStateManager.timedOutTransactions
+        (the start is stored, so a restart does not reset it; the walkthrough's
+        step 7), and retry unfinished decisions."""
         now = self.now_ms()
         for meta in list(self.txns.values()):
-            if meta.state == TxnState.ONGOING and now - meta.last_update_ms > meta.timeout_ms:
+            start = meta.txn_start_ms if meta.txn_start_ms >= 0 else meta.last_update_ms
+            if meta.state == TxnState.ONGOING and now - start > meta.timeout_ms:
                 try:
                     self._fence_and_abort(meta, f"timed out after {meta.timeout_ms} ms")
                 except KafkaError:
@@ -11303,6 +11304,8 @@ TRACE_TXN_APIS = {ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.
 TRACE_GROUP_APIS = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT,
                     ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
                     ApiKey.OFFSET_DELETE, ApiKey.TXN_OFFSET_COMMIT}
+TRACE_TXN_APIS.add(ApiKey.FIND_COORDINATOR)
+TRACE_GROUP_APIS.add(ApiKey.FIND_COORDINATOR)
 TRACE_KINDS = ("txn", "group", "all")
 TRACE_LINE_CHARS = 600
 TRACE_NOISE = {"throttle_time_ms", "replica_id", "replica_state", "session_id", "session_epoch", "rack_id",
@@ -11318,6 +11321,7 @@ class Tracer:
 
     def __init__(self, broker, kinds, ids):
         self.broker, self.kinds, self.ids = broker, kinds, ids
+        self.failed = False
         # (topic, partition) -> (HW, LSO) last shown: the logs' own at the start
         self.offsets = {tp: (plog.high_watermark, last_stable_offset(broker, plog))
                         for tp, plog in broker.logs.logs.items()}
@@ -11345,17 +11349,31 @@ class Tracer:
                                          or getattr(req, "isolation_level", 0) == 1)
                 or "group" in self.kinds and api_key in TRACE_GROUP_APIS):
             return False
-        return not self.ids or bool(self.ids & {client_id, getattr(req, "transactional_id", None),
-                                                getattr(req, "group_id", None)})
+        return not self.ids or bool(self.ids & ({client_id} | trace_ids(req)))
 
+    def guarded(hook):
+        """A trace hook runs inside request handling and the group commit: a
+        failure of its own (a bug, a closed stdout) is logged once, never the loop's."""
+        def run(self, *args):
+            try:
+                return hook(self, *args)
+            except Exception as e:
+                if not self.failed:
+                    self.failed = True
+                    log.error("the trace failed (it goes on; this is said once): %s", where(e))
+                return None
+        return run
+
+    @guarded
     def request(self, conn, spec, version, client_id, req):
         """A request to trace -> what its answer is traced with (None: not traced)."""
         if not self.wants(spec.key, req, client_id):
             return None
-        who = f"{client_id or '-'}@{conn.name}"
+        who = f"{trace_text(client_id or '-')}@{conn.name}"
         self.emit("\u2192", f"{spec.name} v{version} [{who}] {trace_text(loggable(spec.key, req), True)}")
         return (spec.name, version, who)
 
+    @guarded
     def response(self, traced, spec, msg):
         """An answer of a traced request; its top-level error said even when left at its default."""
         name, version, who = traced
@@ -11374,6 +11392,7 @@ class Tracer:
             return
         self.emit("\u2022", trace_event_text(e))
 
+    @guarded
     def moved(self, plogs):
         """After a group commit: each partition whose HW or LSO moved."""
         for plog in plogs:
@@ -11392,11 +11411,21 @@ class Tracer:
             return False
         if not self.ids:
             return "all" in self.kinds or tp in self.broker.txn_partitions
-        return any(tp in m.partitions or tp in m.marker_offsets for tid, m in self.broker.txns.txns.items()
-                   if tid in self.ids)
+        txns = self.broker.txns.txns
+        return any(tp in m.partitions or tp in m.marker_offsets for m in map(txns.get, self.ids) if m is not None)
 
 
 trace_log = logging.getLogger("doze_kafka.trace")
+
+
+def trace_ids(req):
+    """The transactional and group ids a request names (single or in lists:
+    OffsetFetch v8+, DescribeGroups, DeleteGroups, DescribeTransactions, FindCoordinator)."""
+    ids = {getattr(req, "transactional_id", None), getattr(req, "group_id", None), getattr(req, "key", None)}
+    for name in ("transactional_ids", "groups", "groups_names", "coordinator_keys"):
+        for item in getattr(req, name, None) or ():
+            ids.add(item if isinstance(item, str) else getattr(item, "group_id", None))
+    return ids
 
 
 def trace_text(node, top=False, depth=0):
@@ -11420,7 +11449,7 @@ def trace_text(node, top=False, depth=0):
         more = f" \u2026+{len(node) - TRACE_LIST_ITEMS}" if len(node) > TRACE_LIST_ITEMS else ""
         return "[" + ", ".join(items) + more + "]"
     if isinstance(node, Memo):
-        return trace_text(node.build(), depth=depth)
+        return "<as cached>"                    # built only on a cache miss: not for the trace
     if isinstance(node, (bytes, bytearray, memoryview)):
         return f"<{len(node)} bytes>"
     if isinstance(node, str):
@@ -11435,35 +11464,56 @@ TRACE_LIST_ITEMS = 4
 
 
 def batches_text(records):
-    """Record batches by their headers: "0-1 pid 1000/0 seq 0 txn", "2 COMMIT pid 1000/0"."""
-    data = records.read() if isinstance(records, FileSlice) else records
-    view, pos, out = memoryview(data), 0, []
+    """Record batches by their headers: "0-1 pid 1000/0 seq 0 txn", "2 COMMIT pid 1000/0";
+    of a FileSlice (a Fetch's records on disk) only the first batches' heads are read."""
+    if isinstance(records, FileSlice):
+        return file_batches_text(records)
+    view, pos, spans, more = memoryview(records), 0, [], 0
     while pos + BATCH_HEADER_SIZE <= len(view):
         h = read_batch_header(view, pos)
         end = pos + LOG_OVERHEAD + h.batch_length
         if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(view):
             break
-        if len(out) < TRACE_LIST_ITEMS:
-            span = f"{h.base_offset}" if not h.last_offset_delta else \
-                f"{h.base_offset}-{h.base_offset + h.last_offset_delta}"
-            if h.attributes & ATTR_CONTROL and end - pos >= BATCH_HEADER_SIZE + 9:
-                span += " COMMIT" if control_type(view[pos:end]) == CONTROL_COMMIT else " ABORT"
-            elif h.records_count != h.last_offset_delta + 1:
-                span += f" ({h.records_count} records)"
-            if h.producer_id >= 0:
-                span += f" pid {h.producer_id}/{h.producer_epoch}"
-                span += f" seq {h.base_sequence}" if h.base_sequence >= 0 else ""
-            span += " txn" if h.attributes & ATTR_TRANSACTIONAL and not h.attributes & ATTR_CONTROL else ""
-            out.append(span)
+        if len(spans) < TRACE_LIST_ITEMS:
+            spans.append(batch_span(h, view[pos:pos + BATCH_HEADER_SIZE + 9]))
         else:
-            out.append(None)
+            more += 1
         pos = end
-    extra = f", \u2026+{len(out) - TRACE_LIST_ITEMS} batches" if len(out) > TRACE_LIST_ITEMS else ""
-    return ", ".join(x for x in out if x) + extra + (f" +{len(view) - pos} bytes" if pos < len(view) else "")
+    return ", ".join(spans + ([f"\u2026+{more} batches"] if more else []) +
+                     ([f"+{len(view) - pos} bytes"] if pos < len(view) else []))
+
+
+def file_batches_text(records):
+    fd, pos, end, spans = records.file.fileno(), records.offset, records.offset + records.count, []
+    while pos + BATCH_HEADER_SIZE <= end and len(spans) < TRACE_LIST_ITEMS:
+        head = os.pread(fd, BATCH_HEADER_SIZE + 9, pos)
+        h = read_batch_header(head)
+        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            break
+        spans.append(batch_span(h, head))
+        pos += LOG_OVERHEAD + h.batch_length
+    return ", ".join(spans + ([f"+{end - pos} bytes"] if pos < end else []))
+
+
+def batch_span(h, head):
+    """One batch by its header; head: its first bytes (a control batch's type is just past the header)."""
+    span = f"{h.base_offset}" if h.last_offset_delta <= 0 else f"{h.base_offset}-{h.base_offset + h.last_offset_delta}"
+    if h.attributes & ATTR_CONTROL:
+        if len(head) >= BATCH_HEADER_SIZE + 9:
+            kind = control_type(head)
+            span += {CONTROL_COMMIT: " COMMIT", CONTROL_ABORT: " ABORT"}.get(kind, f" control type {kind}")
+    elif h.records_count != h.last_offset_delta + 1:
+        span += f" ({h.records_count} records)"
+    if h.producer_id >= 0:
+        span += f" pid {h.producer_id}/{h.producer_epoch}" + (f" seq {h.base_sequence}" if h.base_sequence >= 0 else "")
+    return span + (" txn" if h.attributes & ATTR_TRANSACTIONAL and not h.attributes & ATTR_CONTROL else "")
 
 
 def trace_event_text(e):
-    """A journal event in words: the console's (event_text), with what it is of."""
+    """A journal event in words: the console's (event_text), with what it is of;
+    every name a client chose quoted as trace_text quotes (no line or escape of its own)."""
+    e = {k: trace_text(v) if k in ("transactional_id", "group_id", "leader", "protocol") and isinstance(v, str)
+         else v for k, v in e.items()}
     if e["kind"] == "txn":
         return (f"txn {e['transactional_id']}: {event_text(e)}, partitions [{', '.join(e['partitions'])}], "
                 f"stored in meta.db")
@@ -12200,8 +12250,10 @@ class DemoClient:
         while pos + BATCH_HEADER_SIZE <= len(data):
             h = read_batch_header(data, pos)
             batch = data[pos:pos + LOG_OVERHEAD + h.batch_length]
-            if not h.attributes & ATTR_CONTROL:
-                values += [(h.base_offset + rec[0], h.producer_id, rec[3]) for rec in decode_records(batch)]
+            if h.attributes & ATTR_CONTROL:
+                values.append((h.base_offset, h.producer_id, None, control_type(batch)))
+            else:
+                values += [(h.base_offset + rec[0], h.producer_id, rec[3], None) for rec in decode_records(batch)]
             pos += len(batch)
         return part, values
 
@@ -12210,10 +12262,20 @@ DEMO_TOPIC = "demo-orders"
 
 
 def demo_values(values, aborted=()):
-    """What a consumer keeps of fetched (offset, producer, value): it drops an
-    aborted transaction's records from its first offset on (as Java's consumer)."""
-    first = {a.producer_id: a.first_offset for a in aborted}
-    return [v.decode() for off, pid, v in values if not (pid in first and off >= first[pid])]
+    """What a consumer keeps of fetched (offset, producer, value, control
+    type): it drops an aborted transaction's records, from its first offset
+    to its ABORT marker, and the markers (as Java's consumer)."""
+    starts = sorted((a.first_offset, a.producer_id) for a in aborted)
+    kept, dropping = [], set()
+    for offset, pid, value, control in values:
+        while starts and starts[0][0] <= offset:
+            dropping.add(starts.pop(0)[1])
+        if control is not None:
+            if control == CONTROL_ABORT:
+                dropping.discard(pid)
+        elif pid not in dropping:
+            kept.append(value.decode())
+    return kept
 
 
 class DemoDisk(Files):
@@ -12283,8 +12345,9 @@ class Demo:
         return r.topics[0].partitions[0].committed_offset
 
     def state_of(self, transactional_id):
-        r = self.watch.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id])
-        return r.transaction_states[0].transaction_state
+        """Its state, asked by ListTransactions (which names no id: the trace leaves the polls out)."""
+        r = self.watch.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[], duration_filter=-1)
+        return next((t.transaction_state for t in r.transaction_states if t.transactional_id == transactional_id), None)
 
     def watch_hw(self, partition):
         r = self.watch.call(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
@@ -12321,7 +12384,7 @@ class Demo:
         first = self.c.produce(DEMO_TOPIC, 0, [b"once"], r.producer_id, r.producer_epoch, seq=0)
         again = self.c.produce(DEMO_TOPIC, 0, [b"once"], r.producer_id, r.producer_epoch, seq=0)
         _, values = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
-        copies = sum(v == b"once" for _, _, v in values)
+        copies = sum(v == b"once" for _, _, v, _ in values)
         self.explain(f"First answer: offset {first.base_offset}; the resend's: offset {again.base_offset} "
                      f"({ErrorCode(again.error_code).name}). The log holds {copies} copy.")
         return {"first_offset": first.base_offset, "again_offset": again.base_offset, "again_error": again.error_code,
@@ -12344,15 +12407,15 @@ class Demo:
         self.first_txn_offset = a.base_offset
         _, uncommitted = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
         part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
-        seen_u, seen_c = demo_values(uncommitted), demo_values(committed)
+        seen_u, seen_c, group_offset = demo_values(uncommitted), demo_values(committed), self.committed_offset()
         self.explain(f"Written at {DEMO_TOPIC}-0 offset {a.base_offset} and {DEMO_TOPIC}-1 offset {b.base_offset}. "
                      f"read_uncommitted sees {seen_u};\n   read_committed sees {seen_c}: it stops at the last stable "
                      f"offset, {part.last_stable_offset} (high watermark {part.high_watermark}): the first offset of "
-                     f"the open transaction.\n   The group's committed offset is still {self.committed_offset()}.")
+                     f"the open transaction.\n   The group's committed offset is still {group_offset}.")
         return {"added": added, "offsets_error": offsets,
                 "staged_error": staged.topics[0].partitions[0].error_code, "uncommitted": seen_u,
                 "committed": seen_c, "lso": part.last_stable_offset, "hw": part.high_watermark,
-                "group_offset": self.committed_offset()}
+                "group_offset": group_offset}
 
     def commit(self, n):
         self.step(n, "Commit: the decision, the markers, the LSO",
@@ -12362,18 +12425,18 @@ class Demo:
                   "markers are durable, so what a reader sees right after agrees with the answer.")
         code = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
         part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
-        seen = demo_values(committed)
+        seen, group_offset = demo_values(committed), self.committed_offset()
         self.explain(f"EndTxn: {ErrorCode(code).name}. read_committed now sees {seen}; LSO {part.last_stable_offset}"
                      f" = high watermark {part.high_watermark} (the marker took offset "
-                     f"{part.high_watermark - 1}).\n   The group's committed offset: {self.committed_offset()}.")
+                     f"{part.high_watermark - 1}).\n   The group's committed offset: {group_offset}.")
         return {"error": code, "committed": seen, "lso": part.last_stable_offset, "hw": part.high_watermark,
-                "group_offset": self.committed_offset(), "state": self.state_of("demo-tx")}
+                "group_offset": group_offset, "state": self.state_of("demo-tx")}
 
     def abort(self, n):
         self.step(n, "Abort: the records stay, the consumers drop them",
                   "EndTxn(abort) writes ABORT markers. The aborted records stay in the log; a read_committed\n"
                   "Fetch carries the aborted transactions (producer id, first offset) below the LSO, and the\n"
-                  "consumer drops their records (Kafka's Fetcher, KIP-98).")
+                  "consumer drops their records (Kafka's CompletedFetch, KIP-98).")
         self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0))
         dropped = self.c.produce(DEMO_TOPIC, 0, [b"t2-dropped"], self.pid, self.epoch, 1, "demo-tx")
         code = self.c.end("demo-tx", self.pid, self.epoch, commit=False)
@@ -12412,8 +12475,9 @@ class Demo:
 
     def timeout(self, n):
         self.step(n, "The transaction timeout: an abandoned transaction is aborted",
-                  "transaction.timeout.ms is the producer's (capped by the broker's transaction.max.timeout.ms).\n"
-                  "An Ongoing transaction older than that is aborted by the coordinator itself, and its\n"
+                  "transaction.timeout.ms is the producer's (more than the broker's transaction.max.timeout.ms\n"
+                  "is refused: INVALID_TRANSACTION_TIMEOUT). A transaction Ongoing longer than that since it\n"
+                  "began is aborted by the coordinator itself, and its\n"
                   "producer fenced: the epoch goes up (Kafka's TransactionCoordinator.abortTimedOutTransactions).\n"
                   "Here a producer with a 1 s timeout writes one record and goes quiet.")
         c3 = DemoClient(self.broker.port, "demo-abandoned")
@@ -12502,7 +12566,8 @@ def demo(say=print, pause=None, data_dir=None, console=None, trace=True):
             d.stop()
     finally:
         trace_log.removeHandler(handler)
-        trace_log.propagate, trace_log.level = propagate, level
+        trace_log.propagate = propagate
+        trace_log.setLevel(level)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -12528,7 +12593,7 @@ def walkthrough(said):
             out.append(f"\n### {head.strip('= ')}\n\n" + " ".join(body.split()))
         elif text.startswith("   "):
             out.append("\n" + " ".join(text.split()))
-    return "\n".join(out).strip() + "\n"
+    return "\n".join(out).strip("\n") + "\n"
 
 
 def demo_main(argv):
@@ -12666,6 +12731,7 @@ def main(argv=None):
             out = logging.StreamHandler(sys.stdout)
             out.setFormatter(logging.Formatter("%(message)s"))
             trace_log.addHandler(out)
+            trace_log.setLevel(logging.INFO)             # whatever --log-level says of the rest
             trace_log.propagate = False
         broker = Broker(config)
         for text in args.add_scram:

@@ -3503,6 +3503,24 @@ def test_txn_timeout_aborts_and_fences(start_broker):
         assert txn.produce("slow", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+def test_txn_timeout_runs_from_the_transactions_start_not_its_last_request(start_broker):
+    """As Kafka's TransactionStateManager.timedOutTransactions: start + timeout,
+    however busy the transaction keeps itself (AddPartitionsToTxn, TxnOffsetCommit)."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        client.create_topic("busy", 2)
+        txn = Txn(client, "tx-busy", timeout_ms=2000)
+        txn.add(("busy", 0))
+        for step in range(3):
+            clock.advance(600)
+            assert txn.add(("busy", step % 2)) == {("busy", step % 2): 0}      # still Ongoing, and touched
+        assert describe_txn(client, "tx-busy").transaction_state == "Ongoing"
+        clock.advance(300)                                                    # 2100 ms since it began
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-busy").transaction_state == "CompleteAbort")
+
+
 def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
     """Verifies that after a restart an open transaction is still open (its
     producer can commit it) and aborted transactions are still listed."""
@@ -6746,6 +6764,43 @@ def test_trace_filters_by_kind_and_by_id(traced):
     assert not [x for x in got if "g-other" in x or "InitProducerId" in x or "tx-1" in x]
 
 
+def test_trace_group_kind_keeps_group_apis_only_and_quotes_what_clients_name(traced):
+    broker, lines = traced("group")
+    with RawClient(broker.port, client_id="evil\n12:00:00.000 \u2190 EndTxn v3 [x] error_code=NONE\x1b[2J") as c:
+        c.create_topic("orders", 1)
+        t = Txn(c, "tx\n\u2022 txn forged: Ongoing \u2192 CompleteCommit")
+        t.add(("orders", 0))
+        assert t.add_offsets("g") == 0
+        assert t.commit_offsets("g", {("orders", 0): 3}) == {("orders", 0): 0}
+        j = join(c, "g2")
+        assert j.error_code == 0
+        assert wait_until(lambda: any("\u2190 JoinGroup" in x and "NONE" in x for x in lines()))
+    got = lines()
+    in_order(got, r"^\u2192 TxnOffsetCommit v3 ", r"^\u2190 TxnOffsetCommit v3 ", r"^\u2192 JoinGroup v7 .*group_id=g2")
+    assert not [x for x in got if "InitProducerId" in x or "AddPartitionsToTxn" in x or "txn " in x[:6]]
+    assert all("\n" not in x and "\x1b" not in x for x in got)
+    assert any('[\"evil\\n12:00:00.000' in x for x in got), got          # the client id quoted, one line
+
+
+def test_trace_that_fails_is_said_once_and_the_broker_serves_on(traced, caplog):
+    broker, lines = traced("all")
+
+    class Broken(logging.Handler):
+        def emit(self, record):
+            raise OSError(32, "Broken pipe")           # a closed stdout, say
+    broken = Broken()
+    doze.trace_log.addHandler(broken)
+    try:
+        with RawClient(broker.port) as c:
+            c.create_topic("orders", 1)
+            for _ in range(3):
+                assert c.produce("orders", 0, make_batch([b"x"])).error_code == 0
+    finally:
+        doze.trace_log.removeHandler(broken)
+    assert caplog.text.count("the trace failed (it goes on; this is said once)") == 1
+    assert broker._thread.is_alive()
+
+
 def test_trace_all_hides_secrets_and_abbreviates(traced):
     broker, lines = traced("all", **sasl_settings())
     with RawClient(sasl_port(broker), client_id="sasl-client") as c:
@@ -6756,7 +6811,8 @@ def test_trace_all_hides_secrets_and_abbreviates(traced):
     got = "\n".join(lines())
     assert "alice-secret" not in got and 'auth_bytes="<hidden: 19 bytes>"' in got
     assert re.search(r"\u2192 Metadata v12 \[sasl-client@[\d.:]+\] topics=\[\{name=many\}\]", got)
-    assert re.search(r"partitions=\[\{partition_index=0.*\}, \{partition_index=3.*\} \u2026\+5\]", got), got
+    assert re.search(r"\u2190 CreateTopics v7 .* configs=\[\{name=cleanup\.policy value=delete .*\} \u2026\+\d+\]", got), got
+    assert "partitions=<as cached>" in got                         # Metadata's cached partitions not built for it
 
 
 def test_trace_is_off_unless_asked_and_refuses_unknown_kinds(start_broker, caplog):
@@ -6771,13 +6827,21 @@ def test_trace_is_off_unless_asked_and_refuses_unknown_kinds(start_broker, caplo
 
 def test_cli_trace_prints_bare_lines_on_stdout(tmp_path):
     proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
-                             "--override", "doze.console.listener=", "--trace", "all", "--trace-ids", "cli-test"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--override", "doze.console.listener=", "--trace", "all", "--trace-ids", "cli-test",
+                             "--log-level", "ERROR"],                   # the trace is printed whatever the level
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+
+    def line():                                         # unbuffered, so that select() tells the truth
+        out = b""
+        while not out.endswith(b"\n"):
+            assert select.select([proc.stdout], [], [], SOCKET_TIMEOUT_S)[0], f"no line from --trace: {out!r}"
+            out += proc.stdout.read(1)
+        return out.decode()
     try:
-        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", line()).group(1))
         with RawClient(port, client_id="cli-test") as c:
             c.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
-        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        lines = [line(), line()]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -6825,13 +6889,15 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
 
 
 def test_cli_demo_runs_without_pauses(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", ""], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
+                       text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(scratch)))
     assert r.returncode == 0, r.stderr
     assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
     assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
     assert "could not be written ([Errno 5] the demo's disk refuses this write)" in r.stderr
-    assert os.listdir(tmp_path) == []                                # its broker's directory is gone
+    assert os.listdir(scratch) == [] and os.listdir(tmp_path) == ["tmp"]   # its broker's directory is gone
 
 
 ###############################################################################
