@@ -10606,7 +10606,8 @@ def safe_next(path):
 #
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
-#   2. run the timers that are due (parked deadlines, retention)
+#   2. run the timers that are due (parked deadlines, retention); a periodic
+#      one schedules its next run first, and a failure is logged, not fatal
 #   3. group commit: one fsync per dirty log, then answer what waited for it
 #
 # What Kafka 4.3.1 does with bad input, and doze with it: an unknown API key,
@@ -11693,19 +11694,19 @@ class Broker:
         now = self.clock()
         idle_s = self.config["connections.max.idle.ms"] / 1000
         frame_s = self.config["doze.frame.timeout.ms"] / 1000
+        self.call_later(SWEEP_S, self._sweep_connections)
         for conn in list(self.connections):
             if idle_s >= 0 and now - conn.last_active > idle_s:
                 conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
             elif conn.frame_started is not None and now - conn.frame_started > frame_s:
                 conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
                            f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
-        self.call_later(SWEEP_S, self._sweep_connections)
 
     def _trim_memory(self):
         """Give freed memory back to the system (glibc keeps it otherwise: after a
         burst of big frames the process would stay as large as the burst made it)."""
-        release_freed_memory()
         self.call_later(TRIM_S, self._trim_memory)
+        release_freed_memory()
 
     # --- timers ---
     def call_later(self, delay_s, fn):
@@ -11716,10 +11717,16 @@ class Broker:
         heapq.heappush(self.timers, (when_s, self._timer_seq, fn))
 
     def _run_timers(self):
+        """Run the timers that are due. A periodic one schedules its next run
+        before its work, so a failure (a bug in doze) loses that run only: it
+        is logged, and the loop serves on."""
         now = self.clock()
         while self.timers and self.timers[0][0] <= now:
             _, _, fn = heapq.heappop(self.timers)
-            fn()
+            try:
+                fn()
+            except Exception as e:
+                log.error("a timer (%s) failed: %s: a bug in doze", getattr(fn, "__name__", "?"), where(e))
 
     def _retention(self, steps=None):
         """log.retention.check.interval.ms: the logs' retention, one step a pass
@@ -11733,6 +11740,8 @@ class Broker:
             pass
         except (OSError, sqlite3.Error):
             log.exception("retention check failed; will try again")
+        except Exception as e:                  # a bug in doze: this check is lost, not the next
+            log.error("retention check failed: %s: a bug in doze", where(e))
         for (topic, partition), table in self.producer_states.items():
             plog = self.logs.logs.get((topic, partition))
             if plog is not None:
@@ -11758,36 +11767,39 @@ class Broker:
             self.txn_partitions |= new
 
     def _txn_tick(self):
+        self.call_later(TXN_TICK_S, self._txn_tick)
         try:
             self.txns.tick()
         except sqlite3.Error:
             log.exception("transaction timeouts: meta.db failed; will try again")
-        self.call_later(TXN_TICK_S, self._txn_tick)
 
     def _expire_txn_ids(self):
-        with contextlib.suppress(sqlite3.Error):
-            self.txns.expire_ids()
         self.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
                         self._expire_txn_ids)
+        with contextlib.suppress(sqlite3.Error):
+            self.txns.expire_ids()
 
     def _expire_producers(self):
+        self.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000,
+                        self._expire_producers)
         now_ms = self.clock() * 1000
         for table in self.producer_states.values():
             table.expire(now_ms, self.config["producer.id.expiration.ms"])
-        self.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000,
-                        self._expire_producers)
 
     def _group_tick(self):
-        upcoming_ms = self.groups.tick()
-        due = self.clock() + GROUP_TICK_S
-        self.call_at(due if upcoming_ms is None else min(due, upcoming_ms / 1000), self._group_tick)
+        upcoming_ms = None
+        try:
+            upcoming_ms = self.groups.tick()
+        finally:                                  # the next tick, whatever this one did
+            due = self.clock() + GROUP_TICK_S
+            self.call_at(due if upcoming_ms is None else min(due, upcoming_ms / 1000), self._group_tick)
 
     def _expire_offsets(self):
+        self.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
         try:
             self.groups.expire_offsets()
         except sqlite3.Error:
             log.exception("offset expiry failed; will try again")
-        self.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
 
     # --- the loop ---
     def serve_forever(self):

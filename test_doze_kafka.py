@@ -3521,6 +3521,32 @@ def test_txn_timeout_runs_from_the_transactions_start_not_its_last_request(start
         assert wait_until(lambda: describe_txn(client, "tx-busy").transaction_state == "CompleteAbort")
 
 
+def test_a_timer_that_fails_loses_one_run_and_the_broker_serves_on(start_broker, monkeypatch, caplog):
+    """A bug in a periodic chore (here the transaction tick, once) is logged;
+    the loop lives, and the chore's next run still comes (the timeout fires)."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    real, calls = broker.txns.tick, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return real()
+    monkeypatch.setattr(broker.txns, "tick", flaky)
+    with RawClient(broker.port) as client:
+        client.create_topic("t", 1)
+        txn = Txn(client, "tx-t", timeout_ms=1000)
+        txn.add(("t", 0))
+        clock.advance(200)
+        broker.waker.wake()
+        assert wait_until(lambda: "a timer (_txn_tick) failed: RuntimeError: a bug" in caplog.text)
+        clock.advance(1000)
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-t").transaction_state == "CompleteAbort")
+    assert broker._thread.is_alive() and len(calls) > 1
+
+
 def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
     """Verifies that after a restart an open transaction is still open (its
     producer can commit it) and aborted transactions are still listed."""
