@@ -4397,6 +4397,7 @@ def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
                                                              value="dynamic-key-secret")])])
         assert r.responses[0].error_code == 0
     broker.stop()
+    assert broker.stopped.wait(10)                        # meta.db closed: no journal file coming or going
     for name in os.listdir(tmp_path / "data"):
         if name.startswith("meta.db"):
             data = open(tmp_path / "data" / name, "rb").read()
