@@ -12605,7 +12605,7 @@ def walkthrough(said):
             out.append(f"\n### {head.strip('= ')}\n\n" + " ".join(body.split()))
         elif text.startswith("   "):
             out.append("\n" + " ".join(text.split()))
-    return "\n".join(out).strip("\n") + "\n"
+    return "\n" + "\n".join(out).strip("\n") + "\n\n"          # blank lines around it, for Markdown
 
 
 def demo_main(argv):
