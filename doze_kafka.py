@@ -11323,9 +11323,9 @@ class Tracer:
     def __init__(self, broker, kinds, ids):
         self.broker, self.kinds, self.ids = broker, kinds, ids
         self.failed = False
-        # (topic, partition) -> (HW, LSO) last shown: the logs' own at the start
-        self.offsets = {tp: (plog.high_watermark, last_stable_offset(broker, plog))
-                        for tp, plog in broker.logs.logs.items()}
+        # log -> (HW, LSO) last shown, the logs' own at the start (by the log: a topic made again is new)
+        self.offsets = weakref.WeakKeyDictionary((plog, (plog.high_watermark, last_stable_offset(broker, plog)))
+                                                 for plog in broker.logs.logs.values())
         broker.journal.watchers.append(self.on_event)
 
     @classmethod
@@ -11399,8 +11399,8 @@ class Tracer:
         for plog in plogs:
             tp = (plog.topic, plog.partition)
             now = (plog.high_watermark, last_stable_offset(self.broker, plog))
-            before = self.offsets.get(tp, (plog.log_start_offset, plog.log_start_offset))   # a new partition
-            self.offsets[tp] = now
+            before = self.offsets.get(plog, (plog.log_start_offset, plog.log_start_offset))   # a new partition
+            self.offsets[plog] = now
             if now != before and self.shows_offsets(tp):
                 hw, lso = (f"{name} {now[i]}" if before[i] == now[i] else f"{name} {before[i]} \u2192 {now[i]}"
                            for i, name in enumerate(("HW", "LSO")))
@@ -12271,6 +12271,7 @@ class DemoClient:
 
 
 DEMO_TOPIC = "demo-orders"
+DEMO_TIMEOUT_MS = 2000        # step 7's: long enough that a slow machine still sees the LSO held
 
 
 def demo_values(values, aborted=()):
@@ -12491,9 +12492,9 @@ class Demo:
                   "is refused: INVALID_TRANSACTION_TIMEOUT). A transaction Ongoing longer than that since it\n"
                   "began is aborted by the coordinator itself, and its\n"
                   "producer fenced: the epoch goes up (Kafka's TransactionCoordinator.abortTimedOutTransactions).\n"
-                  "Here a producer with a 1 s timeout writes one record and goes quiet.")
+                  f"Here a producer with a {DEMO_TIMEOUT_MS // 1000} s timeout writes one record and goes quiet.")
         c3 = DemoClient(self.broker.port, "demo-abandoned")
-        r = c3.init("demo-abandoned", timeout_ms=1000)
+        r = c3.init("demo-abandoned", timeout_ms=DEMO_TIMEOUT_MS)
         c3.add_partitions("demo-abandoned", r.producer_id, r.producer_epoch, (DEMO_TOPIC, 1))
         c3.produce(DEMO_TOPIC, 1, [b"t3-abandoned"], r.producer_id, r.producer_epoch, 0, "demo-abandoned")
         held = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)[0].last_stable_offset
@@ -12728,8 +12729,8 @@ def main(argv=None):
         if not sep:
             parser.error(f"--override needs NAME=VALUE, got {item!r}")
         settings[name.strip()] = value.strip()
-    if args.trace:
-        settings["doze.trace"] = args.trace
+    if args.trace or args.trace_ids:                      # --trace-ids alone: every kind, of those ids
+        settings["doze.trace"] = args.trace or "all"
         settings["doze.trace.ids"] = args.trace_ids or ""
     try:
         if args.properties:

@@ -6809,6 +6809,19 @@ def test_trace_group_kind_keeps_group_apis_only_and_quotes_what_clients_name(tra
     assert any('[\"evil\\n12:00:00.000' in x for x in got), got          # the client id quoted, one line
 
 
+def test_trace_counts_a_topic_made_again_from_its_start(traced):
+    broker, lines = traced("all")
+    with RawClient(broker.port) as c:
+        c.create_topic("again", 1)
+        assert c.produce("again", 0, make_batch([b"a", b"b"])).error_code == 0
+        assert c.call(ApiKey.DELETE_TOPICS, 4, topic_names=["again"], timeout_ms=5000).responses[0].error_code == 0
+        c.create_topic("again", 1)
+        assert c.produce("again", 0, make_batch([b"c"])).error_code == 0
+    moves = [x for x in lines() if x.startswith("\u2022 again-0: ")]
+    assert moves == ["\u2022 again-0: HW 0 \u2192 2, LSO 0 \u2192 2, durable",
+                     "\u2022 again-0: HW 0 \u2192 1, LSO 0 \u2192 1, durable"], moves
+
+
 def test_trace_that_fails_is_said_once_and_the_broker_serves_on(traced, caplog):
     broker, lines = traced("all")
 
