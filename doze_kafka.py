@@ -11435,9 +11435,10 @@ def trace_text(node, top=False, depth=0):
     if isinstance(node, types.SimpleNamespace):
         parts = []
         for k, v in vars(node).items():
-            if k in TRACE_NOISE or k.startswith("_") or v is None or v == "" or v == [] or v == bytes(16) or \
-                    (k.endswith("error_code") and v == 0 and not top) or (k.endswith("_ms") and v == 0):
-                continue
+            if k in TRACE_NOISE or k.startswith("_") or v is None or v == [] or v == bytes(16) or \
+                    (v == "" and not k.endswith("_id")) or (k.endswith("error_code") and v == 0 and not top) or \
+                    (k.endswith("_ms") and v == 0 and k != "transaction_timeout_ms"):
+                continue                # what is unset; an empty id (a first JoinGroup's member_id) is told
             if k.endswith("error_code"):
                 parts.append(f"{k}={ErrorCode(v).name if v in ErrorCode._value2member_map_ else v}")
             elif k == "records":
