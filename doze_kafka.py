@@ -8958,8 +8958,10 @@ def console_layout(title, heading, body, active, api, viewer=None, script=True):
 # --- Decoding compressed batches, for the console only ----------------------------
 # The produce and fetch paths never decompress. The console shows records, so
 # it reads snappy and lz4 with the small decoders below (the standard library
-# has neither) and zstd where the running Python has compression.zstd (3.14+).
-# Each refuses malformed input with RecordsError and stops at MAX_INFLATED.
+# has neither). zstd it does not read: the standard library of the Pythons doze
+# runs on has no zstd (3.14's compression.zstd is no module doze may import),
+# so a zstd batch is one row with its offsets and record count. Each decoder
+# refuses malformed input with RecordsError and stops at MAX_INFLATED.
 
 def _copy_back(out, distance, length):
     """LZ77's back-reference: append `length` bytes starting `distance` back (overlap repeats)."""
@@ -9086,24 +9088,7 @@ def unlz4(data, limit):
         raise RecordsError(f"lz4: {e}") from None
 
 
-def unzstd(data, limit):
-    """zstd through the standard library's compression.zstd, which Python has
-    from 3.14 on. Before that nothing is imported: a module of that name there
-    would not be the standard library's (doze never imports anything else)."""
-    if sys.version_info < (3, 14):
-        raise RecordsError("zstd: this Python has no compression.zstd (3.14+)")
-    from compression import zstd            # the standard library's, 3.14+
-    try:
-        d = zstd.ZstdDecompressor()
-        out = d.decompress(bytes(data), limit)
-    except zstd.ZstdError as e:
-        raise RecordsError(f"zstd: {e}") from None
-    if not d.eof:
-        raise RecordsError(f"zstd records inflate to more than {limit} bytes, or are cut short")
-    return out
-
-
-CONSOLE_CODECS = {1: gunzip, 2: unsnappy, 3: unlz4, 4: unzstd}
+CONSOLE_CODECS = {1: gunzip, 2: unsnappy, 3: unlz4}     # zstd: a batch row with its record count
 
 
 # --- The message browser: one partition, three views ------------------------------
