@@ -2039,6 +2039,19 @@ def read_batch_header(buf, pos=0):
     return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
 
 
+def whole_batches(data):
+    """(start, header, end) of each whole batch in a buffer of batches (a
+    Fetch's records), up to the first one cut short or of an impossible length."""
+    pos = 0
+    while pos + BATCH_HEADER_SIZE <= len(data):
+        h = read_batch_header(data, pos)
+        end = pos + LOG_OVERHEAD + h.batch_length
+        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(data):
+            return
+        yield pos, h, end
+        pos = end
+
+
 def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
     """One record inside a batch (all lengths are zig-zag varints)."""
     body = bytearray(b"\x00")                         # attributes: unused
@@ -4938,13 +4951,18 @@ class PlainServer:
             raise AuthenticationFailed("Authentication failed: username not specified", True)
         if not password:
             raise AuthenticationFailed("Authentication failed: password not specified", True)
-        expected = self.users.get(user)
-        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+        if not plain_password_ok(self.users, user, password):
             raise AuthenticationFailed("Authentication failed: Invalid username or password", True)
         if authzid and authzid != user:
             raise AuthenticationFailed("Authentication failed: Client requested an authorization id "
                                        "that is different from username", True)
         return b"", user
+
+
+def plain_password_ok(users, user, password):
+    """Is this a PLAIN user's password (compared in constant time)?"""
+    expected = users.get(user)
+    return expected is not None and hmac.compare_digest(expected.encode(), password.encode())
 
 
 class ScramServer:
@@ -5153,10 +5171,8 @@ def password_mechanism(setups, lookup_scram, user, password):
     credential's iterations: 3 to 40 ms), so callers limit how often."""
     if not user or not password:
         return None
-    for mechanisms, plain_users, _ in setups:
-        expected = plain_users.get(user) if "PLAIN" in mechanisms else None
-        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
-            return "PLAIN"
+    if any("PLAIN" in mechanisms and plain_password_ok(users, user, password) for mechanisms, users, _ in setups):
+        return "PLAIN"
     for mechanism in SCRAM_TYPES:
         credential = lookup_scram(user, mechanism) if any(mechanism in s[0] for s in setups) else None
         if credential is None or not SCRAM_MIN_ITERATIONS <= credential[3] <= SCRAM_MAX_ITERATIONS:
@@ -9565,12 +9581,18 @@ class ConsoleViews:
         rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"], r["partition"]))
         return rows
 
+    def shown_counts(self, topic):
+        """The counts the viewer may see of a topic's partitions: records and
+        markers with READ on it (they tell what a fetch would), bytes and
+        segments with DESCRIBE on the cluster (as DescribeLogDirs)."""
+        return (("records", "markers") if self.viewer.topic(topic, Op.READ) else ()) + \
+            (("bytes", "segments") if self.viewer.cluster() else ())
+
     def counts(self, plog):
-        """A partition's record and marker counts (with READ on its topic: they
-        tell what a fetch would), its bytes and segments (with DESCRIBE on the
-        cluster, as DescribeLogDirs); what the viewer may not see is left out."""
-        out = self.counter.counts(plog, self.deadline) if self.viewer.topic(plog.topic, Op.READ) else {}
-        if self.viewer.cluster():
+        """A partition's counts, those shown_counts allows (the others left out)."""
+        shown = self.shown_counts(plog.topic)
+        out = self.counter.counts(plog, self.deadline) if "records" in shown else {}
+        if "bytes" in shown:
             out.update(bytes=sum(seg.size for seg in plog.segments), segments=len(plog.segments))
         return out
 
@@ -9589,7 +9611,7 @@ class ConsoleViews:
                          "internal": name in INTERNAL_TOPICS,
                          "offsets": sum(plog.high_watermark - plog.log_start_offset for plog in logs),
                          **{k: None if any(c[k] is None for c in counts) else sum(c[k] for c in counts)
-                            for k in ("records", "markers", "bytes") if all(k in c for c in counts)},
+                            for k in self.shown_counts(name) if k != "segments"},
                          "open_transactions": sum(last_stable_offset(b, plog) < plog.high_watermark for plog in logs)})
         rows, total = cut(rows)
         return {"topics": rows, "topics_total": total}
@@ -11456,16 +11478,11 @@ def batches_text(records):
     if isinstance(records, FileSlice):
         return file_batches_text(records)
     view, pos, spans, more = memoryview(records), 0, [], 0
-    while pos + BATCH_HEADER_SIZE <= len(view):
-        h = read_batch_header(view, pos)
-        end = pos + LOG_OVERHEAD + h.batch_length
-        if h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > len(view):
-            break
+    for start, h, pos in whole_batches(view):             # pos: where the last whole batch ends
         if len(spans) < TRACE_LIST_ITEMS:
-            spans.append(batch_span(h, view[pos:pos + BATCH_HEADER_SIZE + 9]))
+            spans.append(batch_span(h, view[start:start + BATCH_HEADER_SIZE + 9]))
         else:
             more += 1
-        pos = end
     return ", ".join(spans + ([f"\u2026+{more} batches"] if more else []) +
                      ([f"+{len(view) - pos} bytes"] if pos < len(view) else []))
 
@@ -12243,16 +12260,13 @@ class DemoClient:
                       isolation_level=int(read_committed), topics=[Msg(topic=topic, partitions=[
                           Msg(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
         part = r.responses[0].partitions[0]
-        data = bytes(part.records or b"")
-        values, pos = [], 0
-        while pos + BATCH_HEADER_SIZE <= len(data):
-            h = read_batch_header(data, pos)
-            batch = data[pos:pos + LOG_OVERHEAD + h.batch_length]
+        data, values = bytes(part.records or b""), []
+        for start, h, end in whole_batches(data):
+            batch = data[start:end]
             if h.attributes & ATTR_CONTROL:
                 values.append((h.base_offset, h.producer_id, None, control_type(batch)))
             else:
                 values += [(h.base_offset + rec[0], h.producer_id, rec[3], None) for rec in decode_records(batch)]
-            pos += len(batch)
         return part, values
 
 
