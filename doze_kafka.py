@@ -2361,9 +2361,10 @@ def validate_produced(records, check_crc=True):
 # meta.db (sqlite, WAL, synchronous=FULL), committed before it is acknowledged.
 
 class Files:
-    """Every change the logs make to the file system goes through here, so the
-    crash tests can put in a layer that forgets what was not yet fsynced.
-    Reads (pread, sendfile) go straight to the OS."""
+    """Every change the broker makes to its disk goes through here -- the logs'
+    writes, fsyncs and renames, and each meta.db commit -- so the crash tests
+    can put in a layer that numbers them, fails one, or forgets what was not
+    yet fsynced. Reads (pread, sendfile) go straight to the OS."""
 
     def open_append(self, path, create):
         flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -2416,6 +2417,33 @@ class Files:
 
     def rmtree(self, path):
         shutil.rmtree(path, ignore_errors=True)
+
+    def commit(self, db):
+        """Commit meta.db's open transaction (sqlite writes and fsyncs its own
+        files; this is where a test layer numbers, fails or cuts it)."""
+        db.execute("COMMIT")
+
+
+# --- When the disk fails --------------------------------------------------------
+# An fsync that fails is never retried and trusted: on Linux the kernel may
+# already have dropped the dirty pages it could not write ("fsyncgate"), so a
+# later fsync that succeeds proves nothing about them. The partition whose
+# file failed goes offline instead, as a Kafka log directory does: what it
+# had not made durable is never acknowledged (its waiting producers get
+# KAFKA_STORAGE_ERROR), and every request that names it gets
+# KAFKA_STORAGE_ERROR until the broker is restarted on a sound disk. The other
+# partitions, and the coordinators in meta.db, serve on. (Kafka with a single
+# log directory halts the whole broker instead; doze's partitions are its
+# directories.) A write refused for want of space (ENOSPC, EDQUOT) or of
+# descriptors is different: the file is cut back to its last whole batch,
+# the request is refused with KAFKA_STORAGE_ERROR, and the next one that
+# finds room succeeds. meta.db's own failures are sqlite's to detect; a
+# refused commit changes nothing (see MetadataStore).
+ROOM_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EMFILE", "ENFILE") if hasattr(errno, n))
+
+
+class TornWrite(OSError):
+    """A write failed part-way and the file could not be cut back."""
 
 
 def segment_name(base_offset, suffix=".log"):
@@ -2649,10 +2677,13 @@ class Segment:
         fd = self.append_fd()
         try:
             self.files.write(fd, batch)
-        except OSError:
+        except OSError as e:
             # A write that failed part-way must not leave half a batch behind
             # the next one: cut the file back to where it was.
-            self.files.truncate_fd(fd, self.size)
+            try:
+                self.files.truncate_fd(fd, self.size)
+            except OSError as cut:
+                raise TornWrite(e.errno, f"{e.strerror}, and cutting back failed: {cut}") from e
             raise
         self._add(base, last, self.size, max_timestamp)
         self.size += len(batch)
@@ -2693,7 +2724,7 @@ class PartitionLog:
     its high watermark -- which in doze is the end of what has been fsynced:
     a consumer never sees a record a power cut could take back."""
     __slots__ = ("topic", "partition", "dir", "files", "open_files", "config", "clock", "segments",
-                 "log_start_offset", "high_watermark", "dir_unsynced", "__weakref__")
+                 "log_start_offset", "high_watermark", "dir_unsynced", "offline", "__weakref__")
 
     def __init__(self, topic, partition, directory, files, topic_config, clock, open_files):
         self.topic, self.partition = topic, partition
@@ -2706,6 +2737,7 @@ class PartitionLog:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.dir_unsynced = False
+        self.offline = None                 # why its disk failed it (see "When the disk fails")
 
     # --- opening ---
     def create(self):
@@ -2772,7 +2804,11 @@ class PartitionLog:
 
     def flush(self):
         """fsync what was appended (and the directory, if files were created).
-        Returns True if the high watermark moved."""
+        Returns True if the high watermark moved. After a failed fsync (an
+        OSError out of here) the high watermark stays where the disk last
+        confirmed it, and LogManager takes the log offline."""
+        if self.offline:
+            return False
         for seg in self.segments:
             seg.sync()
             if seg is not self.active and seg.fd is not None:
@@ -2787,6 +2823,13 @@ class PartitionLog:
     @property
     def dirty(self):
         return self.dir_unsynced or any(seg.unsynced for seg in self.segments)
+
+    def go_offline(self, why):
+        if not self.offline:
+            self.offline = why
+            log.error("%s-%d is offline: %s. What it had not made durable is not acknowledged; "
+                      "it answers KAFKA_STORAGE_ERROR until doze is restarted on a sound disk",
+                      self.topic, self.partition, why)
 
     # --- reading ---
     def segment_for(self, offset):
@@ -2942,9 +2985,10 @@ class PartitionLog:
 
     def close(self, clean=True):
         """A clean shutdown: sync, and cache every index so the next start is
-        quick. Unclean (a crash, in tests): just let go of the descriptors."""
+        quick. Unclean (a crash, in tests, or an offline partition): just let
+        go of the descriptors."""
         for seg in self.segments:
-            if clean:
+            if clean and not self.offline:
                 seg.close_for_append()
             else:
                 seg.close(sync=False)
@@ -3014,32 +3058,65 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
 );
 """
 OffsetEntry = collections.namedtuple("OffsetEntry", "offset leader_epoch metadata commit_timestamp")
+
+
+def store_hint(e):
+    """What an sqlite error on meta.db most likely means, for the log."""
+    text = str(e).lower()
+    for words, hint in ((("readonly", "read-only", "unable to open"), "is it, or its directory, read-only?"),
+                        (("locked", "busy"), "another process holds it: a second broker on this data directory?"),
+                        (("malformed", "not a database", "corrupt"),
+                         "it is damaged: restore it from a copy (without it the partitions' data is not known)"),
+                        (("full",), "the disk is full"),
+                        (("disk i/o",), "the disk failed a read or write")):
+        if any(w in text for w in words):
+            return hint
+    return "see sqlite's message"
 PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
+
+
+class StoreFailed(KafkaError):
+    """meta.db refused a change (full, read-only, locked, failing): nothing of
+    it was kept. KAFKA_STORAGE_ERROR, which the coordinators answer as Kafka's
+    do when their log refuses an append: NOT_COORDINATOR."""
 
 
 class MetadataStore:
     """meta.db. Every method that changes something commits before it returns,
-    and raises KafkaError(NOT_COORDINATOR-like codes are chosen by callers) on
-    failure, leaving nothing half-written: sqlite rolls the transaction back."""
+    or raises StoreFailed, leaving nothing half-written: sqlite rolls the
+    transaction back. Callers change memory only after it returned."""
 
-    def __init__(self, path):
+    def __init__(self, path, files=None):
         self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
-        # append before COMMIT returns, so a committed change survives a power cut.
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(METADATA_SQL)
+        self.files = files or Files()
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
+            # append before COMMIT returns, so a committed change survives a power cut.
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(METADATA_SQL)
+            self.db.execute("BEGIN IMMEDIATE")         # can it be written at all?
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            raise sqlite3.DatabaseError(f"{path} cannot be used: {e} ({store_hint(e)})") from None
 
     @contextlib.contextmanager
     def transaction(self):
-        self.db.execute("BEGIN IMMEDIATE")
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.files.commit(self.db)
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+            log.error("meta.db refused a change: %s (%s); nothing of it was kept", e, store_hint(e))
+            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {e}") from None
 
     def close(self):
         self.db.close()
@@ -3302,6 +3379,7 @@ class LogManager:
         self.dirty = {}             # logs appended to since their last flush, oldest first
         self.urgent = {}            # ... of those, the ones a narrow request waits on (first)
         self.data_dir_unsynced = False
+        self.offline_topics = set()  # topics with a partition offline (see "When the disk fails")
         self.moves = 0              # high watermark moves, all logs (what the console's live pages watch)
 
     # --- startup ---
@@ -3498,8 +3576,9 @@ class LogManager:
         """Remove the meta.db row first (then the topic is gone, whatever happens
         next); the directories are removed afterwards, a few each pass of the
         loop (remove_some), as Kafka deletes logs in the background."""
-        topic = self.topics.pop(name)
         self.store.delete_topic(name)
+        topic = self.topics.pop(name)
+        self.offline_topics.discard(name)
         for p in range(topic.partitions):
             plog = self.logs.pop((name, p))
             self.dirty.pop(plog, None)
@@ -3518,13 +3597,43 @@ class LogManager:
         if plog is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"This server does not host this topic-partition: {topic}-{partition}")
+        if plog.offline:                 # Kafka's getPartitionOrError for HostedPartition.Offline
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is offline: {plog.offline}")
         return plog
 
     # --- the write path ---
     def append(self, plog, batch, header):
-        base = plog.append(batch, header)
+        """Append to a log; a disk that refuses it is KAFKA_STORAGE_ERROR, and
+        one that failed (anything but a lack of room) takes the log offline."""
+        if plog.offline:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{plog.topic}-{plog.partition} is offline")
+        try:
+            base = plog.append(batch, header)
+        except OSError as e:
+            if isinstance(e, TornWrite) or e.errno not in ROOM_ERRNOS:
+                self.take_offline(plog, f"a write failed: {e}")
+            else:
+                log.warning("%s-%d: a write was refused (%s); nothing of it was kept", plog.topic,
+                            plog.partition, e.strerror)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, e.strerror) from None
         self.dirty[plog] = None
         return base
+
+    def take_offline(self, plog, why):
+        plog.go_offline(why)
+        self.offline_topics.add(plog.topic)
+
+    def offline_partitions(self, topic):
+        """{partition} of a topic whose disk failed them (empty, and quick, for almost every topic)."""
+        if topic not in self.offline_topics:
+            return set()
+        return {p for (t, p), plog in self.logs.items() if t == topic and plog.offline}
+
+    def lost(self, appended):
+        """The (topic, partition)s of `appended` ((log, last offset) pairs) that
+        went offline before their write was durable: never to be acknowledged."""
+        return {(plog.topic, plog.partition) for plog, last in appended
+                if plog.offline and plog.high_watermark <= last}
 
     def hurry(self, plogs):
         """The logs a request to a few partitions waits on go first in the
@@ -3540,17 +3649,25 @@ class LogManager:
         budget, stops once it is spent: a produce to thousands of partitions is
         made durable over several passes of the loop, the others served between
         them. The data directory goes first, so a new partition's entry is
-        durable before any of its records."""
+        durable before any of its records; if that fsync fails, every
+        partition goes offline (the log directory failed, as Kafka says)."""
         if self.data_dir_unsynced:
-            self.files.fsync_dir(self.config.data_dir)
+            try:
+                self.files.fsync_dir(self.config.data_dir)
+            except OSError as e:
+                for plog in self.logs.values():
+                    self.take_offline(plog, f"fsync of the data directory failed: {e}")
             self.data_dir_unsynced = False
         moved = []
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         while self.dirty:
             plog = next(iter(self.urgent or self.dirty))
-            if plog.flush():
-                moved.append(plog)
-                self.moves += 1
+            try:
+                if plog.flush():
+                    moved.append(plog)
+                    self.moves += 1
+            except OSError as e:
+                self.take_offline(plog, f"fsync failed: {e}")
             del self.dirty[plog]
             self.urgent.pop(plog, None)
             if deadline is not None and time.perf_counter() > deadline:
@@ -3578,8 +3695,8 @@ class LogManager:
         now_ms = self.clock() * 1000
         since = time.perf_counter()
         for plog in list(self.logs.values()):
-            if self.logs.get((plog.topic, plog.partition)) is not plog:
-                continue                                # deleted meanwhile
+            if self.logs.get((plog.topic, plog.partition)) is not plog or plog.offline:
+                continue                                # deleted meanwhile, or its disk failed
             if plog.apply_retention(now_ms):
                 self.dirty[plog] = None
                 self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
@@ -3858,7 +3975,11 @@ class ProducerIdManager:
 
     def new_id(self):
         if self.next_id >= self.block_end:
-            self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            try:
+                self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            except StoreFailed:           # Kafka's RPCProducerIdManager without a block: retriable
+                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                 "Producer ID block is full. Waiting for next block") from None
             self.block_end = self.next_id + PRODUCER_ID_BLOCK
         self.next_id += 1
         return self.next_id - 1
@@ -3880,6 +4001,16 @@ class ProducerIdManager:
 # Kafka vs doze: the state machine and its errors are Kafka's
 # (GroupMetadataManager's classicGroup* methods in Kafka 4.x); doze keeps no
 # per-member timers, but sweeps deadlines every GROUP_TICK_S instead.
+
+@contextlib.contextmanager
+def coordinator_store():
+    """A coordinator's meta.db write: refused, it is NOT_COORDINATOR, as Kafka's
+    coordinators answer when their log refuses an append (KAFKA_STORAGE_ERROR)."""
+    try:
+        yield
+    except StoreFailed as e:
+        raise KafkaError(ErrorCode.NOT_COORDINATOR, e.detail) from None
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -4009,10 +4140,11 @@ class GroupCoordinator:
 
     def _save(self, g):
         """Store the group's membership (Kafka's GroupMetadata record)."""
-        self.store.save_group(g.group_id, {
-            "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
-            "generation": g.generation, "leader": g.leader, "empty_since_ms": g.empty_since_ms,
-            "members": [m.to_json() for m in g.members.values()]})
+        with coordinator_store():
+            self.store.save_group(g.group_id, {
+                "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
+                "generation": g.generation, "leader": g.leader, "empty_since_ms": g.empty_since_ms,
+                "members": [m.to_json() for m in g.members.values()]})
 
     def get(self, group_id):
         return self.groups.get(group_id)
@@ -4351,7 +4483,8 @@ class GroupCoordinator:
 
     def commit(self, group_id, offsets):
         """Store {(topic, partition): OffsetEntry} durably, then in memory."""
-        self.store.save_offsets(group_id, offsets)      # first: memory never runs ahead of meta.db
+        with coordinator_store():
+            self.store.save_offsets(group_id, offsets)  # first: memory never runs ahead of meta.db
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = Group(group_id)
@@ -4498,6 +4631,7 @@ class TransactionMetadata:
         self.last_update_ms = now_ms
         self.markers_needed = set()           # partitions still owed a marker
         self.marker_offsets = {}              # (topic, partition) -> offset of its marker
+        self.marker_error = None              # the last marker write the disk refused (logged once)
         # In memory only, for the console: the recent transitions (journal
         # events), and the last decided transaction's markers and offsets.
         self.history = collections.deque(maxlen=TXN_HISTORY)
@@ -4568,11 +4702,8 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              f"{meta.state.value} -> {changes['state'].value}")
         row = meta.row(**changes)
-        try:
+        with coordinator_store():
             self.store.save_txn(row)
-        except sqlite3.Error as e:
-            log.error("meta.db write for transaction %s failed: %s", meta.transactional_id, e)
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, "meta.db write failed") from None
         before = (meta.state, meta.producer_id, meta.producer_epoch)
         meta.adopt(row)
         self.txns[meta.transactional_id] = meta
@@ -4746,14 +4877,18 @@ class TransactionCoordinator:
             if plog is None:                       # the topic was deleted meanwhile
                 meta.markers_needed.discard(tp)
                 continue
+            if plog.offline:                       # retried after a restart (Kafka: until it is back)
+                continue
             now = self.now_ms()
             batch = bytearray(build_control_batch(meta.producer_id, meta.producer_epoch, commit, now))
             try:
                 base = self.logs.append(plog, batch, read_batch_header(batch))
-            except OSError as e:
-                log.error("transaction %s: the %s marker for %s-%d could not be written (%s); "
-                          "the decision stands, retrying", meta.transactional_id,
-                          "COMMIT" if commit else "ABORT", tp[0], tp[1], e)
+            except KafkaError as e:                # no room, or the partition just went offline
+                if meta.marker_error != e.detail:
+                    log.error("transaction %s: the %s marker for %s-%d could not be written (%s); "
+                              "the decision stands, retrying", meta.transactional_id,
+                              "COMMIT" if commit else "ABORT", tp[0], tp[1], e.detail)
+                meta.marker_error = e.detail
                 continue
             self.producer_state(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
                                                  base, now)
@@ -4784,8 +4919,7 @@ class TransactionCoordinator:
                        partitions=set(), groups=set(), offsets={}, last_update_ms=self.now_ms())
         try:
             self.store.complete_txn(row, offsets)
-        except sqlite3.Error as e:
-            log.error("transaction %s: meta.db write failed (%s); retrying", meta.transactional_id, e)
+        except StoreFailed:                     # logged by the store; the next group commit retries
             return
         for group, entries in offsets.items():
             self.groups.apply_committed(group, entries)
@@ -5375,9 +5509,20 @@ FLUSHED = "flushed"  # the park key notified after every group commit
 
 def durable(ctx, appended):
     """Every (log, last offset) appended is below its high watermark (fsynced),
-    or its topic is gone."""
-    return all(plog.high_watermark > last or ctx.logs.logs.get((plog.topic, plog.partition)) is not plog
-               for plog, last in appended)
+    or settled otherwise: its topic is gone, or its disk failed (LogManager.lost)."""
+    return all(plog.high_watermark > last or plog.offline or
+               ctx.logs.logs.get((plog.topic, plog.partition)) is not plog for plog, last in appended)
+
+
+def storage_failed(ctx, results):
+    """Produce answers [(topic, partition answer)] of partitions whose write
+    the disk lost, made KAFKA_STORAGE_ERROR (in place)."""
+    lost = ctx.logs.lost(ctx.appended)
+    for topic, part in results:
+        if (topic, part.index) in lost:
+            part.error_code, part.base_offset = ErrorCode.KAFKA_STORAGE_ERROR, -1
+            part.error_message = f"{topic}-{part.index} went offline before the write was durable"
+    return results
 
 
 def api(schema_text, min_served=None):
@@ -5579,7 +5724,10 @@ def handle_produce(ctx, req):
     if req.acks not in (0, 1, -1) and code != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         code = ErrorCode.INVALID_REQUIRED_ACKS
     if code is None and req.transactional_id is not None:    # one meta.db commit for all
-        ctx.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
+        try:
+            ctx.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
+        except StoreFailed:
+            code = ErrorCode.KAFKA_STORAGE_ERROR
     work = produce_all(ctx, req, code)
     if req.acks != 0 and sum(len(t.partition_data) for t in req.topic_data) > PARTITIONS_PER_STEP:
         return in_steps(wide_produce(ctx, work))        # thousands of partitions: in steps
@@ -5592,7 +5740,7 @@ def handle_produce(ctx, req):
         return CloseConnection(f"acks=0 produce failed: {failed[:3]}") if failed else NO_RESPONSE
 
     def respond(expired=False):
-        return produce_response(results) if durable(ctx, ctx.appended) else None
+        return produce_response(storage_failed(ctx, results)) if durable(ctx, ctx.appended) else None
     if code is not None:
         return respond()
     return Park(respond, keys=[FLUSHED], mute=False)     # answered once fsynced
@@ -5621,7 +5769,7 @@ def wide_produce(ctx, work):
     results = yield from work
     while not durable(ctx, ctx.appended):
         yield
-    return produce_response(results)
+    return produce_response(storage_failed(ctx, results))
 
 
 def produce_response(results):
@@ -6107,6 +6255,14 @@ def describe_topic(ctx, wanted, may_create, node_id, create_denied=None):
             return denied
         return auto_create(ctx, name, internal)
     count = topic.partitions
+    offline = ctx.logs.offline_partitions(name)
+    if offline:             # as KRaft shows a partition whose only replica's directory failed
+        return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
+                   partitions=[Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id],
+                                   isr_nodes=[node_id]) if p not in offline else
+                               Msg(partition_index=p, error_code=ErrorCode.LEADER_NOT_AVAILABLE, leader_id=-1,
+                                   leader_epoch=0, replica_nodes=[node_id], isr_nodes=[],
+                                   offline_replicas=[node_id]) for p in range(count)])
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
                partitions=Memo(("metadata", count, node_id), lambda: [
                    Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id],
@@ -7182,8 +7338,15 @@ def handle_write_txn_markers(ctx, req):
                     write_marker, ctx, (t.name, p), m) if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)))
         out.append(Msg(producer_id=m.producer_id,
                        topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)]))
-    return Park(lambda expired: Msg(markers=out) if durable(ctx, ctx.appended) else None,
-                keys=[FLUSHED], mute=False)
+
+    def respond(expired):
+        if not durable(ctx, ctx.appended):
+            return None
+        lost = ctx.logs.lost(ctx.appended)
+        for part in (p for m in out for t in m.topics for p in t.partitions if (t.name, p.partition_index) in lost):
+            part.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return Msg(markers=out)
+    return Park(respond, keys=[FLUSHED], mute=False)
 
 
 def write_marker(ctx, tp, m):
@@ -7192,10 +7355,7 @@ def write_marker(ctx, tp, m):
     state.check_marker(m.producer_id, m.producer_epoch)
     batch = bytearray(build_control_batch(m.producer_id, m.producer_epoch, m.transaction_result,
                                           ctx.now_ms, m.coordinator_epoch))
-    try:
-        base = ctx.logs.append(plog, batch, read_batch_header(batch))
-    except OSError as e:
-        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+    base = ctx.logs.append(plog, batch, read_batch_header(batch))     # KAFKA_STORAGE_ERROR if refused
     ctx.appended.append((plog, base))
     state.apply_marker(m.producer_id, m.producer_epoch, m.transaction_result, base, ctx.now_ms,
                        m.coordinator_epoch)
@@ -11551,7 +11711,7 @@ class Broker:
         _fsync_new_dirs(config.data_dir, self.files)
         db_path = os.path.join(config.data_dir, "meta.db")
         is_new = not os.path.exists(db_path)
-        self.store = MetadataStore(db_path)
+        self.store = MetadataStore(db_path, self.files)
         if is_new:
             self.files.fsync_dir(config.data_dir)     # meta.db's own directory entry
         if self.store.get_setting("cluster_id") is None:
@@ -11741,8 +11901,8 @@ class Broker:
             return
         except StopIteration:
             pass
-        except (OSError, sqlite3.Error):
-            log.exception("retention check failed; will try again")
+        except (OSError, StoreFailed) as e:
+            log.error("retention check failed (%s); will try again", e)
         except Exception as e:                  # a bug in doze: this check is lost, not the next
             log.error("retention check failed: %s: a bug in doze", where(e))
         for (topic, partition), table in self.producer_states.items():
@@ -11773,13 +11933,13 @@ class Broker:
         self.call_later(TXN_TICK_S, self._txn_tick)
         try:
             self.txns.tick()
-        except sqlite3.Error:
-            log.exception("transaction timeouts: meta.db failed; will try again")
+        except KafkaError as e:                 # meta.db refused a change (NOT_COORDINATOR)
+            log.error("transaction timeouts: %s; will try again", e.detail)
 
     def _expire_txn_ids(self):
         self.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
                         self._expire_txn_ids)
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
             self.txns.expire_ids()
 
     def _expire_producers(self):
@@ -11793,16 +11953,16 @@ class Broker:
         upcoming_ms = None
         try:
             upcoming_ms = self.groups.tick()
+        except KafkaError as e:                   # meta.db refused a change: the next tick retries
+            log.error("group timeouts: %s", e.detail)
         finally:                                  # the next tick, whatever this one did
             due = self.clock() + GROUP_TICK_S
             self.call_at(due if upcoming_ms is None else min(due, upcoming_ms / 1000), self._group_tick)
 
     def _expire_offsets(self):
         self.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
-        try:
+        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
             self.groups.expire_offsets()
-        except sqlite3.Error:
-            log.exception("offset expiry failed; will try again")
 
     # --- the loop ---
     def serve_forever(self):
@@ -11853,11 +12013,7 @@ class Broker:
     def _group_commit(self):
         """One fsync per dirty log, then answer everything that waited for it."""
         if self.logs.dirty or self.logs.data_dir_unsynced:
-            try:
-                moved = self.logs.flush_dirty(FLUSH_BUDGET_S)
-            except OSError:
-                log.exception("fsync failed; acknowledgements wait and the flush is retried")
-                return
+            moved = self.logs.flush_dirty(FLUSH_BUDGET_S)    # a failed fsync: that log offline
             for plog in moved:
                 self.notify((plog.topic, plog.partition))
             if self.tracer is not None:
@@ -12305,7 +12461,7 @@ class DemoDisk(Files):
 
     def write(self, fd, data):
         if self.refusing and self.paths.get(fd, "").startswith(self.refusing + os.sep):
-            raise OSError(errno.EIO, "the demo's disk refuses this write")
+            raise OSError(errno.ENOSPC, "the demo's disk refuses this write")
         super().write(fd, data)
 
 

@@ -2527,10 +2527,13 @@ class PowerCutFiles(doze.Files):
     written by sqlite, which syncs itself (WAL, synchronous=FULL), so its
     contents are left alone -- but its directory entry must be durable.
 
-    cut_at=N: the power goes out at the N-th change the broker asks for: that
-    change and every later one fail with EIO, and on_cut() is called (the
-    test's hook to stop the broker). cut() then rewrites the directory to what
-    would be on disk after the reboot."""
+    cut_at=N: the power goes out at the N-th change the broker asks for (a
+    write, fsync, rename... or a meta.db commit): that change and every later
+    one fail with EIO (a commit: sqlite's disk I/O error, rolled back), and
+    on_cut() is called (the test's hook to stop the broker). cut() then
+    rewrites the directory to what would be on disk after the reboot; without
+    it, what is left is what a crash (kill -9) at that point leaves. .labels
+    names every change made, in order (which call, which file)."""
 
     SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
 
@@ -2538,6 +2541,7 @@ class PowerCutFiles(doze.Files):
         self.root = os.path.abspath(root)
         self.cut_at, self.on_cut = cut_at, on_cut
         self.changes = 0
+        self.labels = []
         self.dead = False
         self.paths = {}                  # fd -> path
         self.durable = {}                # path -> bytes as of the last fsync
@@ -2557,10 +2561,14 @@ class PowerCutFiles(doze.Files):
         with open(path, "rb") as f:
             return f.read()
 
-    def _change(self):
+    def _change(self, what=None):
         if self.dead:
             raise OSError(5, "power is out")
         self.changes += 1
+        caller = sys._getframe(1)
+        what = what or caller.f_locals.get("path") or self.paths.get(caller.f_locals.get("fd"), "")
+        what = os.path.relpath(what, self.root) if os.path.isabs(str(what)) else what
+        self.labels.append(f"{caller.f_code.co_name} {what}")
         if self.cut_at is not None and self.changes >= self.cut_at:
             self.dead = True
             if self.on_cut:
@@ -2625,7 +2633,7 @@ class PowerCutFiles(doze.Files):
         self.entries.discard(path)
 
     def rename(self, src, dst):
-        self._change()
+        self._change(src)
         super().rename(src, dst)
         src, dst = os.path.abspath(src), os.path.abspath(dst)
         self.durable[dst] = self.durable.pop(src, b"")
@@ -2638,6 +2646,13 @@ class PowerCutFiles(doze.Files):
         for known in (self.durable, self.entries):
             for p in [p for p in known if p == path or p.startswith(path + os.sep)]:
                 known.pop(p) if isinstance(known, dict) else known.discard(p)
+
+    def commit(self, db):
+        try:
+            self._change("meta.db")
+        except OSError as e:
+            raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
+        super().commit(db)
 
     # --- the power cut ---
     def cut(self):
@@ -2804,6 +2819,248 @@ def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
     broker = start_broker()
     with RawClient(broker.port) as c:
         assert c.metadata(["entry"], allow_auto_topic_creation=False).topics[0].error_code == 0
+
+
+# --- Crash at every point ---------------------------------------------------------
+# A transactional workload on the PowerCutFiles layer numbers every change the
+# broker makes (write, fsync, directory fsync, rename, truncate, mkdir, unlink,
+# meta.db commit). For each point N the disk dies at N (the broker is stopped
+# there), and the broker restarts on what a crash leaves (every write made) or,
+# separately, on what a power cut leaves (only what was fsynced). Then every
+# invariant is checked against what the clients were told.
+
+class Ledger:
+    """What the workload's clients were told, and so may rely on."""
+
+    def __init__(self):
+        self.topic_created = False
+        self.acked = {}              # (topic, partition) -> {offset: value}: every answered produce
+        self.txns = []               # [{"values": {tp: [v]}, "offsets": {tp: o}, "end": None/True/False, "told": bool}]
+        self.plain_offset = None     # an OffsetCommit answered
+        self.idem_sent = []          # (batch, seq, values) of the idempotent producer, in order
+        self.idem_acked = {}         # seq -> offset
+
+
+CP_TOPIC, CP_GROUP, CP_PLAIN_GROUP = "cp", "cp-group", "cp-plain"
+
+
+def crash_workload(port, ledger, strict=False):
+    """Topics, three transactions (committed, aborted, left open), an
+    idempotent producer, plain offset commits. Ends where the broker goes away
+    (strict: it must not)."""
+    try:
+        with RawClient(port, timeout=5) as c:
+            [res] = c.create_topics((CP_TOPIC, 2, {"internal.segment.bytes": "300"}))
+            assert res.error_code == 0, res
+            ledger.topic_created = True
+            txn = Txn(c, "cp-txn", timeout_ms=600000)
+            for n, (commit, tps) in enumerate([(True, [(CP_TOPIC, 0), (CP_TOPIC, 1)]),
+                                               (False, [(CP_TOPIC, 0)]),
+                                               (True, [(CP_TOPIC, 1), (CP_TOPIC, 0)]),
+                                               (None, [(CP_TOPIC, 1)])]):
+                t = {"values": {}, "offsets": {}, "end": commit, "told": False}
+                ledger.txns.append(t)
+                assert set(txn.add(*tps).values()) == {0}
+                for tp in tps:
+                    values = [b"txn%d-%s-%d-%d" % (n, tp[0].encode(), tp[1], i) for i in range(2)]
+                    t["values"][tp] = values
+                    part = txn.produce(*tp, values)
+                    assert part.error_code == 0, part
+                    ledger.acked.setdefault(tp, {}).update({part.base_offset + i: v for i, v in enumerate(values)})
+                if commit is None:
+                    return True                              # left open: undecided
+                assert txn.add_offsets(CP_GROUP) == 0
+                t["offsets"] = {(CP_TOPIC, 0): 10 + n}
+                assert set(txn.commit_offsets(CP_GROUP, t["offsets"]).values()) == {0}
+                assert txn.end(commit) == 0
+                t["told"] = True
+                if n == 0:
+                    crash_idempotent(c, ledger)
+    except (EOFError, ConnectionError, socket.timeout, AssertionError):
+        if strict:
+            raise
+        return False                                          # the disk died: the broker is gone
+
+
+def crash_idempotent(c, ledger):
+    """An idempotent producer's two batches, then a plain OffsetCommit."""
+    pid, epoch = init_producer_id(c)
+    for seq in (0, 2):
+        values = [b"idem-%d" % seq, b"idem-%d" % (seq + 1)]
+        batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        ledger.idem_sent.append((batch, seq, values))
+        p = c.produce(CP_TOPIC, 1, batch)
+        assert p.error_code == 0, p
+        ledger.idem_acked[seq] = p.base_offset
+        ledger.acked.setdefault((CP_TOPIC, 1), {}).update({p.base_offset: values[0], p.base_offset + 1: values[1]})
+    r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id=CP_PLAIN_GROUP, generation_id_or_member_epoch=-1,
+               member_id="", group_instance_id=None, topics=[Msg(name=CP_TOPIC, partitions=[
+                   Msg(partition_index=1, committed_offset=77, committed_leader_epoch=-1, committed_metadata="")])])
+    assert r.topics[0].partitions[0].error_code == 0
+    ledger.plain_offset = 77
+
+
+def crash_violations(port, ledger):
+    """-> [what is wrong] after a restart, checked against the ledger."""
+    bad = []
+    with RawClient(port) as c:
+        topics = {t.name: t for t in c.metadata([CP_TOPIC], allow_auto_topic_creation=False).topics}
+        if not ledger.topic_created:
+            return bad
+        if topics[CP_TOPIC].error_code != 0 or len(topics[CP_TOPIC].partitions) != 2:
+            return ["the answered CreateTopics is gone"]
+        tps = [(CP_TOPIC, 0), (CP_TOPIC, 1)]
+        logs = {tp: dict(c.values(*tp)) for tp in tps}
+        for tp, records in ledger.acked.items():
+            bad += [f"acknowledged {tp} @{o} {v!r} reads {logs[tp].get(o)!r}" for o, v in records.items()
+                    if logs[tp].get(o) != v]
+        bad += crash_idempotent_violations(c, ledger, logs)
+        # The application restarts: its InitProducerId aborts what is open, finishes what is decided.
+        assert wait_until(lambda: c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="cp-txn",
+                                         transaction_timeout_ms=60000).error_code == 0, timeout_s=10)
+        for tp in tps:
+            if not wait_until(lambda: (lambda p: p.last_stable_offset == p.high_watermark)(
+                    fetch_isolated(c, *tp)), timeout_s=5):
+                bad.append(f"{tp}: the LSO is stuck below the high watermark")
+        visible = {tp: set(visible_values(c, *tp, every_segment=True)) for tp in tps}
+        offsets = committed_offsets(c, CP_GROUP, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
+        for n, t in enumerate(ledger.txns):
+            shown = {tp: set(vs) <= visible[tp] for tp, vs in t["values"].items()}
+            hidden = {tp: not (set(vs) & visible[tp]) for tp, vs in t["values"].items()}
+            if t["told"] and t["end"]:
+                if not all(shown.values()):
+                    bad.append(f"transaction {n}: its commit was answered, its records are not all visible")
+            elif t["told"] or t["end"] is None:
+                if not all(hidden.values()):
+                    bad.append(f"transaction {n}: aborted or undecided, yet read_committed shows its records")
+            elif not (all(shown.values()) or all(hidden.values())):
+                bad.append(f"transaction {n}: half of it is visible ({shown})")
+        committed = [t for t in ledger.txns if t["end"] and t["offsets"] and
+                     t["values"] and all(set(vs) <= visible[tp] for tp, vs in t["values"].items())]
+        want = committed[-1]["offsets"][(CP_TOPIC, 0)] if committed else -1
+        if offsets != want:
+            bad.append(f"the group's offset is {offsets}, its committed transactions say {want}")
+        if ledger.plain_offset is not None:
+            got = committed_offsets(c, CP_PLAIN_GROUP, [(CP_TOPIC, 1)])[(CP_TOPIC, 1)][1]
+            if got != ledger.plain_offset:
+                bad.append(f"the answered OffsetCommit reads {got}")
+    return bad
+
+
+def crash_idempotent_violations(c, ledger, logs):
+    """The idempotent producer retries its last batch, then sends the next:
+    one copy of each in the log, no sequence error."""
+    if not ledger.idem_sent:
+        return []
+    bad = []
+    batch, seq, values = ledger.idem_sent[-1]
+    retry = c.produce(CP_TOPIC, 1, batch)
+    if retry.error_code != 0 or seq in ledger.idem_acked and retry.base_offset != ledger.idem_acked[seq]:
+        bad.append(f"the idempotent retry of seq {seq} got {retry.error_code} @{retry.base_offset}")
+    if seq == 0:
+        pid, epoch = header_of(batch).producer_id, header_of(batch).producer_epoch
+        nxt = c.produce(CP_TOPIC, 1, make_batch([b"idem-2", b"idem-3"], producer_id=pid,
+                                                producer_epoch=epoch, base_sequence=2))
+        if nxt.error_code != 0:
+            bad.append(f"the idempotent producer's next batch got {nxt.error_code}")
+    after = [v for _, v in c.values(CP_TOPIC, 1) if v.startswith(b"idem-")]
+    if sorted(after) != sorted(set(after)):
+        bad.append(f"idempotent records written twice: {after}")
+    return bad
+
+
+def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False):
+    """Run the workload once to number its changes, then crash at each (or at
+    `points`; first_failure: stop at the first point that fails).
+    -> (number of points, [(point, its change, what is wrong)])."""
+    count, labels = None, None
+    failures = []
+    n = 0
+    while count is None or n <= count:
+        data = tmp_path / f"run-{n}"
+        holder = []
+        files = files_class(data)
+
+        def die():
+            holder[0].stop(clean=False)
+        files.on_cut = die
+        broker = _crash_broker(data, files)
+        holder.append(broker)
+        if n:
+            files.cut_at = files.changes + n
+        before = files.changes
+        ledger = Ledger()
+        crash_workload(broker.port, ledger, strict=not n)
+        broker.stop(clean=False)
+        assert broker.stopped.wait(5)
+        made = files.labels[before:]
+        if not n:
+            count, labels = len(made), made
+            n = 1 if points is None else points.pop(0)
+            continue
+        assert made == labels[:n], f"the workload is not deterministic at point {n}: {made[-3:]}"
+        if power_cut:
+            files.cut()
+        broker = _crash_broker(data)
+        try:
+            failures += [(n, labels[n - 1], why) for why in crash_violations(broker.port, ledger)]
+        finally:
+            broker.stop(clean=False)
+            assert broker.stopped.wait(5)
+        import shutil
+        shutil.rmtree(data)
+        if first_failure and failures:
+            break
+        if points is not None:
+            if not points:
+                break
+            n = points.pop(0)
+        else:
+            n += 1
+    return count, failures
+
+
+def _crash_broker(data, files=None):
+    config = doze.Config(None, data_dir=data, host="127.0.0.1", port=0)
+    broker = doze.Broker(config, files=files)
+    thread = threading.Thread(target=broker.serve_forever, name="doze-crash", daemon=True)
+    broker._thread = thread
+    thread.start()
+    return broker
+
+
+@pytest.mark.parametrize("power_cut", [False, True], ids=["crash", "power-cut"])
+def test_crash_at_every_point_loses_nothing_acknowledged(tmp_path, power_cut):
+    """Verifies, for every change the workload makes, that a crash (or a power
+    cut) exactly there loses nothing any client was told: answered produces at
+    their offsets, answered commits whole with their offsets, aborted and
+    undecided transactions invisible to read_committed, no LSO stuck, the
+    idempotent producer's sequences intact."""
+    count, failures = crash_points(tmp_path, power_cut)
+    assert count > 60                  # the workload reaches its every part (its size is in the README)
+    assert failures == []
+
+
+class SkipsMarkerFsync(PowerCutFiles):
+    """A doze that forgot to fsync the markers before finishing the commit: an
+    fsync right after a marker's write returns without making it durable."""
+
+    def write(self, fd, data):
+        super().write(fd, data)
+        self.marker_last = len(data) > 22 and bool(data[22] & doze.ATTR_CONTROL)
+
+    def fsync(self, fd):
+        if getattr(self, "marker_last", False):
+            self._change()
+            return
+        super().fsync(fd)
+
+
+def test_crash_at_every_point_negative_control_fails_without_an_fsync(tmp_path):
+    """The check above can fail: a layer that skips the markers' fsync loses
+    answered commits at some power-cut point."""
+    count, failures = crash_points(tmp_path, power_cut=True, files_class=SkipsMarkerFsync, first_failure=True)
+    assert any("commit was answered" in why for _, _, why in failures), failures
 
 
 # --- Consumer groups (the classic protocol) ------------------------------------------
@@ -3187,20 +3444,31 @@ def fetch_isolated(client, topic, partition, offset=0, read_committed=True):
     return part
 
 
-def visible_values(client, topic, partition, read_committed=True):
+def visible_values(client, topic, partition, read_committed=True, every_segment=False):
     """What a consumer sees: data records below the LSO (or HW), minus aborted
-    transactions' records and control batches, as Java's consumer filters."""
+    transactions' records and control batches, as Java's consumer filters.
+    One Fetch (one segment), or every_segment: fetches until the end."""
     part = fetch_isolated(client, topic, partition, 0, read_committed)
-    aborted = {a.producer_id: a.first_offset for a in (part.aborted_transactions or [])}
-    out = []
-    for batch in split_batches(part.records):
+    batches, aborted_list = split_batches(part.records), list(part.aborted_transactions or [])
+    while every_segment and batches:
+        last = header_of(batches[-1])
+        nxt = fetch_isolated(client, topic, partition, last.base_offset + last.last_offset_delta + 1,
+                             read_committed)
+        if not nxt.records:
+            break
+        batches += split_batches(nxt.records)
+        aborted_list += nxt.aborted_transactions or []
+    pending = sorted({(a.first_offset, a.producer_id) for a in aborted_list})
+    aborting, out = set(), []                 # Java's consumer: the queue of aborted transactions
+    for batch in batches:
         h = header_of(batch)
+        while pending and pending[0][0] <= h.base_offset + h.last_offset_delta:
+            aborting.add(pending.pop(0)[1])
         if h.attributes & doze.ATTR_CONTROL:
-            if h.producer_id in aborted and doze.control_type(batch) == doze.CONTROL_ABORT:
-                del aborted[h.producer_id]
+            if doze.control_type(batch) == doze.CONTROL_ABORT:
+                aborting.discard(h.producer_id)
             continue
-        if read_committed and h.attributes & doze.ATTR_TRANSACTIONAL and \
-                h.producer_id in aborted and h.base_offset >= aborted[h.producer_id]:
+        if read_committed and h.attributes & doze.ATTR_TRANSACTIONAL and h.producer_id in aborting:
             continue
         out += [v for _, _, v, _ in batch_records(batch)]
     return out
@@ -3635,7 +3903,7 @@ def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch
         txn = _txn_with_offsets(client, "crash2")
 
         def fail(*args):
-            raise sqlite3.OperationalError("injected: disk I/O error")
+            raise doze.StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, "injected: disk I/O error")
         monkeypatch.setattr(broker.store, "complete_txn", fail)
         client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
                     producer_epoch=txn.epoch, committed=True)
@@ -3652,19 +3920,22 @@ def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch
 
 
 class FailingMarkers(doze.Files):
-    """A disk that refuses control batches (markers) while .broken is set."""
+    """A disk that refuses control batches (markers) while .broken is set,
+    with .errno (ENOSPC: no room, then room again)."""
     broken = False
+    errno = errno.ENOSPC
 
     def write(self, fd, data):
         if self.broken and len(data) > 21 and data[21 + 1] & doze.ATTR_CONTROL:
-            raise OSError(errno.EIO, "injected: marker write failed")
+            raise OSError(self.errno, "injected: marker write failed")
         super().write(fd, data)
 
 
 def test_txn_marker_write_failure_keeps_the_decision(start_broker, monkeypatch):
-    """Verifies that when a marker cannot be written the decision stands: EndTxn
-    answers CONCURRENT_TRANSACTIONS, the other decision is never carried out,
-    and the coordinator finishes on its own once the disk recovers."""
+    """Verifies that when a marker cannot be written for want of room the
+    decision stands: EndTxn answers CONCURRENT_TRANSACTIONS, the other decision
+    is never carried out, and the coordinator finishes on its own once there
+    is room again."""
     monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
     files = FailingMarkers()
     broker = start_broker(files=files)
@@ -6935,7 +7206,7 @@ def test_cli_demo_runs_without_pauses(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
     assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
-    assert "could not be written ([Errno 5] the demo's disk refuses this write)" in r.stderr
+    assert "could not be written (the demo's disk refuses this write)" in r.stderr
     assert os.listdir(scratch) == [] and os.listdir(tmp_path) == ["tmp"]   # its broker's directory is gone
 
 
