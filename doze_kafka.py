@@ -6351,7 +6351,12 @@ def handle_offset_commit(ctx, req):
                     p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
                     ctx.now_ms)
     if offsets:
-        ctx.groups.commit(req.group_id, offsets)
+        try:
+            ctx.groups.commit(req.group_id, offsets)
+        except KafkaError as e:                 # meta.db refused it: NOT_COORDINATOR, on each
+            for t, part in results:
+                if (t, part.partition_index) in offsets:
+                    part.error_code = e.code
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 

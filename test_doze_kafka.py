@@ -3037,8 +3037,8 @@ def test_crash_at_every_point_loses_nothing_acknowledged(tmp_path, power_cut):
     undecided transactions invisible to read_committed, no LSO stuck, the
     idempotent producer's sequences intact."""
     count, failures = crash_points(tmp_path, power_cut)
-    assert count > 60                  # the workload reaches its every part (its size is in the README)
     assert failures == []
+    assert count > 60                  # the workload reaches its every part (its size is in the README)
 
 
 class SkipsMarkerFsync(PowerCutFiles):
@@ -3061,6 +3061,181 @@ def test_crash_at_every_point_negative_control_fails_without_an_fsync(tmp_path):
     answered commits at some power-cut point."""
     count, failures = crash_points(tmp_path, power_cut=True, files_class=SkipsMarkerFsync, first_failure=True)
     assert any("commit was answered" in why for _, _, why in failures), failures
+
+
+# --- Failing disks ------------------------------------------------------------------
+# Injected through the Files layer: EIO on an fsync, ENOSPC on a write, a
+# meta.db that refuses commits. Each gets Kafka's answer and loses nothing
+# acknowledged; conformance/disk/check.py does the same on a real, small,
+# full and then read-only file system.
+
+class SickDisk(doze.Files):
+    """Files whose fsyncs (`fsync_errno`) or writes (`write_errno`) fail for
+    paths under `sick` (a partition directory), and whose meta.db commits fail
+    while `meta_db_error` is set. Counts the fsyncs each path gets."""
+
+    def __init__(self):
+        self.paths, self.fsyncs = {}, collections.Counter()
+        self.sick = self.fsync_errno = self.write_errno = self.meta_db_error = None
+
+    def _sick(self, fd):
+        return self.sick and self.paths.get(fd, "").startswith(self.sick + os.sep)
+
+    def open_append(self, path, create):
+        fd = super().open_append(path, create)
+        self.paths[fd] = str(path)
+        return fd
+
+    def write(self, fd, data):
+        if self.write_errno and self._sick(fd):
+            raise OSError(self.write_errno, os.strerror(self.write_errno))
+        super().write(fd, data)
+
+    def fsync(self, fd):
+        self.fsyncs[self.paths.get(fd)] += 1
+        if self.fsync_errno and self._sick(fd):
+            raise OSError(self.fsync_errno, os.strerror(self.fsync_errno))
+        super().fsync(fd)
+
+    def commit(self, db):
+        if self.meta_db_error:
+            raise sqlite3.OperationalError(self.meta_db_error)
+        super().commit(db)
+
+
+def test_disk_fsync_eio_takes_the_partition_offline_and_never_retries(start_broker, tmp_path, caplog):
+    """Verifies fsyncgate's rule: after EIO on an fsync the batch waiting on it
+    is answered KAFKA_STORAGE_ERROR (never acknowledged), the fsync is not
+    retried, every request naming the partition gets KAFKA_STORAGE_ERROR and
+    Metadata shows it offline, while the other partition serves on; a restart
+    on a sound disk brings it back with everything acknowledged."""
+    files = SickDisk()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("sick", partitions=2)
+        assert c.produce("sick", 0, make_batch([b"before"])).error_code == 0
+        files.sick, files.fsync_errno = str(tmp_path / "data" / "sick-0"), errno.EIO
+        failed = c.produce("sick", 0, make_batch([b"never acknowledged"]))
+        assert (failed.error_code, failed.base_offset) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        segment = str(tmp_path / "data" / "sick-0" / doze.segment_name(0))
+        tried = files.fsyncs[segment]
+        assert c.produce("sick", 0, make_batch([b"later"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert c.fetch("sick", 0, 0).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert c.list_offset("sick", 0, -1).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        [part0, part1] = c.metadata(["sick"]).topics[0].partitions
+        assert (part0.error_code, part0.leader_id, part0.offline_replicas) == \
+            (ErrorCode.LEADER_NOT_AVAILABLE, -1, [broker.config["node.id"]])
+        assert (part1.error_code, part1.leader_id) == (0, broker.config["node.id"])
+        assert c.produce("sick", 1, make_batch([b"healthy"])).error_code == 0     # the rest is served
+        assert c.values("sick", 1) == [(0, b"healthy")]
+        time.sleep(0.1)
+        assert files.fsyncs[segment] == tried                # never retried-and-trusted
+    assert sum("sick-0 is offline: fsync failed" in r.getMessage() for r in caplog.records) == 1
+    stop(broker)
+    broker = start_broker()                                  # a sound disk again
+    with RawClient(broker.port) as c:
+        got = [v for _, v in c.values("sick", 0)]
+        assert got[0] == b"before" and b"later" not in got
+        assert c.produce("sick", 0, make_batch([b"back"])).error_code == 0
+
+
+def test_disk_fsync_eio_with_a_transaction_open_keeps_the_commit_for_the_restart(start_broker, tmp_path):
+    """Verifies that a commit whose marker's fsync fails is not answered as
+    done (CONCURRENT_TRANSACTIONS while the partition is offline) and is
+    carried out whole after a restart on a sound disk."""
+    files = SickDisk()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("sick-txn", partitions=2)
+        txn = Txn(c, "sick-txn")
+        assert set(txn.add(("sick-txn", 0), ("sick-txn", 1)).values()) == {0}
+        assert txn.produce("sick-txn", 0, [b"a"]).error_code == 0
+        assert txn.produce("sick-txn", 1, [b"b"]).error_code == 0
+        files.sick, files.fsync_errno = str(tmp_path / "data" / "sick-txn-1"), errno.EIO
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
+            assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert describe_txn(c, "sick-txn").transaction_state == "PrepareCommit"
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert wait_until(lambda: describe_txn(c, "sick-txn").transaction_state == "CompleteCommit")
+        assert visible_values(c, "sick-txn", 0) == [b"a"] and visible_values(c, "sick-txn", 1) == [b"b"]
+
+
+def test_disk_full_refuses_the_write_and_recovers_when_space_returns(start_broker, tmp_path):
+    """Verifies ENOSPC: the produce is refused with KAFKA_STORAGE_ERROR, the
+    file is cut back, nothing acknowledged is lost, and once there is room
+    again the partition takes writes at the next offset, no restart needed."""
+    files = SickDisk()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("full")
+        assert c.produce("full", 0, make_batch([b"one", b"two"])).error_code == 0
+        files.sick, files.write_errno = str(tmp_path / "data" / "full-0"), errno.ENOSPC
+        for _ in range(3):
+            assert c.produce("full", 0, make_batch([b"no room"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert c.values("full", 0) == [(0, b"one"), (1, b"two")]
+        assert c.metadata(["full"]).topics[0].partitions[0].error_code == 0       # online
+        files.write_errno = None
+        assert c.produce("full", 0, make_batch([b"three"])).base_offset == 2
+        assert c.values("full", 0) == [(0, b"one"), (1, b"two"), (2, b"three")]
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert c.values("full", 0) == [(0, b"one"), (1, b"two"), (2, b"three")]
+
+
+@pytest.mark.parametrize("error", ["attempt to write a readonly database", "database or disk is full",
+                                   "disk I/O error"])
+def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path, error):
+    """Verifies a meta.db that cannot be written (read-only, full, failing):
+    the coordinators answer NOT_COORDINATOR (Kafka's answer when their log
+    refuses an append), InitProducerId COORDINATOR_LOAD_IN_PROGRESS or
+    NOT_COORDINATOR, CreateTopics KAFKA_STORAGE_ERROR with nothing left; plain
+    produce and fetch serve on; nothing in memory runs ahead of meta.db; and
+    all works again once meta.db takes writes."""
+    files = SickDisk()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("md")
+        txn = Txn(c, "md-txn")
+        assert c.call(ApiKey.OFFSET_COMMIT, 8, group_id="md-g", generation_id_or_member_epoch=-1, member_id="",
+                      group_instance_id=None, topics=[Msg(name="md", partitions=[Msg(
+                          partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                          committed_metadata="")])]).topics[0].partitions[0].error_code == 0
+        files.meta_db_error = error
+        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="md-g", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[Msg(name="md", partitions=[Msg(
+                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+        assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        assert committed_offsets(c, "md-g", [("md", 0)])[("md", 0)] == (0, 1)      # memory kept meta.db's
+        assert txn.add(("md", 0)) == {("md", 0): ErrorCode.NOT_COORDINATOR}
+        assert describe_txn(c, "md-txn").transaction_state == "Empty"
+        [res] = c.create_topics(("md-new", 3, {}))
+        assert res.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert not any(name.startswith("md-new") for name in os.listdir(tmp_path / "data"))
+        assert c.metadata(["md-new"], allow_auto_topic_creation=False).topics[0].error_code == \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert c.produce("md", 0, make_batch([b"plain"])).error_code == 0          # the logs serve on
+        files.meta_db_error = None
+        assert txn.add(("md", 0)) == {("md", 0): 0}
+        [res] = c.create_topics(("md-new", 3, {}))
+        assert res.error_code == 0
+    assert broker.stopped.is_set() is False
+
+
+def test_disk_meta_db_damaged_at_start_says_so(tmp_path):
+    """Verifies that a meta.db that is not a database stops the start with one
+    clear line, not a traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.db").write_bytes(b"this is not sqlite" * 100)
+    r = subprocess.run([sys.executable, doze.__file__, "--data-dir", str(data), "--port", "0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "cannot start" in r.stderr and "meta.db cannot be used" in r.stderr and "damaged" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 # --- Consumer groups (the classic protocol) ------------------------------------------
