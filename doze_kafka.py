@@ -32,7 +32,9 @@ Reading guide -- the file reads top to bottom; nothing refers to a later section
   §5 schemas, with each field's nullability per version
   §6 record batches and CRC-32C; what Produce checks inside a batch (framing,
      keys of compacted topics, timestamps) and a record reader that trusts nothing
-  §7 storage: descriptors opened on demand, segments with a bisectable time
+  §7 storage: every change to the disk through one layer (Files), what happens
+     when the disk fails (a partition offline, never an fsync retried and
+     trusted), descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators (producer state, groups, transactions)
   §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
@@ -61,6 +63,8 @@ transaction works, step by step"), then read each step's code:
   7 the timeout         .tick -> ._fence_and_abort
   8 a crash, restarted  .load (a stored decision is carried out); rebuild_producer_state
 Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
+Failing disks and crashes: §7's "When the disk fails", LogManager.append and
+flush_dirty, MetadataStore.transaction (StoreFailed), coordinator_store.
 """
 
 ###############################################################################
@@ -78,6 +82,10 @@ import datetime
 import decimal
 import enum
 import errno
+try:
+    import fcntl                # the data directory's lock; Windows has none (msvcrt is not used)
+except ImportError:
+    fcntl = None
 import functools
 import gc
 import hashlib
@@ -11704,6 +11712,20 @@ def _fsync_new_dirs(path, files):
         files.fsync_dir(os.path.dirname(d))
 
 
+def lock_data_dir(path):
+    """Kafka's .lock: one broker per data directory (two would write the same
+    segments and meta.db). -> the open lock file, held until the broker stops."""
+    f = open(os.path.join(path, ".lock"), "a+b")
+    try:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise OSError(errno.EBUSY, f"Failed to acquire lock on file .lock in {path}. A Kafka instance in "
+                                   "another process or thread is using this directory.") from None
+    return f
+
+
 class Broker:
     """A whole single-node Kafka cluster. Binds its port on construction (so
     .port is known before serve_forever starts, as Kafka's acceptors bind at
@@ -11714,71 +11736,76 @@ class Broker:
         self.clock = config.clock
         self.files = files or Files()
         _fsync_new_dirs(config.data_dir, self.files)
-        db_path = os.path.join(config.data_dir, "meta.db")
-        is_new = not os.path.exists(db_path)
-        self.store = MetadataStore(db_path, self.files)
-        if is_new:
-            self.files.fsync_dir(config.data_dir)     # meta.db's own directory entry
-        if self.store.get_setting("cluster_id") is None:
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]   # Kafka's form
-            self.store.set_settings({"cluster_id": cluster_id})
-        for key, value in self.store.settings_with_prefix(DYNAMIC_PREFIX).items():
-            node = key.startswith(NODE_PREFIX)
-            config.set_dynamic(node, key[len(NODE_PREFIX if node else DYNAMIC_PREFIX):], value)
-        descriptors = raise_descriptor_limit()
-        self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
-        # Connections get what the segment files leave, less some for sqlite,
-        # the listener and the log: then accepting stops rather than failing.
-        self.connection_descriptors = max(16, descriptors // 2 - 64)
-        self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
-        self.logs.load()
-        self.producer_ids = ProducerIdManager(self.store)
-        self.producer_states = {}
-        self.txn_partitions = self.store.transactional_partitions()
-        for tp in sorted(self.txn_partitions):        # their LSO is needed from the first fetch
-            if tp in self.logs.logs:
-                self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
-        self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
-        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
-        self.tracer = Tracer.open(self)              # None unless doze.trace is set
-        self.groups = GroupCoordinator(config, self.store, self.logs, self.notify, self.journal)
-        self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
-                                           self.producer_state, self.producer_ids, self.notify, self.journal)
-        self.txns.load()
-        self.selector = selectors.DefaultSelector()
-        self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
-        self.port = self.listening[0].port
-        if "log.dirs" not in config.given:
-            config.set_static("log.dirs", config.data_dir)
-        if "node.id" not in config.given:             # Kafka has no default: it must be set
-            config.set_static("node.id", config["node.id"])
-        self.listen(True)
-        self.waker = _Waker()
-        self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
-        self.connections = set()
-        self.ip_counts = collections.Counter()
-        self.accepting = True           # False while at max.connections
-        self.turns = config["queued.max.requests"]   # requests still to take in this pass
-        self.pass_deadline = float("inf")            # ... and until when
-        self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
-        self.waiters = {}               # park key -> {Park}
-        self.timers = []                # heap of (when_s, seq, fn)
-        self._timer_seq = 0
-        self._calls = collections.deque()   # functions run_in_loop() hands over
-        self._stopping = False
-        self._clean_stop = True
-        self.stopped = threading.Event()
-        self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
-        self.call_later(GROUP_TICK_S, self._group_tick)
-        self.call_later(TXN_TICK_S, self._txn_tick)
-        self.call_later(config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
-                        self._expire_txn_ids)
-        self.call_later(config["producer.id.expiration.check.interval.ms"] / 1000,
-                        self._expire_producers)
-        self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
-        self.call_later(SWEEP_S, self._sweep_connections)
-        self.call_later(TRIM_S, self._trim_memory)
-        self.console = Console.open(self)            # None unless doze.console.listener is set
+        self.dir_lock = lock_data_dir(config.data_dir)
+        try:
+            db_path = os.path.join(config.data_dir, "meta.db")
+            is_new = not os.path.exists(db_path)
+            self.store = MetadataStore(db_path, self.files)
+            if is_new:
+                self.files.fsync_dir(config.data_dir)     # meta.db's own directory entry
+            if self.store.get_setting("cluster_id") is None:
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]   # Kafka's form
+                self.store.set_settings({"cluster_id": cluster_id})
+            for key, value in self.store.settings_with_prefix(DYNAMIC_PREFIX).items():
+                node = key.startswith(NODE_PREFIX)
+                config.set_dynamic(node, key[len(NODE_PREFIX if node else DYNAMIC_PREFIX):], value)
+            descriptors = raise_descriptor_limit()
+            self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
+            # Connections get what the segment files leave, less some for sqlite,
+            # the listener and the log: then accepting stops rather than failing.
+            self.connection_descriptors = max(16, descriptors // 2 - 64)
+            self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
+            self.logs.load()
+            self.producer_ids = ProducerIdManager(self.store)
+            self.producer_states = {}
+            self.txn_partitions = self.store.transactional_partitions()
+            for tp in sorted(self.txn_partitions):        # their LSO is needed from the first fetch
+                if tp in self.logs.logs:
+                    self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
+            self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
+            self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
+            self.tracer = Tracer.open(self)              # None unless doze.trace is set
+            self.groups = GroupCoordinator(config, self.store, self.logs, self.notify, self.journal)
+            self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
+                                               self.producer_state, self.producer_ids, self.notify, self.journal)
+            self.txns.load()
+            self.selector = selectors.DefaultSelector()
+            self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
+            self.port = self.listening[0].port
+            if "log.dirs" not in config.given:
+                config.set_static("log.dirs", config.data_dir)
+            if "node.id" not in config.given:             # Kafka has no default: it must be set
+                config.set_static("node.id", config["node.id"])
+            self.listen(True)
+            self.waker = _Waker()
+            self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
+            self.connections = set()
+            self.ip_counts = collections.Counter()
+            self.accepting = True           # False while at max.connections
+            self.turns = config["queued.max.requests"]   # requests still to take in this pass
+            self.pass_deadline = float("inf")            # ... and until when
+            self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
+            self.waiters = {}               # park key -> {Park}
+            self.timers = []                # heap of (when_s, seq, fn)
+            self._timer_seq = 0
+            self._calls = collections.deque()   # functions run_in_loop() hands over
+            self._stopping = False
+            self._clean_stop = True
+            self.stopped = threading.Event()
+            self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
+            self.call_later(GROUP_TICK_S, self._group_tick)
+            self.call_later(TXN_TICK_S, self._txn_tick)
+            self.call_later(config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                            self._expire_txn_ids)
+            self.call_later(config["producer.id.expiration.check.interval.ms"] / 1000,
+                            self._expire_producers)
+            self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
+            self.call_later(SWEEP_S, self._sweep_connections)
+            self.call_later(TRIM_S, self._trim_memory)
+            self.console = Console.open(self)            # None unless doze.console.listener is set
+        except BaseException:           # a failed start lets go of the directory
+            self.dir_lock.close()
+            raise
 
     @property
     def bootstrap(self):
@@ -12069,6 +12096,7 @@ class Broker:
                 self.logs.flush_dirty()
         self.logs.close(self._clean_stop)
         self.store.close()
+        self.dir_lock.close()
         self.selector.close()
         self.waker.close()
         self.stopped.set()
@@ -12912,7 +12940,7 @@ def main(argv=None):
             user, mechanism, credential = parse_add_scram(text)
             broker.store.save_scram_credential(user, mechanism, credential)
             log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
-    except (OSError, ValueError, sqlite3.Error) as e:
+    except (OSError, ValueError, sqlite3.Error, StoreFailed) as e:
         print(f"doze_kafka: cannot start: {e}", file=sys.stderr)
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3238,6 +3238,24 @@ def test_disk_meta_db_damaged_at_start_says_so(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_disk_one_broker_per_data_directory(start_broker, tmp_path):
+    """Verifies Kafka's .lock: a second broker on a data directory in use
+    refuses to start (with Kafka's message) and changes nothing; once the
+    first stops, the directory can be used again."""
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("locked")
+        c.produce("locked", 0, make_batch([b"mine"]))
+    with pytest.raises(OSError, match="Failed to acquire lock on file .lock in .* another process or thread"):
+        doze.Broker(doze.Config(None, data_dir=tmp_path / "data", host="127.0.0.1", port=0))
+    with RawClient(broker.port) as c:
+        assert c.values("locked", 0) == [(0, b"mine")]
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert c.values("locked", 0) == [(0, b"mine")]
+
+
 # --- Consumer groups (the classic protocol) ------------------------------------------
 
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
@@ -4949,7 +4967,7 @@ def test_sasl_ssl_takes_ssl_client_auth_only_listener_prefixed(start_broker, pem
     with TlsClient(sasl_port(broker)) as c:                    # no client certificate: still in
         assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])[0].error_code == 0
     assert "is applied only to SSL listeners" in caplog.text
-    broker.stop()
+    stop(broker)
     broker = start_broker(dict(settings, **{"listener.name.sasl_ssl.ssl.client.auth": "required"}))
     with pytest.raises((ssl.SSLError, OSError, EOFError)):
         with TlsClient(sasl_port(broker)) as c:
@@ -7131,9 +7149,11 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
 
 
 def test_console_address_in_use_stops_a_given_setting(start_broker):
-    first = start_broker({"doze.console.listener": "127.0.0.1:0"})
-    with pytest.raises(OSError, match="doze.console.listener"):
-        start_broker({"doze.console.listener": f"127.0.0.1:{first.console.port}"})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="doze.console.listener"):
+            start_broker({"doze.console.listener": f"127.0.0.1:{taken.getsockname()[1]}"})
     with pytest.raises(ValueError, match="HOST:PORT"):
         start_broker({"doze.console.listener": "nonsense"})
 
@@ -7306,6 +7326,7 @@ def test_trace_is_off_unless_asked_and_refuses_unknown_kinds(start_broker, caplo
     with RawClient(broker.port) as c:
         Txn(c, "tx-1")
     assert broker.tracer is None and not [r for r in caplog.records if r.name == "doze_kafka.trace"]
+    stop(broker)
     with pytest.raises(ValueError, match="doze.trace: txns: the kinds are txn, group, all"):
         start_broker({"doze.trace": "txns"})
 
