@@ -3066,6 +3066,7 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
 );
 """
 OffsetEntry = collections.namedtuple("OffsetEntry", "offset leader_epoch metadata commit_timestamp")
+PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
 
 
 def store_hint(e):
@@ -3080,7 +3081,6 @@ def store_hint(e):
         if any(w in text for w in words):
             return hint
     return "see sqlite's message"
-PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
 
 
 class StoreFailed(KafkaError):
@@ -9750,8 +9750,9 @@ class ConsoleViews:
                         "transactional_id": self.txn_id(meta),
                         "producer_epoch": table.producers[holder].epoch if holder is not None and readable else None}
             rows.append({"topic": topic, "partition": p, "log_start_offset": plog.log_start_offset,
-                         "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held})
-        rows.sort(key=lambda r: (r["held_back_by"] is None, r["topic"], r["partition"]))
+                         "last_stable_offset": lso, "high_watermark": plog.high_watermark, "held_back_by": held,
+                         "offline": plog.offline})          # why its disk failed it, or None
+        rows.sort(key=lambda r: (r["offline"] is None, r["held_back_by"] is None, r["topic"], r["partition"]))
         return rows
 
     def shown_counts(self, topic):
@@ -9872,7 +9873,9 @@ def page_cluster(d):
     parts = table("Stable and visible offsets (LSO and high watermark)",
                   ["Partition", "Log start", "LSO", "High watermark", "Held back by"], [
         [link(f"{r['topic']}-{r['partition']}", "topics", r["topic"]), r["log_start_offset"],
-         r["last_stable_offset"], r["high_watermark"], held_text(r["held_back_by"])] for r in d["partitions"]],
+         r["last_stable_offset"], r["high_watermark"],
+         tag("span", f"offline: {r['offline']}", class_="hang") if r["offline"] else held_text(r["held_back_by"])]
+        for r in d["partitions"]],
         d["partitions_total"], numeric={"Log start", "LSO", "High watermark"})
     return console_layout("Cluster", "Cluster", [facts, tag("section", txns), tag("section", producers),
                                                   tag("section", parts), tag("section", events_table(

@@ -3255,6 +3255,19 @@ def test_disk_one_broker_per_data_directory(start_broker, tmp_path):
     with RawClient(broker.port) as c:
         assert c.values("locked", 0) == [(0, b"mine")]
 
+def test_console_cluster_shows_a_partition_the_disk_took_offline(start_broker, tmp_path):
+    files = SickDisk()
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"}, files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("shaky", partitions=2)
+        files.sick, files.fsync_errno = str(tmp_path / "data" / "shaky-1"), errno.EIO
+        assert c.produce("shaky", 1, make_batch([b"x"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    rows = console_json(broker, "/api/cluster")["partitions"]
+    assert rows[0]["topic"] == "shaky" and rows[0]["partition"] == 1 and "fsync failed" in rows[0]["offline"]
+    assert [r["offline"] for r in rows if (r["topic"], r["partition"]) == ("shaky", 0)] == [None]
+    status, _, body = http_get(broker.console.port, "/")
+    assert status == 200 and "offline: fsync failed" in body.decode()
+
 
 # --- Consumer groups (the classic protocol) ------------------------------------------
 
