@@ -2837,11 +2837,12 @@ class Ledger:
         self.acked = {}              # (topic, partition) -> {offset: value}: every answered produce
         self.txns = []               # [{"values": {tp: [v]}, "offsets": {tp: o}, "end": None/True/False, "told": bool}]
         self.plain_offset = None     # an OffsetCommit answered
+        self.member_offset = None    # ... and one by a group's member, with its generation
         self.idem_sent = []          # (batch, seq, values) of the idempotent producer, in order
         self.idem_acked = {}         # seq -> offset
 
 
-CP_TOPIC, CP_GROUP, CP_PLAIN_GROUP = "cp", "cp-group", "cp-plain"
+CP_TOPIC, CP_GROUP, CP_PLAIN_GROUP, CP_MEMBERS = "cp", "cp-group", "cp-plain", "cp-members"
 
 
 def crash_workload(port, ledger, strict=False):
@@ -2876,6 +2877,7 @@ def crash_workload(port, ledger, strict=False):
                 t["told"] = True
                 if n == 0:
                     crash_idempotent(c, ledger)
+                    crash_group_and_wide_produce(c, ledger)
     except (EOFError, ConnectionError, socket.timeout, AssertionError):
         if strict:
             raise
@@ -2898,6 +2900,25 @@ def crash_idempotent(c, ledger):
                    Msg(partition_index=1, committed_offset=77, committed_leader_epoch=-1, committed_metadata="")])])
     assert r.topics[0].partitions[0].error_code == 0
     ledger.plain_offset = 77
+
+
+def crash_group_and_wide_produce(c, ledger):
+    """A group's member joins and commits with its generation; then one
+    Produce to both partitions (two logs in one group commit)."""
+    joined = join(c, CP_MEMBERS)
+    assert joined.error_code == 0, joined
+    assert sync(c, CP_MEMBERS, joined.generation_id, joined.member_id,
+                {joined.member_id: b"assignment"}).error_code == 0
+    r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id=CP_MEMBERS, generation_id_or_member_epoch=joined.generation_id,
+               member_id=joined.member_id, group_instance_id=None, topics=[Msg(name=CP_TOPIC, partitions=[
+                   Msg(partition_index=0, committed_offset=3, committed_leader_epoch=-1, committed_metadata="")])])
+    assert r.topics[0].partitions[0].error_code == 0
+    ledger.member_offset = 3
+    resp = c.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name=CP_TOPIC, partition_data=[
+        Msg(index=p, records=make_batch([b"wide-%d" % p])) for p in (0, 1)])])
+    for part in resp.responses[0].partition_responses:
+        assert part.error_code == 0, part
+        ledger.acked.setdefault((CP_TOPIC, part.index), {})[part.base_offset] = b"wide-%d" % part.index
 
 
 def crash_violations(port, ledger):
@@ -2944,6 +2965,10 @@ def crash_violations(port, ledger):
             got = committed_offsets(c, CP_PLAIN_GROUP, [(CP_TOPIC, 1)])[(CP_TOPIC, 1)][1]
             if got != ledger.plain_offset:
                 bad.append(f"the answered OffsetCommit reads {got}")
+        if ledger.member_offset is not None:
+            got = committed_offsets(c, CP_MEMBERS, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
+            if got != ledger.member_offset:
+                bad.append(f"the member's answered OffsetCommit reads {got}")
     return bad
 
 
@@ -3021,7 +3046,7 @@ def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, fi
 
 
 def _crash_broker(data, files=None):
-    config = doze.Config(None, data_dir=data, host="127.0.0.1", port=0)
+    config = doze.Config({"group.initial.rebalance.delay.ms": 0}, data_dir=data, host="127.0.0.1", port=0)
     broker = doze.Broker(config, files=files)
     thread = threading.Thread(target=broker.serve_forever, name="doze-crash", daemon=True)
     broker._thread = thread
