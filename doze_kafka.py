@@ -3067,6 +3067,7 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
 """
 OffsetEntry = collections.namedtuple("OffsetEntry", "offset leader_epoch metadata commit_timestamp")
 PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
+META_DB_BUSY_S = 1.0            # how long a commit waits for another process's lock on meta.db (on the loop)
 
 
 def store_hint(e):
@@ -3098,7 +3099,8 @@ class MetadataStore:
         self.path = path
         self.files = files or Files()
         try:
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                      timeout=META_DB_BUSY_S)
             # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
             # append before COMMIT returns, so a committed change survives a power cut.
             self.db.execute("PRAGMA journal_mode=WAL")

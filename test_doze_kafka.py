@@ -3293,6 +3293,30 @@ def test_console_cluster_shows_a_partition_the_disk_took_offline(start_broker, t
     status, _, body = http_get(broker.console.port, "/")
     assert status == 200 and "offline: fsync failed" in body.decode()
 
+def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(start_broker, tmp_path):
+    """Verifies that a meta.db another process holds locked (here sqlite's own
+    EXCLUSIVE lock, as a tool could) gets NOT_COORDINATOR after
+    META_DB_BUSY_S, not a loop stalled for sqlite's default 5 s, and that
+    commits work again once it lets go."""
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("lk")
+        other = sqlite3.connect(str(tmp_path / "data" / "meta.db"), isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        began = time.perf_counter()
+        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="lk-g", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[Msg(name="lk", partitions=[Msg(
+                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+        took = time.perf_counter() - began
+        assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        assert took < doze.META_DB_BUSY_S + 1.5
+        other.execute("ROLLBACK")
+        other.close()
+        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="lk-g", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[Msg(name="lk", partitions=[Msg(
+                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+        assert r.topics[0].partitions[0].error_code == 0
+
 
 # --- Consumer groups (the classic protocol) ------------------------------------------
 
