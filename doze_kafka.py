@@ -11720,7 +11720,11 @@ def _fsync_new_dirs(path, files):
 def lock_data_dir(path):
     """Kafka's .lock: one broker per data directory (two would write the same
     segments and meta.db). -> the open lock file, held until the broker stops."""
-    f = open(os.path.join(path, ".lock"), "a+b")
+    try:
+        f = open(os.path.join(path, ".lock"), "a+b")
+    except OSError as e:
+        raise OSError(e.errno, f"the data directory {path} cannot be written ({e.strerror}): "
+                               "doze keeps its logs and meta.db there") from None
     try:
         if fcntl is not None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -146,7 +146,7 @@ def run(tmp, mnt):
     r = subprocess.run([sys.executable, DOZE, "--data-dir", broker.data, "--port", "0", "--override",
                         "doze.console.listener="], capture_output=True, text=True, timeout=60)
     line = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-    check(r.returncode == 1 and "cannot start" in line and "read-only" in line and "Traceback" not in r.stderr,
+    check(r.returncode == 1 and "cannot start" in line and "read-only" in line.lower() and "Traceback" not in r.stderr,
           f"a start on the read-only file system says why: {line}")
     remount(mnt, "rw")
     broker.start()
