@@ -3390,6 +3390,7 @@ class LogManager:
         self.urgent = {}            # ... of those, the ones a narrow request waits on (first)
         self.data_dir_unsynced = False
         self.offline_topics = set()  # topics with a partition offline (see "When the disk fails")
+        self.refusing = weakref.WeakSet()   # logs whose last write found no room (logged once)
         self.moves = 0              # high watermark moves, all logs (what the console's live pages watch)
 
     # --- startup ---
@@ -3622,10 +3623,14 @@ class LogManager:
         except OSError as e:
             if isinstance(e, TornWrite) or e.errno not in ROOM_ERRNOS:
                 self.take_offline(plog, f"a write failed: {e}")
-            else:
-                log.warning("%s-%d: a write was refused (%s); nothing of it was kept", plog.topic,
-                            plog.partition, e.strerror)
+            elif plog not in self.refusing:          # one line until a write succeeds again
+                self.refusing.add(plog)
+                log.warning("%s-%d: a write was refused (%s); nothing of it was kept, and the "
+                            "next write that finds room succeeds", plog.topic, plog.partition, e.strerror)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, e.strerror) from None
+        if plog in self.refusing:
+            self.refusing.discard(plog)
+            log.info("%s-%d takes writes again", plog.topic, plog.partition)
         self.dirty[plog] = None
         return base
 

@@ -3188,10 +3188,11 @@ def test_disk_fsync_eio_with_a_transaction_open_keeps_the_commit_for_the_restart
         assert visible_values(c, "sick-txn", 0) == [b"a"] and visible_values(c, "sick-txn", 1) == [b"b"]
 
 
-def test_disk_full_refuses_the_write_and_recovers_when_space_returns(start_broker, tmp_path):
+def test_disk_full_refuses_the_write_and_recovers_when_space_returns(start_broker, tmp_path, caplog):
     """Verifies ENOSPC: the produce is refused with KAFKA_STORAGE_ERROR, the
     file is cut back, nothing acknowledged is lost, and once there is room
     again the partition takes writes at the next offset, no restart needed."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
     files = SickDisk()
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
@@ -3202,8 +3203,11 @@ def test_disk_full_refuses_the_write_and_recovers_when_space_returns(start_broke
             assert c.produce("full", 0, make_batch([b"no room"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert c.values("full", 0) == [(0, b"one"), (1, b"two")]
         assert c.metadata(["full"]).topics[0].partitions[0].error_code == 0       # online
+        assert sum("full-0: a write was refused (No space left on device)" in r.getMessage()
+                   for r in caplog.records) == 1                     # one line, not one a batch
         files.write_errno = None
         assert c.produce("full", 0, make_batch([b"three"])).base_offset == 2
+        assert any("full-0 takes writes again" in r.getMessage() for r in caplog.records)
         assert c.values("full", 0) == [(0, b"one"), (1, b"two"), (2, b"three")]
     stop(broker, clean=False)
     broker = start_broker()
@@ -5467,7 +5471,7 @@ def test_fuzz_bounded_run():
     reached (50 real answers at least) so that the mutations count."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
     import fuzz
-    report = fuzz.run(seed=1, frames=6000, connections=4, spawn=True)   # a child process: the
+    report = fuzz.run(seed=1, frames=8000, connections=4, spawn=True)   # a child process: the
     # fuzzer's own threads (multi-MiB frames, gzip) do not share the broker's GIL
     assert not report.findings, report.summary()
     thin = {spec.name: report.per_api.get(spec.name, {}).get("answered", 0)
