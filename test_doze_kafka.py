@@ -7496,6 +7496,21 @@ def test_cli_bad_override_exits_non_zero(capsys, tmp_path):
     assert e.value.code != 0
 
 
+def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
+    """running() is for tests: a new group's first join is answered at once
+    (group.initial.rebalance.delay.ms 0, as Testcontainers and EmbeddedKafka
+    set it); a setting given wins; the command line keeps Kafka's 3 s."""
+    with doze.running() as broker:
+        assert broker.config["group.initial.rebalance.delay.ms"] == 0
+        with RawClient(broker.port) as c:
+            t0 = time.perf_counter()
+            assert join(c, "fresh").error_code == 0
+            assert time.perf_counter() - t0 < 1.0
+    with doze.running({"group.initial.rebalance.delay.ms": 50}) as broker:
+        assert broker.config["group.initial.rebalance.delay.ms"] == 50
+    assert doze.Config(None)["group.initial.rebalance.delay.ms"] == 3000
+
+
 ###############################################################################
 # 14. CONFORMANCE -- recordings of Apache Kafka 4.3.1, replayed against doze
 ###############################################################################
