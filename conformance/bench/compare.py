@@ -96,12 +96,15 @@ def admin_create(bootstrap, topic, partitions):
 
 
 def produce_records(bootstrap, topic, records, size, partitions=None, ready=None):
-    """records of `size` bytes, acks=all -> (bytes, seconds, start, end) (ready:
-    a (started, go) pair of events, for producers that start together)."""
+    """records of `size` random bytes, acks=all, no compression -> (bytes,
+    seconds, start, end). bootstrap: HOST:PORT, or a librdkafka config (with
+    its security settings); ready: a (started, go) pair of events, for
+    producers that start together."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1000000,
-                  "queue.buffering.max.messages": 1000000, "compression.type": "none",
-                  "enable.idempotence": False})
+    conf = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else bootstrap
+    p = Producer(dict(conf, **{"acks": "all", "linger.ms": 5, "batch.size": 1000000,
+                               "queue.buffering.max.messages": 1000000, "compression.type": "none",
+                               "enable.idempotence": False}))
     p.list_topics(topic, 30)                       # connected, metadata known
     value, errors = os.urandom(size), []
     if ready:

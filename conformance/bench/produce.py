@@ -19,6 +19,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
+from compare import produce_records  # noqa: E402
 
 
 def rss_kib(pid):
@@ -39,27 +40,8 @@ def create_topic(port, topic):
 def produce(conf, topic, records, size):
     """records of size random bytes with librdkafka (acks=all, no compression) over
     conf (its bootstrap and security settings) -> (MB/s, records/s)."""
-    from confluent_kafka import Producer
-    p = Producer(dict(conf, **{"acks": "all", "linger.ms": 5, "batch.size": 1000000,
-                               "queue.buffering.max.messages": 1000000, "compression.type": "none"}))
-    value = os.urandom(size)
-    errors = []
-    t0 = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, value=value, key=str(i).encode(),
-                          on_delivery=lambda err, msg: err and errors.append(err))
-                break
-            except BufferError:
-                p.poll(0.01)
-        if i % 10000 == 0:
-            p.poll(0)
-    left = p.flush(120)
-    elapsed = time.perf_counter() - t0
-    if errors or left:
-        raise RuntimeError(f"{len(errors)} delivery errors ({left} not delivered), first: {errors[:1]}")
-    return records * size / elapsed / 1e6, records / elapsed
+    nbytes, seconds, *_ = produce_records(conf, topic, records, size)
+    return nbytes / seconds / 1e6, records / seconds
 
 
 def main():
