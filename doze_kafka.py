@@ -5557,11 +5557,17 @@ class Park:
     """A response that is not ready yet. poll(expired) is called whenever one
     of `keys` is notified, and once more at deadline_ms with expired=True; it
     returns the response Msg, or None to keep waiting. A muting park (a
-    long-poll) holds back the connection's next requests, as Kafka does."""
-    __slots__ = ("poll", "deadline_ms", "keys", "mute", "slot", "done")
+    long-poll) holds back the connection's next requests, as Kafka does; an
+    early one (Fetch, whose max_wait_ms is only an upper bound) is answered as
+    soon as the client's next request has come in behind it, so that nothing
+    waits out a long-poll the client no longer needs (librdkafka sends its
+    ListOffsets on the connection it fetches on). Kafka does not read ahead
+    of a parked request: a named difference, and one the protocol allows."""
+    __slots__ = ("poll", "deadline_ms", "keys", "mute", "early", "slot", "done")
 
-    def __init__(self, poll, deadline_ms=None, keys=(), mute=True):
+    def __init__(self, poll, deadline_ms=None, keys=(), mute=True, early=False):
         self.poll, self.deadline_ms, self.keys, self.mute = poll, deadline_ms, tuple(keys), mute
+        self.early = early and mute
         self.slot = None
         self.done = False
 
@@ -5998,7 +6004,7 @@ def handle_fetch(ctx, req):
     if response is not None:
         return response
     keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
-    return Park(poll, deadline_ms=deadline, keys=keys)
+    return Park(poll, deadline_ms=deadline, keys=keys, early=True)
 
 
 def fetch_partitions(ctx, req, readable):
@@ -11078,6 +11084,7 @@ class Connection:
         self.out_pos = 0
         self.out_bytes = 0               # bytes of the chunks in self.out
         self.parked = 0                  # muting parks outstanding
+        self.early_park = None           # ... the one the next request ends (a Fetch's long-poll)
         self.unflushed = 0               # answers waiting for the group commit (Produce)
         self.closed = False
         self.events = 0                  # what the selector watches for (0: unregistered)
@@ -11113,6 +11120,8 @@ class Connection:
                 break
         if got:
             self.last_active = self.broker.clock()
+            if self.early_park is not None and self._whole_frame_waiting():
+                self.broker.end_park_early(self.early_park)       # the next request is here
             self.process_frames()
 
     def process_frames(self):
@@ -11251,7 +11260,8 @@ class Connection:
         events = selectors.EVENT_WRITE if self.out else 0
         if self.handshaking:
             events = self.tls_wants or selectors.EVENT_READ
-        elif self.may_read() and not self._whole_frame_waiting():   # no more while one waits
+        elif (self.may_read() or self.early_park is not None and self.parked == 1 and not self.failing) \
+                and not self._whole_frame_waiting():                # no more while one waits
             events |= selectors.EVENT_READ
         if events == self.events:
             return
@@ -12308,9 +12318,15 @@ class Broker:
             self.call_at(park.deadline_ms / 1000, lambda: self._poll(park, expired=True))
         if park.mute:
             conn.parked += 1
+            if park.early:
+                conn.early_park = park
             conn.update_interest()
         else:
             conn.unflushed += 1
+
+    def end_park_early(self, park):
+        """Answer a parked long-poll now, with what there is (see Park)."""
+        self._poll(park, expired=True)
 
     def notify(self, key):
         """Something a parked request may wait for happened: poll its waiters."""
@@ -12353,6 +12369,8 @@ class Broker:
         conn = park.slot[0]
         if park.mute:
             conn.parked -= 1
+            if conn.early_park is park:
+                conn.early_park = None
         else:
             conn.unflushed -= 1
         if not conn.closed:

@@ -6218,6 +6218,27 @@ def test_server_parked_fetch_holds_back_later_requests_in_order(broker, client):
     assert client.receive(ApiKey.API_VERSIONS, 0)[0] == client.next_correlation_id
 
 
+def test_server_a_request_behind_a_parked_fetch_ends_its_wait(client):
+    """A Fetch's max_wait_ms is an upper bound: when the client's next request
+    arrives behind a parked Fetch (librdkafka sends ListOffsets on its fetch
+    connection), the Fetch is answered with what there is, then the request:
+    nothing waits out a long-poll the client no longer needs. A Fetch with
+    nothing behind it still waits (the deadline test above)."""
+    client.create_topic("behind")
+    started = time.monotonic()
+    client.send(ApiKey.FETCH, 12, max_wait_ms=8000, min_bytes=1, topics=[Msg(topic="behind", partitions=[
+        Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
+    time.sleep(0.3)                                # parked
+    client.send(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[Msg(name="behind", partitions=[
+        Msg(partition_index=0, timestamp=-2)])])
+    cid, fetched = client.receive(ApiKey.FETCH, 12)
+    assert cid == client.next_correlation_id - 1
+    assert fetched.responses[0].partitions[0].error_code == 0 and not fetched.responses[0].partitions[0].records
+    cid, listed = client.receive(ApiKey.LIST_OFFSETS, 7)
+    assert cid == client.next_correlation_id and listed.topics[0].partitions[0].offset == 0
+    assert time.monotonic() - started < 3            # not the 8 s of max_wait_ms
+
+
 def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
     clock = FakeClock()
     broker = start_broker({"log.retention.check.interval.ms": 1000}, clock=clock)
