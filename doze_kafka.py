@@ -2832,13 +2832,6 @@ class PartitionLog:
     def dirty(self):
         return self.dir_unsynced or any(seg.unsynced for seg in self.segments)
 
-    def go_offline(self, why):
-        if not self.offline:
-            self.offline = why
-            log.error("%s-%d is offline: %s. What it had not made durable is not acknowledged; "
-                      "it answers KAFKA_STORAGE_ERROR until doze is restarted on a sound disk",
-                      self.topic, self.partition, why)
-
     # --- reading ---
     def segment_for(self, offset):
         i = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
@@ -3635,8 +3628,13 @@ class LogManager:
         return base
 
     def take_offline(self, plog, why):
-        plog.go_offline(why)
-        self.offline_topics.add(plog.topic)
+        """Its disk failed it: once offline, a log takes no writes and gives no reads."""
+        if not plog.offline:
+            plog.offline = why
+            self.offline_topics.add(plog.topic)
+            log.error("%s-%d is offline: %s. What it had not made durable is not acknowledged; "
+                      "it answers KAFKA_STORAGE_ERROR until doze is restarted on a sound disk",
+                      plog.topic, plog.partition, why)
 
     def offline_partitions(self, topic):
         """{partition} of a topic whose disk failed them (empty, and quick, for almost every topic)."""
@@ -6277,17 +6275,19 @@ def describe_topic(ctx, wanted, may_create, node_id, create_denied=None):
         return auto_create(ctx, name, internal)
     count = topic.partitions
     offline = ctx.logs.offline_partitions(name)
-    if offline:             # as KRaft shows a partition whose only replica's directory failed
-        return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
-                   partitions=[Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id],
-                                   isr_nodes=[node_id]) if p not in offline else
-                               Msg(partition_index=p, error_code=ErrorCode.LEADER_NOT_AVAILABLE, leader_id=-1,
-                                   leader_epoch=0, replica_nodes=[node_id], isr_nodes=[],
-                                   offline_replicas=[node_id]) for p in range(count)])
+    partitions = [partition_metadata(p, node_id, p in offline) for p in range(count)] if offline else \
+        Memo(("metadata", count, node_id), lambda: [partition_metadata(p, node_id) for p in range(count)])
     return Msg(error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=internal,
-               partitions=Memo(("metadata", count, node_id), lambda: [
-                   Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id],
-                       isr_nodes=[node_id]) for p in range(count)]))
+               partitions=partitions)
+
+
+def partition_metadata(p, node_id, offline=False):
+    """A partition's Metadata entry; offline as KRaft shows a partition whose
+    only replica's directory failed: no leader, the broker in offline_replicas."""
+    if offline:
+        return Msg(partition_index=p, error_code=ErrorCode.LEADER_NOT_AVAILABLE, leader_id=-1, leader_epoch=0,
+                   replica_nodes=[node_id], isr_nodes=[], offline_replicas=[node_id])
+    return Msg(partition_index=p, leader_id=node_id, leader_epoch=0, replica_nodes=[node_id], isr_nodes=[node_id])
 
 
 def auto_create(ctx, name, internal):

@@ -2895,10 +2895,7 @@ def crash_idempotent(c, ledger):
         assert p.error_code == 0, p
         ledger.idem_acked[seq] = p.base_offset
         ledger.acked.setdefault((CP_TOPIC, 1), {}).update({p.base_offset: values[0], p.base_offset + 1: values[1]})
-    r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id=CP_PLAIN_GROUP, generation_id_or_member_epoch=-1,
-               member_id="", group_instance_id=None, topics=[Msg(name=CP_TOPIC, partitions=[
-                   Msg(partition_index=1, committed_offset=77, committed_leader_epoch=-1, committed_metadata="")])])
-    assert r.topics[0].partitions[0].error_code == 0
+    assert commit_offsets(c, CP_PLAIN_GROUP, {(CP_TOPIC, 1): 77}) == {(CP_TOPIC, 1): 0}
     ledger.plain_offset = 77
 
 
@@ -2909,10 +2906,8 @@ def crash_group_and_wide_produce(c, ledger):
     assert joined.error_code == 0, joined
     assert sync(c, CP_MEMBERS, joined.generation_id, joined.member_id,
                 {joined.member_id: b"assignment"}).error_code == 0
-    r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id=CP_MEMBERS, generation_id_or_member_epoch=joined.generation_id,
-               member_id=joined.member_id, group_instance_id=None, topics=[Msg(name=CP_TOPIC, partitions=[
-                   Msg(partition_index=0, committed_offset=3, committed_leader_epoch=-1, committed_metadata="")])])
-    assert r.topics[0].partitions[0].error_code == 0
+    assert commit_offsets(c, CP_MEMBERS, {(CP_TOPIC, 0): 3}, joined.generation_id,
+                          joined.member_id) == {(CP_TOPIC, 0): 0}
     ledger.member_offset = 3
     resp = c.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name=CP_TOPIC, partition_data=[
         Msg(index=p, records=make_batch([b"wide-%d" % p])) for p in (0, 1)])])
@@ -3229,15 +3224,9 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
     with RawClient(broker.port) as c:
         c.create_topic("md")
         txn = Txn(c, "md-txn")
-        assert c.call(ApiKey.OFFSET_COMMIT, 8, group_id="md-g", generation_id_or_member_epoch=-1, member_id="",
-                      group_instance_id=None, topics=[Msg(name="md", partitions=[Msg(
-                          partition_index=0, committed_offset=1, committed_leader_epoch=-1,
-                          committed_metadata="")])]).topics[0].partitions[0].error_code == 0
+        assert commit_offsets(c, "md-g", {("md", 0): 1}) == {("md", 0): 0}
         files.meta_db_error = error
-        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="md-g", generation_id_or_member_epoch=-1, member_id="",
-                   group_instance_id=None, topics=[Msg(name="md", partitions=[Msg(
-                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
-        assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        assert commit_offsets(c, "md-g", {("md", 0): 5}) == {("md", 0): ErrorCode.NOT_COORDINATOR}
         assert committed_offsets(c, "md-g", [("md", 0)])[("md", 0)] == (0, 1)      # memory kept meta.db's
         assert txn.add(("md", 0)) == {("md", 0): ErrorCode.NOT_COORDINATOR}
         assert describe_txn(c, "md-txn").transaction_state == "Empty"
@@ -3308,18 +3297,13 @@ def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(star
         other = sqlite3.connect(str(tmp_path / "data" / "meta.db"), isolation_level=None)
         other.execute("BEGIN EXCLUSIVE")
         began = time.perf_counter()
-        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="lk-g", generation_id_or_member_epoch=-1, member_id="",
-                   group_instance_id=None, topics=[Msg(name="lk", partitions=[Msg(
-                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+        answer = commit_offsets(c, "lk-g", {("lk", 0): 5})
         took = time.perf_counter() - began
-        assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        assert answer == {("lk", 0): ErrorCode.NOT_COORDINATOR}
         assert took < doze.META_DB_BUSY_S + 1.5
         other.execute("ROLLBACK")
         other.close()
-        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="lk-g", generation_id_or_member_epoch=-1, member_id="",
-                   group_instance_id=None, topics=[Msg(name="lk", partitions=[Msg(
-                       partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
-        assert r.topics[0].partitions[0].error_code == 0
+        assert commit_offsets(c, "lk-g", {("lk", 0): 5}) == {("lk", 0): 0}
 
 
 # --- Consumer groups (the classic protocol) ------------------------------------------
