@@ -2366,7 +2366,8 @@ def validate_produced(records, check_crc=True):
 # per pass of its loop ("group commit"), so a thousand batches cost one fsync.
 #
 # Everything else -- topics, configs, the producer-id counter -- lives in
-# meta.db (sqlite, WAL, synchronous=FULL), committed before it is acknowledged.
+# meta.db (sqlite, WAL), durable before it is acknowledged: fsynced by the
+# same group commit as the logs (MetadataStore.sync; SYNC_ANSWERS below).
 
 class Files:
     """Every change the broker makes to its disk goes through here -- the logs'
@@ -2427,9 +2428,24 @@ class Files:
         shutil.rmtree(path, ignore_errors=True)
 
     def commit(self, db):
-        """Commit meta.db's open transaction (sqlite writes and fsyncs its own
-        files; this is where a test layer numbers, fails or cuts it)."""
+        """Commit meta.db's open transaction: sqlite appends it to meta.db-wal,
+        not yet fsynced (sync_file does that; this is where a test layer
+        numbers, fails or cuts a commit)."""
         db.execute("COMMIT")
+
+    def sync_file(self, path, fallback=None):
+        """fsync a file written by someone else (sqlite's meta.db-wal; the
+        database itself when there is no WAL file)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if fallback is None:
+                raise
+            fd = os.open(fallback, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # --- When the disk fails --------------------------------------------------------
@@ -3061,6 +3077,20 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
 OffsetEntry = collections.namedtuple("OffsetEntry", "offset leader_epoch metadata commit_timestamp")
 PRODUCER_ID_BLOCK = 1000        # ids handed out per meta.db write, like Kafka's ProducerIdManager
 META_DB_BUSY_S = 1.0            # how long a commit waits for another process's lock on meta.db (on the loop)
+META_LAZY_SYNC_S = 0.2          # a change nobody waits on is fsynced this soon (if no other sync took it)
+
+# When a meta.db change is made durable -- MetadataStore.transaction(sync=...).
+# sqlite runs with synchronous=NORMAL: a COMMIT appends to meta.db-wal without
+# an fsync, and MetadataStore.sync() fsyncs meta.db-wal itself, which makes
+# every commit so far durable at once (the WAL is written in order, so a
+# durable commit implies every earlier one). Three kinds of change:
+SYNC_NOW = "now"                # fsynced before the call returns (admin changes, producer id blocks,
+                                # has_txn marks: later writes to other files depend on them)
+SYNC_ANSWERS = "answers"        # the group commit: no answer leaves the broker until it is durable
+                                # (Connection.push holds them), and one fsync at the end of the loop's
+                                # pass covers every such change of the pass -- coordinators' writes
+SYNC_LATER = "later"            # nobody waits: a lost one is redone after a restart (a transaction's
+                                # Complete step, redone from its durable Prepare* state)
 
 
 def store_hint(e):
@@ -3097,15 +3127,28 @@ class MetadataStore:
             # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
             # append before COMMIT returns, so a committed change survives a power cut.
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA synchronous=NORMAL")     # sync() fsyncs: the group commit
             self.db.executescript(METADATA_SQL)
             self.db.execute("BEGIN IMMEDIATE")         # can it be written at all?
             self.db.execute("ROLLBACK")
-        except sqlite3.Error as e:
+            # The schema, and the directory entries of meta.db and of the WAL file
+            # sqlite creates on opening it (sqlite would fsync the directory
+            # itself only at its first checkpoint).
+            self.files.sync_file(path + "-wal", fallback=path)
+            self.files.fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except (sqlite3.Error, OSError) as e:
             raise sqlite3.DatabaseError(f"{path} cannot be used: {e} ({store_hint(e)})") from None
+        self.commits = self.synced = 0          # commits made, and made durable
+        self.awaited = 0                        # the last SYNC_ANSWERS commit: answers wait for it
+        self.owed_since = None                  # when a SYNC_LATER commit was first left unsynced
+        self.failed = None                      # why an fsync failed: nothing may be written after it
 
     @contextlib.contextmanager
-    def transaction(self):
+    def transaction(self, sync=SYNC_NOW):
+        """One sqlite transaction, committed on leaving the block, and made
+        durable as `sync` says (SYNC_NOW, SYNC_ANSWERS or SYNC_LATER)."""
+        if self.failed:
+            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}")
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -3120,8 +3163,43 @@ class MetadataStore:
                     self.db.execute("ROLLBACK")
             log.error("meta.db refused a change: %s (%s); nothing of it was kept", e, store_hint(e))
             raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {e}") from None
+        self.commits += 1
+        if sync == SYNC_NOW:
+            self.sync()
+        elif sync == SYNC_ANSWERS:
+            self.awaited = self.commits
+        elif self.owed_since is None:
+            self.owed_since = time.monotonic()
+
+    def answers_wait(self):
+        """Is a change that answers must not run ahead of still unsynced?"""
+        return self.awaited > self.synced
+
+    def sync_due(self):
+        return self.answers_wait() or (
+            self.owed_since is not None and time.monotonic() - self.owed_since >= META_LAZY_SYNC_S)
+
+    def sync(self):
+        """fsync meta.db-wal: every commit so far is durable (one fsync for all
+        of them). A failed fsync is never retried and trusted: from then on
+        meta.db takes no change (StoreFailed) until a restart reads what it holds."""
+        if self.synced == self.commits or self.failed:
+            if self.failed:
+                raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}")
+            return
+        try:
+            self.files.sync_file(self.path + "-wal", fallback=self.path)
+        except OSError as e:
+            self.failed = f"fsync of meta.db-wal failed: {e}"
+            self.awaited, self.owed_since = self.synced, None     # the answers held now are the last held
+            log.error("%s; meta.db takes no more changes until a restart (answers that waited "
+                      "for it are not sent: their connections are closed)", self.failed)
+            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}") from None
+        self.synced, self.owed_since = self.commits, None
 
     def close(self):
+        with contextlib.suppress(StoreFailed):
+            self.sync()
         self.db.close()
 
     # --- SCRAM credentials ---
@@ -3237,11 +3315,11 @@ class MetadataStore:
             is not None
 
     def save_group(self, group_id, state):
-        with self.transaction() as db:
+        with self.transaction(SYNC_ANSWERS) as db:
             db.execute("INSERT OR REPLACE INTO groups VALUES (?, ?)", (group_id, json.dumps(state)))
 
     def save_offsets(self, group_id, offsets):
-        with self.transaction() as db:
+        with self.transaction(SYNC_ANSWERS) as db:
             db.executemany("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(group_id, t, p) + tuple(e) for (t, p), e in offsets.items()])
 
@@ -3285,14 +3363,15 @@ class MetadataStore:
         return tuple(encoded[c] for c in self.TXN_COLUMNS)
 
     def save_txn(self, row):
-        with self.transaction() as db:
+        with self.transaction(SYNC_ANSWERS) as db:
             db.execute(f"INSERT OR REPLACE INTO transactions VALUES ({', '.join('?' * 11)})",
                        self._txn_values(row))
 
     def complete_txn(self, row, offsets_by_group):
         """A transaction's last step, atomically: its offsets become the groups'
-        committed offsets, and its state becomes Complete*."""
-        with self.transaction() as db:
+        committed offsets, and its state becomes Complete*. Nobody waits for
+        it to be durable: lost in a power cut, it is redone from Prepare*."""
+        with self.transaction(SYNC_LATER) as db:
             for group, offsets in offsets_by_group.items():
                 db.executemany("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)",
                                [(group, t, p) + tuple(e) for (t, p), e in offsets.items()])
@@ -4587,15 +4666,20 @@ class GroupCoordinator:
 # a control batch with the producer's id and epoch -- goes to every partition
 # the transaction wrote, then the transaction is complete.
 #
-# Crash ordering for EndTxn in doze:
-#   1. meta.db: state := PREPARE_COMMIT / PREPARE_ABORT      -- the decision is durable
+# Crash ordering for EndTxn in doze, all in the loop's group commit of the pass
+# that received it (Broker._group_commit):
+#   1. meta.db: state := PREPARE_COMMIT / PREPARE_ABORT, fsynced  -- the decision is durable
 #   2. logs:    a marker on every partition of the transaction; group commit fsyncs them
 #   3. meta.db: the staged offsets become committed offsets, and
 #               state := COMPLETE_COMMIT / COMPLETE_ABORT, in one sqlite transaction
+#               (SYNC_LATER: not waited for)
 #   4. answer EndTxn
 # Recovery: a transaction found in PREPARE_* on start is carried out again
 # from step 2 (a second marker for a finished transaction is harmless: it
 # closes nothing). One found ONGOING is left open, its timeout restarted.
+# Step 3 may be lost in a power cut after the answer: then it is redone. Nothing
+# the producer does next can slip in between: its next request's answer waits
+# for an fsync of meta.db, which makes step 3 durable too.
 #
 # Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
 # markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
@@ -4643,6 +4727,7 @@ class TransactionMetadata:
         self.txn_start_ms = -1
         self.last_update_ms = now_ms
         self.markers_needed = set()           # partitions still owed a marker
+        self.decided_at = 0                   # meta.db's commit count once the decision was stored
         self.marker_offsets = {}              # (topic, partition) -> offset of its marker
         self.marker_error = None              # the last marker write the disk refused (logged once)
         # In memory only, for the console: the recent transitions (journal
@@ -4875,10 +4960,13 @@ class TransactionCoordinator:
 
     # --- markers ---
     def _write_markers(self, meta):
+        """Owe a marker to each partition: progress() writes them once the
+        decision just stored is durable (a marker on disk before its decision
+        would be a commit that a power cut could turn into an abort)."""
         meta.markers_needed = set(meta.partitions)
         meta.marker_offsets = {}
+        meta.decided_at = self.store.commits
         self.completing.add(meta.transactional_id)
-        self._append_markers(meta)
 
     def _append_markers(self, meta):
         """Up to PARTITIONS_PER_STEP markers a call: a transaction over thousands
@@ -4912,8 +5000,14 @@ class TransactionCoordinator:
                                 producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
 
     def progress(self):
-        """After a group commit: finish every decided transaction whose markers
+        """In the group commit: make the decisions durable, write their markers;
+        after the logs' fsync, finish every decided transaction whose markers
         are all durable; retry markers that could not be written."""
+        if any(self.txns[t].decided_at > self.store.synced for t in self.completing):
+            try:
+                self.store.sync()
+            except StoreFailed:
+                return                         # logged; no marker without its durable decision
         for transactional_id in sorted(self.completing):
             meta = self.txns[transactional_id]
             if meta.markers_needed:
@@ -11194,15 +11288,24 @@ class Connection:
         return self.out_bytes - self.out_pos
 
     def push(self, slot, chunks):
-        """Fill a slot; send every slot at the head of the queue that is ready."""
+        """Fill a slot; send every slot at the head of the queue that is ready --
+        unless a meta.db change is not yet durable: then the answers are held
+        until the group commit's fsync of it (Broker._sync_store), so that no
+        answer runs ahead of what a power cut would keep."""
         slot.chunks = chunks
+        if self.broker.store.answers_wait():
+            self.broker.held[self] = None
+        else:
+            self.send_ready()
+        if self.inbuf and not self.parked:
+            self.broker.resume[self] = None        # frames waited while muted or full
+
+    def send_ready(self):
         while self.slots and self.slots[0].chunks is not None:
             for chunk in self.slots.popleft().chunks:
                 self.out.append(chunk)
                 self.out_bytes += len(chunk)
         self.on_writable()
-        if self.inbuf and not self.parked:
-            self.broker.resume[self] = None        # frames waited while muted or full
 
     def on_writable(self):
         before = self.queued_bytes()
@@ -11763,10 +11866,7 @@ class Broker:
         self.dir_lock = lock_data_dir(config.data_dir)
         try:
             db_path = os.path.join(config.data_dir, "meta.db")
-            is_new = not os.path.exists(db_path)
-            self.store = MetadataStore(db_path, self.files)
-            if is_new:
-                self.files.fsync_dir(config.data_dir)     # meta.db's own directory entry
+            self.store = MetadataStore(db_path, self.files)   # fsyncs its directory entry
             if self.store.get_setting("cluster_id") is None:
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]   # Kafka's form
                 self.store.set_settings({"cluster_id": cluster_id})
@@ -11809,6 +11909,7 @@ class Broker:
             self.turns = config["queued.max.requests"]   # requests still to take in this pass
             self.pass_deadline = float("inf")            # ... and until when
             self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
+            self.held = {}                  # connections whose answers wait for meta.db's fsync (Connection.push)
             self.waiters = {}               # park key -> {Park}
             self.timers = []                # heap of (when_s, seq, fn)
             self._timer_seq = 0
@@ -12049,11 +12150,13 @@ class Broker:
             self._shutdown()
 
     def _select_timeout(self):
-        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters or self.logs.removing:
+        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters or self.logs.removing \
+                or self.held:
             return 0
+        wait = META_LAZY_SYNC_S if self.store.owed_since is not None else 1.0
         if not self.timers:
-            return 1.0
-        return min(max(self.timers[0][0] - self.clock(), 0), 1.0)
+            return wait
+        return min(max(self.timers[0][0] - self.clock(), 0), wait)
 
     def _resume_connections(self):
         """Frames that waited (muted, full, or out of this pass's turns): once a
@@ -12067,7 +12170,9 @@ class Broker:
                     self._event_failed(conn, e)
 
     def _group_commit(self):
-        """One fsync per dirty log, then answer everything that waited for it."""
+        """One fsync of meta.db for every change of the pass, one per dirty
+        log, then answer everything that waited for them."""
+        self._sync_store()
         if self.logs.dirty or self.logs.data_dir_unsynced:
             moved = self.logs.flush_dirty(FLUSH_BUDGET_S)    # a failed fsync: that log offline
             for plog in moved:
@@ -12077,8 +12182,26 @@ class Broker:
         if self.txns.completing:
             self.txns.progress()                       # decisions whose markers are now durable
         self.notify(FLUSHED)
+        self._sync_store()                             # changes made by what FLUSHED woke
         if self.logs.removing:
             self.logs.remove_some()                    # directories of deleted topics
+
+    def _sync_store(self):
+        """meta.db's group commit: fsync it if an answer waits for a change (or
+        a change has waited META_LAZY_SYNC_S), then send the answers held for
+        it. If the fsync fails they are never sent: their connections close."""
+        if self.held or self.store.sync_due():
+            failed = None
+            try:
+                self.store.sync()
+            except StoreFailed as e:
+                failed = e.detail
+            held, self.held = self.held, {}
+            for conn in held:
+                if failed:
+                    conn.close(f"an answer waited for a meta.db change that could not be made durable ({failed})")
+                elif not conn.closed:
+                    conn.send_ready()
 
     def run_in_loop(self, fn):
         """Run fn on the loop thread and return its result (for tests and the CLI)."""
@@ -12129,6 +12252,7 @@ class Broker:
     def forget(self, conn):
         self.connections.discard(conn)
         self.resume.pop(conn, None)
+        self.held.pop(conn, None)
         self.ip_counts[conn.ip] -= 1
         if not self.ip_counts[conn.ip]:
             del self.ip_counts[conn.ip]

@@ -2524,8 +2524,11 @@ class PowerCutFiles(doze.Files):
     path: whether its directory entry is durable, which it becomes when its
     parent directory is fsynced. Everything already on disk when the layer is
     made counts as durable (it survived the previous boot). meta.db is
-    written by sqlite, which syncs itself (WAL, synchronous=FULL), so its
-    contents are left alone -- but its directory entry must be durable.
+    written by sqlite without an fsync (synchronous=NORMAL); the broker's
+    sync_file of meta.db-wal makes it durable, so the layer keeps a copy of
+    meta.db and its WAL as they were at each sync_file, and a power cut puts
+    that copy back (sqlite's own fsyncs at checkpoints are not counted: a cut
+    loses at least as much as a real one would).
 
     cut_at=N: the power goes out at the N-th change the broker asks for (a
     write, fsync, rename... or a meta.db commit): that change and every later
@@ -2555,6 +2558,16 @@ class PowerCutFiles(doze.Files):
                     if not name.startswith("meta.db"):
                         path = os.path.join(directory, name)
                         self.durable[path] = self._read(path)
+        self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
+
+    def _meta_files(self):
+        """{meta.db and its WAL: bytes} as they are now."""
+        out = {}
+        for name in ("meta.db", "meta.db-wal"):
+            path = os.path.join(self.root, name)
+            if os.path.isfile(path):
+                out[path] = self._read(path)
+        return out
 
     @staticmethod
     def _read(path):
@@ -2654,14 +2667,35 @@ class PowerCutFiles(doze.Files):
             raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
         super().commit(db)
 
+    def sync_file(self, path, fallback=None):
+        self._change(path)
+        super().sync_file(path, fallback)
+        if os.path.basename(path).startswith("meta.db"):
+            self.meta = self._meta_files()
+
     # --- the power cut ---
-    def cut(self):
-        """Forget every write not fsynced and every entry whose directory was not."""
+    def _restore_meta(self):
+        """meta.db as of its last sync."""
+        for name in ("meta.db",) + self.SQLITE_OWN:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.root, name))
+        for path, content in self.meta.items():
+            with open(path, "wb") as f:
+                f.write(content)
+
+    def cut(self, written_back=False):
+        """Forget every write not fsynced and every entry whose directory was not.
+        written_back: the kernel had written every log file and directory back
+        (as it may at any moment), but meta.db is as of its last sync."""
         import shutil
+        if written_back:
+            self._restore_meta()
+            return
         for path, content in self.durable.items():
             if os.path.isfile(path):
                 with open(path, "wb") as f:
                     f.write(content)
+        self._restore_meta()
         if self.root not in self.entries:
             shutil.rmtree(self.root, ignore_errors=True)
             return
@@ -2756,8 +2790,8 @@ def check_nothing_acknowledged_was_lost(broker, acked, created):
     return missing
 
 
-@pytest.mark.parametrize("cut_at", [7, 40, 90, 160, 260, None],
-                         ids=["at-7", "at-40", "at-90", "at-160", "at-260", "after-all"])
+@pytest.mark.parametrize("cut_at", [9, 42, 92, 162, 262, None],
+                         ids=["at-9", "at-42", "at-92", "at-162", "at-262", "after-all"])
 def test_power_cut_loses_nothing_acknowledged(start_broker, tmp_path, cut_at):
     """Verifies that every record acknowledged with acks=1/-1 and every topic
     whose CreateTopics was answered survive a power cut at any point: acks
@@ -2989,9 +3023,12 @@ def crash_idempotent_violations(c, ledger, logs):
     return bad
 
 
-def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False):
+def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False,
+                 patch=None):
     """Run the workload once to number its changes, then crash at each (or at
-    `points`; first_failure: stop at the first point that fails).
+    `points`; first_failure: stop at the first point that fails). power_cut:
+    False (a crash), True (files.cut()) or "written back" (files.cut(written_back=True)).
+    patch(broker) changes the broker under test (for negative controls).
     -> (number of points, [(point, its change, what is wrong)])."""
     count, labels = None, None
     failures = []
@@ -3006,6 +3043,8 @@ def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, fi
         files.on_cut = die
         broker = _crash_broker(data, files)
         holder.append(broker)
+        if patch:
+            broker.run_in_loop(lambda: patch(broker))
         if n:
             files.cut_at = files.changes + n
         before = files.changes
@@ -3020,7 +3059,7 @@ def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, fi
             continue
         assert made == labels[:n], f"the workload is not deterministic at point {n}: {made[-3:]}"
         if power_cut:
-            files.cut()
+            files.cut(written_back=power_cut == "written back")
         broker = _crash_broker(data)
         try:
             failures += [(n, labels[n - 1], why) for why in crash_violations(broker.port, ledger)]
@@ -3049,10 +3088,12 @@ def _crash_broker(data, files=None):
     return broker
 
 
-@pytest.mark.parametrize("power_cut", [False, True], ids=["crash", "power-cut"])
+@pytest.mark.parametrize("power_cut", [False, True, "written back"],
+                         ids=["crash", "power-cut", "power-cut-logs-written-back"])
 def test_crash_at_every_point_loses_nothing_acknowledged(tmp_path, power_cut):
     """Verifies, for every change the workload makes, that a crash (or a power
-    cut) exactly there loses nothing any client was told: answered produces at
+    cut, with or without the kernel having written the logs back before it:
+    meta.db's unsynced commits lost either way) exactly there loses nothing any client was told: answered produces at
     their offsets, answered commits whole with their offsets, aborted and
     undecided transactions invisible to read_committed, no LSO stuck, the
     idempotent producer's sequences intact."""
@@ -3081,6 +3122,36 @@ def test_crash_at_every_point_negative_control_fails_without_an_fsync(tmp_path):
     answered commits at some power-cut point."""
     count, failures = crash_points(tmp_path, power_cut=True, files_class=SkipsMarkerFsync, first_failure=True)
     assert any("commit was answered" in why for _, _, why in failures), failures
+
+
+class LyingMetaSync(PowerCutFiles):
+    """A doze whose fsync of meta.db-wal returns without making anything durable."""
+
+    def sync_file(self, path, fallback=None):
+        self._change(path)
+
+
+def test_crash_at_every_point_negative_control_fails_without_meta_db_fsync(tmp_path):
+    """The check above can fail: without meta.db's fsync a power cut loses
+    what was answered (offsets, transactions, topics)."""
+    count, failures = crash_points(tmp_path, power_cut=True, files_class=LyingMetaSync, first_failure=True)
+    assert failures, "no point failed"
+
+
+def test_crash_at_every_point_negative_control_markers_before_decision(tmp_path):
+    """The check above can fail: markers written (and written back) before
+    their decision is durable leave a transaction that the restart does not
+    know was decided -- half committed, or its answered commit undone."""
+    def markers_at_once(broker):
+        txns, deferred = broker.txns, broker.txns._write_markers
+
+        def write_markers(meta):           # as EndTxn did when meta.db fsynced each commit itself
+            deferred(meta)
+            txns._append_markers(meta)
+        txns._write_markers = write_markers
+    count, failures = crash_points(tmp_path, power_cut="written back", patch=markers_at_once,
+                                   first_failure=True)
+    assert any("half of it is visible" in why or "commit was answered" in why for _, _, why in failures), failures
 
 
 # --- Failing disks ------------------------------------------------------------------
@@ -3241,6 +3312,82 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
         [res] = c.create_topics(("md-new", 3, {}))
         assert res.error_code == 0
     assert broker.stopped.is_set() is False
+
+
+class MetaSyncLog(doze.Files):
+    """Files that record meta.db's commits and fsyncs in order, and can fail the fsyncs."""
+
+    def __init__(self):
+        self.events, self.sync_errno, self.sync_delay_s = [], None, 0
+
+    def commit(self, db):
+        super().commit(db)
+        self.events.append("commit")
+
+    def sync_file(self, path, fallback=None):
+        if self.sync_errno:
+            raise OSError(self.sync_errno, os.strerror(self.sync_errno))
+        super().sync_file(path, fallback)
+        time.sleep(self.sync_delay_s)            # a slow disk: an answer sent before the fsync would show
+        self.events.append("sync")
+
+
+def test_meta_db_answers_wait_for_its_fsync_and_share_one(start_broker):
+    """Verifies meta.db's group commit: an OffsetCommit (or AddPartitionsToTxn)
+    is answered only once its change is fsynced, and twenty OffsetCommits sent
+    at once cost far fewer than twenty fsyncs."""
+    files = MetaSyncLog()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("gc")
+        files.sync_delay_s = 0.2
+        del files.events[:]
+        assert commit_offsets(c, "gc-g", {("gc", 0): 1}) == {("gc", 0): 0}
+        assert files.events == ["commit", "sync"]        # the answer came after the fsync
+        txn = Txn(c, "gc-txn")
+        del files.events[:]
+        assert txn.add(("gc", 0)) == {("gc", 0): 0}
+        assert files.events == ["commit", "sync"]
+        files.sync_delay_s = 0
+        del files.events[:]
+        frames = b"".join(c.encode(ApiKey.OFFSET_COMMIT, 8, 1000 + i, group_id="gc-g", generation_id_or_member_epoch=-1,
+                                   member_id="", topics=[Msg(name="gc", partitions=[
+                                       Msg(partition_index=0, committed_offset=i, committed_metadata="")])])
+                           for i in range(20))
+        c.sock.sendall(frames)
+        for i in range(20):
+            cid, r = c.receive(ApiKey.OFFSET_COMMIT, 8)
+            assert (cid, r.topics[0].partitions[0].error_code) == (1000 + i, 0)
+        assert files.events.count("commit") == 20 and files.events.count("sync") <= 4, files.events
+        assert files.events[-1] == "sync"
+        assert committed_offsets(c, "gc-g", [("gc", 0)])[("gc", 0)][1] == 19
+
+
+def test_meta_db_fsync_failing_sends_no_answer_that_waited_for_it(start_broker, caplog):
+    """Verifies that when meta.db's fsync fails (EIO), the answer that waited
+    for it is never sent -- its connection is closed -- and meta.db takes no
+    more changes (NOT_COORDINATOR), while the logs serve on; a restart reads
+    what meta.db holds."""
+    files = MetaSyncLog()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("sf")
+        assert commit_offsets(c, "sf-g", {("sf", 0): 1}) == {("sf", 0): 0}
+        files.sync_errno = errno.EIO
+        c.send(ApiKey.OFFSET_COMMIT, 8, group_id="sf-g", generation_id_or_member_epoch=-1, member_id="",
+               topics=[Msg(name="sf", partitions=[Msg(partition_index=0, committed_offset=5,
+                                                       committed_metadata="")])])
+        assert c.is_closed_by_broker()
+    assert "could not be made durable" in caplog.text and "fsync of meta.db-wal failed" in caplog.text
+    files.sync_errno = None                                # the disk is sound again: too late to trust
+    with RawClient(broker.port) as c:
+        assert commit_offsets(c, "sf-g", {("sf", 0): 7}) == {("sf", 0): ErrorCode.NOT_COORDINATOR}
+        assert c.produce("sf", 0, make_batch([b"logs serve on"])).error_code == 0
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert committed_offsets(c, "sf-g", [("sf", 0)])[("sf", 0)][1] in (1, 5)   # never told: either
+        assert commit_offsets(c, "sf-g", {("sf", 0): 7}) == {("sf", 0): 0}
 
 
 def test_disk_meta_db_damaged_at_start_says_so(tmp_path):
