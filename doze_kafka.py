@@ -64,7 +64,8 @@ transaction works, step by step"), then read each step's code:
   8 a crash, restarted  .load (a stored decision is carried out); rebuild_producer_state
 Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
 Failing disks and crashes: §7's "When the disk fails", LogManager.append and
-flush_dirty, MetadataStore.transaction (StoreFailed), coordinator_store.
+flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
+and .sync, coordinator_store; §12's Broker._group_commit and Connection.push.
 """
 
 ###############################################################################
