@@ -12174,6 +12174,8 @@ class Broker:
         """One fsync of meta.db for every change of the pass, one per dirty
         log, then answer everything that waited for them."""
         self._sync_store()
+        if self.txns.completing:
+            self.txns.progress()                       # markers of the decisions just made durable
         if self.logs.dirty or self.logs.data_dir_unsynced:
             moved = self.logs.flush_dirty(FLUSH_BUDGET_S)    # a failed fsync: that log offline
             for plog in moved:
