@@ -3125,8 +3125,8 @@ class MetadataStore:
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                       timeout=META_DB_BUSY_S)
-            # WAL: a commit appends to meta.db-wal; synchronous=FULL fsyncs that
-            # append before COMMIT returns, so a committed change survives a power cut.
+            # WAL: a commit appends to meta.db-wal; sync() fsyncs those appends, so
+            # a synced change survives a power cut (sqlite alone would not fsync them).
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")     # sync() fsyncs: the group commit
             self.db.executescript(METADATA_SQL)
