@@ -3135,7 +3135,7 @@ class MetadataStore:
             # The schema, and the directory entries of meta.db and of the WAL file
             # sqlite creates on opening it (sqlite would fsync the directory
             # itself only at its first checkpoint).
-            self.files.sync_file(path + "-wal", fallback=path)
+            self._fsync_wal()
             self.files.fsync_dir(os.path.dirname(os.path.abspath(path)))
         except (sqlite3.Error, OSError) as e:
             raise sqlite3.DatabaseError(f"{path} cannot be used: {e} ({store_hint(e)})") from None
@@ -3148,8 +3148,7 @@ class MetadataStore:
     def transaction(self, sync=SYNC_NOW):
         """One sqlite transaction, committed on leaving the block, and made
         durable as `sync` says (SYNC_NOW, SYNC_ANSWERS or SYNC_LATER)."""
-        if self.failed:
-            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}")
+        self._refuse_if_failed()
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -3184,19 +3183,25 @@ class MetadataStore:
         """fsync meta.db-wal: every commit so far is durable (one fsync for all
         of them). A failed fsync is never retried and trusted: from then on
         meta.db takes no change (StoreFailed) until a restart reads what it holds."""
-        if self.synced == self.commits or self.failed:
-            if self.failed:
-                raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}")
+        self._refuse_if_failed()
+        if self.synced == self.commits:
             return
         try:
-            self.files.sync_file(self.path + "-wal", fallback=self.path)
+            self._fsync_wal()
         except OSError as e:
             self.failed = f"fsync of meta.db-wal failed: {e}"
             self.awaited, self.owed_since = self.synced, None     # the answers held now are the last held
             log.error("%s; meta.db takes no more changes until a restart (answers that waited "
                       "for it are not sent: their connections are closed)", self.failed)
-            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}") from None
+        self._refuse_if_failed()
         self.synced, self.owed_since = self.commits, None
+
+    def _fsync_wal(self):
+        self.files.sync_file(self.path + "-wal", fallback=self.path)
+
+    def _refuse_if_failed(self):
+        if self.failed:
+            raise StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, f"meta.db: {self.failed}")
 
     def close(self):
         with contextlib.suppress(StoreFailed):
