@@ -2,6 +2,7 @@
 """doze side by side with Apache Kafka 4.3.1: one command, one table.
 
     python3 conformance/bench/compare.py [--rounds 2] [--quick] [--only doze,kafka,kafka-fsync]
+                                         [--restart-gib 1] [--restart-only]
 
 Three brokers, alternated round by round so that the machine's drift hits
 each: doze as the command line starts it (every acknowledged write fsynced);
@@ -321,6 +322,9 @@ def one_round(name, directory, sizes, results):
     note("start to first answered request (s)", time.perf_counter() - t0 +
          (api_versions_answered(b.bootstrap) if name == "doze" else 0.0))
     try:
+        if sizes.get("restart_only"):
+            restart(name, b, sizes, note)
+            return
         time.sleep(1.0)
         note("idle RSS (MiB)", rss_mib(b.pid))
         bs = b.bootstrap
@@ -424,6 +428,7 @@ def main():
     ap.add_argument("--only", default=",".join(BROKERS), help="brokers to run, of " + ",".join(BROKERS))
     ap.add_argument("--quick", action="store_true", help="small workloads (a check that the command works)")
     ap.add_argument("--restart-gib", type=float, default=None, help="GiB of log for the restart figures (1)")
+    ap.add_argument("--restart-only", action="store_true", help="only the start and restart figures")
     args = ap.parse_args()
     sizes = dict(records_1k=200000, records_100=1000000, txns=500, e2e=200, scale_records=30000,
                  restart_gib=1.0)
@@ -431,6 +436,7 @@ def main():
         sizes = dict(records_1k=20000, records_100=50000, txns=50, e2e=20, scale_records=5000, restart_gib=0.02)
     if args.restart_gib is not None:
         sizes["restart_gib"] = args.restart_gib
+    sizes["restart_only"] = args.restart_only
     order = args.only.split(",")
     results = {}
     began = time.time()
