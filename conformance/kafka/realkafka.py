@@ -78,6 +78,7 @@ TOOLS = {
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
     "kafka-verifiable-share-consumer": "org.apache.kafka.tools.VerifiableShareConsumer",
     "kafka-e2e-latency": "org.apache.kafka.tools.EndToEndLatency",
+    "connect-mirror-maker": "org.apache.kafka.connect.mirror.MirrorMaker",
     "kafka-jmx": "org.apache.kafka.tools.JmxTool",
     "kafka-replica-verification": "org.apache.kafka.tools.ReplicaVerificationTool",
 }
@@ -192,7 +193,8 @@ def is_fetched():
     lib = lib_dir()
     return (os.path.exists(_marker())
             and os.path.exists(os.path.join(lib, "kafka_2.13-%s.jar" % KAFKA_VERSION))
-            and os.path.exists(os.path.join(lib, "kafka-tools-%s.jar" % KAFKA_VERSION)))
+            and os.path.exists(os.path.join(lib, "kafka-tools-%s.jar" % KAFKA_VERSION))
+            and os.path.exists(os.path.join(lib, "connect-mirror-%s.jar" % KAFKA_VERSION)))
 
 
 def fetch(quiet=False):

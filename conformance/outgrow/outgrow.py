@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Moving to Apache Kafka and back: MirrorMaker 2 between doze and Kafka 4.3.1.
+
+    python3 conformance/outgrow/outgrow.py                      # doze->kafka, kafka->doze, kafka->kafka
+    python3 conformance/outgrow/outgrow.py --pairs doze-kafka   # one direction
+    python3 conformance/outgrow/outgrow.py --quick              # fewer records
+
+For each pair (source -> target), on fresh brokers from conformance/brokers.py:
+
+1. The source gets, with confluent-kafka (librdkafka):
+   - a topic per codec (codec-none, -gzip, -snappy, -lz4, -zstd), 3 partitions,
+     two non-default configs (retention.ms, max.message.bytes), records with a
+     key, a value, two headers and a CreateTime of their own;
+   - txn-mixed: transactions of 10 records, every third one aborted;
+   - rate: 1 KiB records, for the copy rate;
+   - a consumer group "app" that reads about half of codec-none and commits.
+2. MirrorMaker 2 in dedicated mode (Kafka 4.3.1's connect-mirror-maker, from
+   the jars conformance/kafka/realkafka.py fetches) copies source -> target with
+   IdentityReplicationPolicy (same topic names), read_committed on the source,
+   checkpoints and sync.group.offsets, at-least-once (its default).
+3. Checked on the target: each topic with its partition count and configs;
+   every record with its partition, key, value, headers and timestamp; no
+   record of an aborted transaction; the group's translated offsets, by a
+   consumer of group "app" on the target reading the rest: nothing lost, and
+   the duplicates at-least-once allows counted.
+4. A second MirrorMaker with exactly-once source support (KIP-618,
+   <target>.exactly.once.source.support=enabled) copies the topic "eos" while
+   the source broker is killed -9 and restarted: 0 duplicates, 0 missing.
+
+Prints a verdict per check and pair, the copy rate in MB/s, and exits 0 only
+when every pair passes. Bounded: every wait has a deadline.
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import needs  # noqa: E402
+from brokers import Doze, Kafka  # noqa: E402
+from realkafka import JVM_COMMON, _classpath, java_bin  # noqa: E402
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+CONFIGS = {"retention.ms": "604800000", "max.message.bytes": "2097152"}
+BROKERS = {"doze": Doze, "kafka": Kafka}
+BASE_TS = int(time.time() * 1000) - 3_600_000     # an hour ago: well inside retention.ms
+MM2_LOG4J = """\
+status = warn
+appender.f.type = File
+appender.f.name = F
+appender.f.fileName = {path}
+appender.f.layout.type = PatternLayout
+appender.f.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.f.ref = F
+"""
+
+
+def value_of(topic, i, size):
+    seed = hashlib.sha256(f"{topic}/{i}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+# --- the source's contents ------------------------------------------------------
+
+ADMINS = {}
+
+
+def admin(bootstrap):
+    """One AdminClient per address, kept: a dropped one cancels its futures."""
+    from confluent_kafka.admin import AdminClient
+    if bootstrap not in ADMINS:
+        ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
+    return ADMINS[bootstrap]
+
+
+def create(bootstrap, topic, partitions, configs=None):
+    from confluent_kafka.admin import NewTopic
+    admin(bootstrap).create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(60)
+
+
+def produce(bootstrap, topic, count, size, codec="none", partitions=3):
+    """count records, record i to partition i % partitions -> {key: record}."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "compression.type": codec,
+                  "queue.buffering.max.messages": 1000000})
+    expected = {}
+    for i in range(count):
+        key = f"{topic}-{i}".encode()
+        rec = (i % partitions, key, value_of(topic, i, size), [("n", str(i).encode()), ("codec", codec.encode())],
+               BASE_TS + i)
+        expected[key] = rec
+        while True:
+            try:
+                p.produce(topic, key=key, value=rec[2], headers=rec[3], timestamp=rec[4], partition=rec[0])
+                break
+            except BufferError:
+                p.poll(0.05)
+    if p.flush(60):
+        raise RuntimeError(f"{topic}: records left unsent")
+    return expected
+
+
+def produce_transactions(bootstrap, topic, transactions):
+    """Transactions of 10 records over 2 partitions, every third aborted -> (committed, aborted) keys."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
+    p.init_transactions(60)
+    committed, aborted = {}, set()
+    for t in range(transactions):
+        p.begin_transaction()
+        keys = [f"{topic}-{t}-{j}".encode() for j in range(10)]
+        for j, key in enumerate(keys):
+            p.produce(topic, key=key, value=value_of(topic, t * 10 + j, 100), partition=j % 2,
+                      headers=[("t", str(t).encode())], timestamp=BASE_TS + t)
+        if t % 3 == 2:
+            p.abort_transaction(60)
+            aborted.update(keys)
+        else:
+            p.commit_transaction(60)
+            committed.update({k: None for k in keys})
+    return committed, aborted
+
+
+def read_half(bootstrap, topic, group, total):
+    """A consumer of `group` reads about half of topic and commits -> the keys it read."""
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c.subscribe([topic])
+    seen, deadline = set(), time.time() + 60
+    while len(seen) < total // 2 and time.time() < deadline:
+        for m in c.consume(100, 1.0):
+            if m.error() is None:
+                seen.add(m.key())
+    c.commit(asynchronous=False)
+    c.close()
+    return seen
+
+
+def read_all(bootstrap, topics, idle_s=3.0, limit_s=120, group=None, expect=None):
+    """Every record of topics, read_committed: a consumer of `group` (from its
+    committed offsets) or, without one, from the start -> [(topic, partition,
+    key, value, headers, timestamp)]. Stops after idle_s with nothing new once
+    `expect` records are in (or at limit_s)."""
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group or f"outgrow-check-{time.time_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    if group:
+        c.subscribe(list(topics))
+    else:
+        md = c.list_topics(timeout=30).topics
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in md[t].partitions])
+    out, last_new, t0 = [], time.time(), time.time()
+    while time.time() - t0 < limit_s:
+        got = [m for m in c.consume(10000, 0.5) if m.error() is None]
+        if got:
+            last_new = time.time()
+            out += [(m.topic(), m.partition(), m.key(), m.value(), m.headers() or [], m.timestamp()[1]) for m in got]
+        elif time.time() - last_new > idle_s and (expect is None or len(out) >= expect):
+            break
+    c.close()
+    return out
+
+
+def end_offsets(bootstrap, topic):
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "outgrow-offsets"})
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return None
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions)
+    except KafkaException:                   # a topic just made: no leader yet
+        return None
+    finally:
+        c.close()
+
+
+def group_offsets(bootstrap, group, topic):
+    """{partition: committed offset} of group on topic (absent partitions left out)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    try:
+        res = admin(bootstrap).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        tps = res[group].result(30).topic_partitions
+    except Exception:
+        return {}
+    return {tp.partition: tp.offset for tp in tps if tp.topic == topic and tp.offset >= 0}
+
+
+# --- MirrorMaker 2 -----------------------------------------------------------------
+
+def mm2_properties(src, tgt, topics, eos=False, alias=("src", "tgt")):
+    s, t = alias
+    props = {
+        "clusters": f"{s}, {t}",
+        f"{s}.bootstrap.servers": src.bootstrap,
+        f"{t}.bootstrap.servers": tgt.bootstrap,
+        f"{s}->{t}.enabled": "true",
+        f"{s}->{t}.topics": topics,
+        f"{s}->{t}.groups": "app",
+        f"{t}->{s}.enabled": "false",
+        f"{t}->{s}.emit.heartbeats.enabled": "false",
+        "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        f"{s}.consumer.isolation.level": "read_committed",
+        "emit.checkpoints.enabled": "true",
+        "emit.checkpoints.interval.seconds": "1",
+        "sync.group.offsets.enabled": "true",
+        "sync.group.offsets.interval.seconds": "1",
+        "refresh.topics.interval.seconds": "5",
+        "refresh.groups.interval.seconds": "5",
+        "sync.topic.configs.interval.seconds": "5",
+        "sync.topic.acls.enabled": "false",
+        f"{t}.offset.flush.interval.ms": "1000",    # held offset syncs go out at each flush (60 s by default)
+    }
+    for rf in ("replication.factor", "offset-syncs.topic.replication.factor",
+               "checkpoints.topic.replication.factor", "heartbeats.topic.replication.factor",
+               "offset.storage.replication.factor", "config.storage.replication.factor",
+               "status.storage.replication.factor"):
+        props[rf] = "1"
+    if eos:
+        props[f"{t}.exactly.once.source.support"] = "enabled"
+    return props
+
+
+class MirrorMaker:
+    """connect-mirror-maker in dedicated mode, as a child JVM logging to a file."""
+
+    def __init__(self, directory, props, name="mm2"):
+        self.dir = os.path.join(directory, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.props = os.path.join(self.dir, "mm2.properties")
+        with open(self.props, "w") as f:
+            f.writelines(f"{k} = {v}\n" for k, v in props.items())
+        self.log = os.path.join(self.dir, "mm2.log")
+        conf = os.path.join(self.dir, "log4j2.properties")
+        with open(conf, "w") as f:
+            f.write(MM2_LOG4J.format(path=self.log))
+        self.cmd = ([java_bin(), "-Xmx768m"] + JVM_COMMON + ["-Dlog4j2.configurationFile=" + conf,
+                    "-cp", _classpath(), "org.apache.kafka.connect.mirror.MirrorMaker", self.props])
+        self.proc = None
+
+    def start(self):
+        self.out = open(os.path.join(self.dir, "mm2.out"), "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.out, stderr=subprocess.STDOUT)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.out.close()
+
+    def errors(self):
+        with open(self.log, errors="replace") as f:
+            return [line.rstrip() for line in f if " ERROR " in line]
+
+
+def wait_for(what, check, limit_s):
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        if check():
+            return time.time() - t0
+        time.sleep(0.5)
+    raise TimeoutError(f"{what}: not within {limit_s} s")
+
+
+# --- one pair ----------------------------------------------------------------------------
+
+class Verdicts:
+    def __init__(self, pair):
+        self.pair, self.rows = pair, []
+
+    def check(self, name, ok, detail=""):
+        self.rows.append((name, bool(ok), detail))
+        print(f"  {self.pair:12s} {'ok  ' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+    @property
+    def ok(self):
+        return all(ok for _, ok, _ in self.rows)
+
+
+def run_pair(src_name, tgt_name, directory, sizes):
+    pair = f"{src_name}->{tgt_name}"
+    v = Verdicts(pair)
+    for side in ("source", "target"):
+        os.makedirs(os.path.join(directory, side))
+    src = BROKERS[src_name](os.path.join(directory, "source"))
+    tgt = BROKERS[tgt_name](os.path.join(directory, "target"))
+    figures = {}
+    mm = None
+    src.start()
+    tgt.start()
+    try:
+        expected = {}
+        for codec in CODECS:
+            create(src.bootstrap, f"codec-{codec}", 3, CONFIGS)
+            expected[f"codec-{codec}"] = produce(src.bootstrap, f"codec-{codec}", sizes["records"], 1024, codec)
+        create(src.bootstrap, "txn-mixed", 2)
+        committed, aborted = produce_transactions(src.bootstrap, "txn-mixed", sizes["transactions"])
+        create(src.bootstrap, "rate", 3)
+        produce(src.bootstrap, "rate", sizes["rate"], 1024)
+        read_on_source = read_half(src.bootstrap, "codec-none", "app", sizes["records"])
+        source_group = group_offsets(src.bootstrap, "app", "codec-none")
+        print(f"  {pair:12s} source filled; group app read {len(read_on_source)} of codec-none, "
+              f"offsets {source_group}", flush=True)
+
+        mm = MirrorMaker(directory, mm2_properties(src, tgt, "codec-.*|txn-mixed|rate"))
+        t_start = time.time()
+        mm.start()
+        samples = []
+
+        def rate_copied():
+            n = end_offsets(tgt.bootstrap, "rate") or 0
+            samples.append((time.time(), n))
+            return n >= sizes["rate"]
+        wait_for("rate copied", rate_copied, 300)
+        moving = [(t, n) for t, n in samples if n > 0]
+        (t1, n1), (t2, n2) = moving[0], moving[-1]
+        figures["copy MB/s"] = (n2 - n1) * 1024 / max(t2 - t1, 1e-3) / 1e6 if t2 > t1 else float("nan")
+        figures["first record after start (s)"] = t1 - t_start
+        total = sum(len(e) for e in expected.values())
+        wait_for("every codec topic copied",
+                 lambda: all((end_offsets(tgt.bootstrap, t) or 0) >= len(e) for t, e in expected.items()), 180)
+        want = {p: o for p, o in source_group.items()}
+        try:
+            waited = wait_for("group app translated on the target",
+                              lambda: group_offsets(tgt.bootstrap, "app", "codec-none") == want, 90)
+            exact = f"equal to the source's after {waited:.0f} s"
+        except TimeoutError:
+            exact = "not equal to the source's within 90 s"
+        target_group = group_offsets(tgt.bootstrap, "app", "codec-none")
+        time.sleep(6)                                   # one more topic-config sync interval
+        mm.stop()
+        errors = mm.errors()
+        v.check("MirrorMaker logged no ERROR", not errors, f"{len(errors)} lines" + (f"; first: {errors[0][:300]}"
+                                                                                    if errors else ""))
+
+        # topics and configs
+        md = admin(tgt.bootstrap).list_topics(timeout=30).topics
+        src_md = admin(src.bootstrap).list_topics(timeout=30).topics
+        bad = [t for t in list(expected) + ["txn-mixed", "rate"]
+               if t not in md or len(md[t].partitions) != len(src_md[t].partitions)]
+        v.check("topics created with the source's partition counts", not bad, f"missing or different: {bad}"
+                if bad else f"{len(expected) + 2} topics")
+        from confluent_kafka.admin import ConfigResource
+        res = [ConfigResource("topic", t) for t in expected]
+        described = {r.name: f.result(30) for r, f in admin(tgt.bootstrap).describe_configs(res).items()}
+        wrong = {t: {k: (cfg[k].value if k in cfg else None) for k in CONFIGS}
+                 for t, cfg in described.items() if any(k not in cfg or cfg[k].value != CONFIGS[k] for k in CONFIGS)}
+        v.check("topic configs synced (retention.ms, max.message.bytes)", not wrong, str(wrong) if wrong else "")
+
+        # records, per codec
+        got = read_all(tgt.bootstrap, list(expected) + ["txn-mixed"], expect=total + len(committed))
+        by_topic = {}
+        for t, p, key, value, headers, ts in got:
+            by_topic.setdefault(t, []).append((p, key, value, [tuple(h) for h in headers], ts))
+        for topic, exp in expected.items():
+            recs = by_topic.get(topic, [])
+            keys = [r[1] for r in recs]
+            dups = len(keys) - len(set(keys))
+            missing = [k for k in exp if k not in set(keys)]
+            differ = [r for r in recs if r[1] in exp and tuple(r) != (exp[r[1]][0], r[1], exp[r[1]][2],
+                                                                     list(exp[r[1]][3]), exp[r[1]][4])]
+            v.check(f"{topic}: every record copied with key, value, headers, timestamp",
+                    not missing and not differ and not dups,
+                    f"{len(set(keys))} of {len(exp)}, {dups} duplicates, {len(differ)} different")
+        keys = [r[1] for r in by_topic.get("txn-mixed", [])]
+        v.check("txn-mixed: committed records copied, aborted ones absent",
+                set(keys) == set(committed) and not (set(keys) & aborted) and len(keys) == len(set(keys)),
+                f"{len(set(keys) & set(committed))} of {len(committed)} committed, "
+                f"{len(set(keys) & aborted)} of {len(aborted)} aborted")
+
+        # the group resumes on the target
+        resumed = read_all(tgt.bootstrap, ["codec-none"], group="app", expect=sizes["records"] - len(read_on_source))
+        resumed_keys = [r[2] for r in resumed]
+        lost = set(expected["codec-none"]) - read_on_source - set(resumed_keys)
+        dups = len(set(resumed_keys) & read_on_source) + len(resumed_keys) - len(set(resumed_keys))
+        v.check("group app resumes on the target with nothing lost", not lost and target_group,
+                f"target offsets {target_group} ({exact}); read {len(resumed_keys)} more, lost {len(lost)}, "
+                f"read again {dups}")
+        figures["group duplicates"] = dups
+        figures["records copied"] = total + len(committed) + sizes["rate"]
+
+        # exactly-once source mode under kill -9 of the source
+        eos_ok, detail = exactly_once_under_kill(src, tgt, directory, sizes["eos"])
+        v.check("exactly-once source mode, source killed -9: 0 duplicates, 0 missing", eos_ok, detail)
+    except Exception as e:                   # a verdict, not a traceback: the run goes on to the next pair
+        v.check("the run completed", False, f"{type(e).__name__}: {e}")
+        if mm and mm.proc and mm.proc.poll() is None:
+            mm.stop()
+    finally:
+        for b in (src, tgt):
+            b.stop()
+    return v, figures
+
+
+def exactly_once_under_kill(src, tgt, directory, count):
+    create(src.bootstrap, "eos", 3)
+    produce(src.bootstrap, "eos", count, 1024)
+    mm = MirrorMaker(directory, mm2_properties(src, tgt, "eos", eos=True, alias=("srcx", "tgtx")), name="mm2-eos")
+    mm.start()
+    try:
+        wait_for("a third of eos copied", lambda: (end_offsets(tgt.bootstrap, "eos") or 0) >= count // 3, 240)
+        src.kill9()
+        time.sleep(2)
+        src.start()
+        got = []
+
+        def all_in():
+            got[:] = read_all(tgt.bootstrap, ["eos"], idle_s=2, limit_s=30)
+            return len({r[2] for r in got}) >= count
+        wait_for("all of eos copied exactly once", all_in, 240)
+        time.sleep(3)
+        got = read_all(tgt.bootstrap, ["eos"], idle_s=2, limit_s=60, expect=count)
+    finally:
+        mm.stop()
+    keys = [r[2] for r in got]
+    dups, missing = len(keys) - len(set(keys)), count - len(set(keys))
+    errors = [e for e in mm.errors() if "eos" in e or "Exactly" in e][:1]
+    return dups == 0 and missing == 0, (f"{len(set(keys))} of {count}, {dups} duplicates, {missing} missing"
+                                        + (f"; first ERROR: {errors[0][:200]}" if errors else ""))
+
+
+def main():
+    needs.venv()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", default="doze-kafka,kafka-doze,kafka-kafka",
+                    help="source-target pairs, of doze-kafka, kafka-doze, kafka-kafka, doze-doze")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the directories (MirrorMaker's logs)")
+    args = ap.parse_args()
+    sizes = dict(records=3000, transactions=30, rate=100000, eos=30000)
+    if args.quick:
+        sizes = dict(records=300, transactions=9, rate=10000, eos=5000)
+    results = []
+    for pair in args.pairs.split(","):
+        s, t = pair.split("-")
+        d = tempfile.mkdtemp(prefix=f"outgrow-{pair}-")
+        print(f"pair {s} -> {t} ({d})", flush=True)
+        verdicts, figures = run_pair(s, t, d, sizes)
+        results.append((pair, verdicts, figures))
+        if not args.keep and verdicts.ok:
+            shutil.rmtree(d, ignore_errors=True)
+    print()
+    for pair, verdicts, figures in results:
+        print(f"{pair:12s} {'PASS' if verdicts.ok else 'FAIL'}  " +
+              ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+    return 0 if all(v.ok for _, v, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
