@@ -401,6 +401,7 @@ def run_pair(src_name, tgt_name, directory, sizes, secure=False):
         total = sum(len(e) for e in expected.values())
         wait_for("every codec topic copied",
                  lambda: all((end_offsets(tgt.bootstrap, t) or 0) >= len(e) for t, e in expected.items()), 180)
+
         def translated():
             now = group_offsets(tgt.bootstrap, "app", "codec-none")
             seen.append(now)
