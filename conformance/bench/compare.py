@@ -166,16 +166,19 @@ def produce_at_once(bootstrap, topic, records, size, producers):
     return sum(r[0] for r in results) / span(results) / 1e6
 
 
+# librdkafka's local queue large enough, and its back-off when full short
+# (fetch.queue.backoff.ms is 1 s by default), so that a consume figure is the
+# broker's and not a pause of the client's.
+CONSUMER_SETTINGS = {"auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                     "queued.max.messages.kbytes": 1048576, "fetch.queue.backoff.ms": 10}
+
+
 def consume_all(bootstrap, topic, records, isolation="read_committed"):
-    """MB/s reading `records` records of the topic from the start. librdkafka's
-    local queue is made large enough, and its back-off when full short
-    (fetch.queue.backoff.ms is 1 s by default), so that the figure is the
-    broker's and not a pause of the client's."""
+    """MB/s reading `records` records of the topic from the start (CONSUMER_SETTINGS)."""
     from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": isolation,
-                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
-                  "queued.max.messages.kbytes": 1048576, "fetch.queue.backoff.ms": 10})
+    c = Consumer(dict(CONSUMER_SETTINGS, **{"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                                            "isolation.level": isolation}))
     c.subscribe([topic])
     got = nbytes = 0
     t0 = None

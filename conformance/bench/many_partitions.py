@@ -11,6 +11,7 @@ subscribe() to the first and to the last record, and the ListOffsets and Fetch
 requests librdkafka sent, read_committed, 1 KiB records.
 """
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
+from compare import CONSUMER_SETTINGS, admin_create, produce_records  # noqa: E402
 
 
 def consume(bootstrap, topic, records):
@@ -33,16 +35,16 @@ def consume(bootstrap, topic, records):
             if f"Sent {name} " in record.getMessage():
                 counts[name] += 1
 
-    import logging
+    class Counter(logging.Handler):
+        def emit(self, record):
+            logger_line(record)
+
     log = logging.getLogger(f"rdkafka-{time.time_ns()}")
     log.setLevel(logging.DEBUG)
     log.propagate = False
-    log.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: logger_line(r)})())
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"many-{time.time_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
-                  "queued.max.messages.kbytes": 1048576, "fetch.queue.backoff.ms": 10,
-                  "debug": "protocol"}, logger=log)
+    log.addHandler(Counter())
+    c = Consumer(dict(CONSUMER_SETTINGS, **{"bootstrap.servers": bootstrap, "group.id": f"many-{time.time_ns()}",
+                                            "isolation.level": "read_committed", "debug": "protocol"}), logger=log)
     t0 = time.perf_counter()
     c.subscribe([topic])
     got, first, deadline = 0, None, time.time() + 120
@@ -60,7 +62,6 @@ def consume(bootstrap, topic, records):
 
 def main():
     needs.venv()
-    import compare
     ap = argparse.ArgumentParser()
     ap.add_argument("--broker", default="doze", choices=("doze", "kafka"))
     ap.add_argument("--partitions", default="1,1000")
@@ -74,8 +75,8 @@ def main():
             print(f"{'partitions':>10s} {'first (s)':>10s} {'last (s)':>9s} {'ListOffsets':>12s} {'Fetch':>6s}")
             for parts in (int(p) for p in args.partitions.split(",")):
                 topic = f"many{parts}"
-                compare.admin_create(b.bootstrap, topic, parts)
-                compare.produce_records(b.bootstrap, topic, args.records, 1024, partitions=parts)
+                admin_create(b.bootstrap, topic, parts)
+                produce_records(b.bootstrap, topic, args.records, 1024, partitions=parts)
                 first, last, lo, fe = consume(b.bootstrap, topic, args.records)
                 print(f"{parts:>10d} {first:>10.3f} {last:>9.3f} {lo:>12d} {fe:>6d}", flush=True)
         finally:

@@ -244,16 +244,18 @@ def _classpath():
 # --------------------------------------------------------------------------- tools
 
 
-def tool_command(name, args=()):
-    """The argv that runs Kafka CLI tool NAME (script name or a main class)."""
+def tool_command(name, args=(), log4j=None, heap=None):
+    """The argv that runs Kafka CLI tool NAME (script name or a main class);
+    log4j: a log4j2 config file of the caller's (default: warnings to stderr),
+    heap: its -Xmx (default: REALKAFKA_TOOL_HEAP or 512m)."""
     main = TOOLS.get(name[:-3] if name.endswith(".sh") else name)
     if main is None:
         if "." in name and not name.endswith(".sh"):
             main = name  # a fully qualified main class
         else:
             raise RealKafkaError("unknown tool %r; known: %s" % (name, ", ".join(sorted(TOOLS))))
-    conf = _write_if_changed(os.path.join(cache_root(), "tools-log4j2.properties"), TOOLS_LOG4J)
-    heap = os.environ.get("REALKAFKA_TOOL_HEAP", "512m")
+    conf = log4j or _write_if_changed(os.path.join(cache_root(), "tools-log4j2.properties"), TOOLS_LOG4J)
+    heap = heap or os.environ.get("REALKAFKA_TOOL_HEAP", "512m")
     return ([java_bin(), "-Xmx" + heap] + JVM_COMMON
             + ["-Dlog4j2.configurationFile=" + conf, "-cp", _classpath(), main] + list(args))
 

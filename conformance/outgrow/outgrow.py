@@ -50,8 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
-from realkafka import JVM_COMMON, _classpath, java_bin  # noqa: E402
-from secure import SCRAM_MODULE, Security  # noqa: E402
+from realkafka import tool_command  # noqa: E402
+from secure import Security  # noqa: E402
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CONFIGS = {"retention.ms": "604800000", "max.message.bytes": "2097152"}
@@ -119,7 +119,7 @@ def produce_transactions(bootstrap, topic, transactions):
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
     p.init_transactions(60)
-    committed, aborted = {}, set()
+    committed, aborted = set(), set()
     for t in range(transactions):
         p.begin_transaction()
         keys = [f"{topic}-{t}-{j}".encode() for j in range(10)]
@@ -131,7 +131,7 @@ def produce_transactions(bootstrap, topic, transactions):
             aborted.update(keys)
         else:
             p.commit_transaction(60)
-            committed.update({k: None for k in keys})
+            committed.update(keys)
     return committed, aborted
 
 
@@ -240,16 +240,14 @@ def mm2_properties(src, tgt, topics, eos=False, alias=("src", "tgt")):
 
 
 def cluster_properties(alias, b):
-    """How MirrorMaker reaches broker b: PLAINTEXT, or SASL_SSL as the user mm2."""
+    """How MirrorMaker reaches broker b: PLAINTEXT, or SASL_SSL as the user mm2
+    with the Java client settings Security writes (its client.properties)."""
     if not b.sec:
         return {f"{alias}.bootstrap.servers": b.bootstrap}
-    return {f"{alias}.bootstrap.servers": b.bootstraps["SASL_SSL"],
-            f"{alias}.security.protocol": "SASL_SSL",
-            f"{alias}.sasl.mechanism": b.sec.mechanism,
-            f"{alias}.sasl.jaas.config": f'{SCRAM_MODULE} required username="{b.sec.user}" '
-                                         f'password="{b.sec.password}";',
-            f"{alias}.ssl.truststore.type": "PEM",
-            f"{alias}.ssl.truststore.location": b.sec.cafile}
+    with open(b.sec.client_properties) as f:
+        props = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    return dict({f"{alias}.bootstrap.servers": b.bootstraps[b.sec.listener]},
+                **{f"{alias}.{k}": v for k, v in props.items()})
 
 
 # MirrorMaker's user: what a replication user is given, on both sides.
@@ -299,8 +297,7 @@ class MirrorMaker:
         conf = os.path.join(self.dir, "log4j2.properties")
         with open(conf, "w") as f:
             f.write(MM2_LOG4J.format(path=self.log))
-        self.cmd = ([java_bin(), "-Xmx768m"] + JVM_COMMON + ["-Dlog4j2.configurationFile=" + conf,
-                    "-cp", _classpath(), "org.apache.kafka.connect.mirror.MirrorMaker", self.props])
+        self.cmd = tool_command("connect-mirror-maker", [self.props], log4j=conf, heap="768m")
         self.proc = None
 
     def start(self):
@@ -444,18 +441,19 @@ def run_pair(src_name, tgt_name, directory, sizes, secure=False):
         for topic, exp in expected.items():
             recs = by_topic.get(topic, [])
             keys = [r[1] for r in recs]
-            dups = len(keys) - len(set(keys))
-            missing = [k for k in exp if k not in set(keys)]
+            have = set(keys)
+            dups = len(keys) - len(have)
+            missing = [k for k in exp if k not in have]
             differ = [r for r in recs if r[1] in exp and tuple(r) != (exp[r[1]][0], r[1], exp[r[1]][2],
                                                                      list(exp[r[1]][3]), exp[r[1]][4])]
             v.check(f"{topic}: every record copied with key, value, headers, timestamp",
                     not missing and not differ and not dups,
-                    f"{len(set(keys))} of {len(exp)}, {dups} duplicates, {len(differ)} different")
+                    f"{len(have)} of {len(exp)}, {dups} duplicates, {len(differ)} different")
         keys = [r[1] for r in by_topic.get("txn-mixed", [])]
+        have = set(keys)
         v.check("txn-mixed: committed records copied, aborted ones absent",
-                set(keys) == set(committed) and not (set(keys) & aborted) and len(keys) == len(set(keys)),
-                f"{len(set(keys) & set(committed))} of {len(committed)} committed, "
-                f"{len(set(keys) & aborted)} of {len(aborted)} aborted")
+                have == committed and not (have & aborted) and len(keys) == len(have),
+                f"{len(have & committed)} of {len(committed)} committed, {len(have & aborted)} of {len(aborted)} aborted")
 
         # the group resumes on the target
         resumed = read_all(tgt.bootstrap, ["codec-none"], group="app", expect=sizes["records"] - len(read_on_source))
