@@ -3596,9 +3596,12 @@ class LogManager:
     def ensure_internal_topic(self, name):
         """Make __consumer_offsets or __transaction_state as Kafka makes it (its
         partition count and configs from the broker's settings), the first time a
-        client needs it. -> True if it was there already."""
+        client needs it. -> True if it was there already (False while a
+        CreateTopics makes it: the client is told to come back)."""
         if name in self.topics:
             return True
+        if name in self.creating:               # a CreateTopics is making it, in steps
+            return False
         c = self.config
         if name == CONSUMER_OFFSETS:
             partitions = c["offsets.topic.num.partitions"]
@@ -3623,6 +3626,8 @@ class LogManager:
         try:
             new_logs = yield from self._make_partitions(name, range(topic.partitions, count))
             try:
+                if self.topics.get(name) is not topic:   # a DeleteTopics came between two steps
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic was deleted.")
                 self.store.save_topic(name, topic.topic_id, count, topic.configs)
             except BaseException:
                 for plog in new_logs:
@@ -3680,6 +3685,11 @@ class LogManager:
         for _ in range(min(count, len(self.removing))):
             path, _ = self.removing.popitem(last=False)
             self.files.rmtree(path)
+
+    def holds(self, plog):
+        """Is this log still its partition's? (Work done in steps must ask: a
+        DeleteTopics may have come between two of them.)"""
+        return self.logs.get((plog.topic, plog.partition)) is plog
 
     def get(self, topic, partition):
         plog = self.logs.get((topic, partition))
@@ -3775,13 +3785,17 @@ class LogManager:
     def delete_records(self, moves):
         """DeleteRecords: [(log, offset)] -> each log's start moved, in one
         meta.db commit; then, log by log, its segments below go (a generator:
-        it yields after each log, whose files cost a create and two unlinks)."""
+        it yields after each log, whose files cost a create and two unlinks).
+        -> the logs moved: not those a DeleteTopics removed before it began."""
+        moves = [(plog, offset) for plog, offset in moves if self.holds(plog)]
         self.store.save_log_start_offsets([(plog.topic, plog.partition, max(plog.log_start_offset, offset))
                                            for plog, offset in moves])
         for plog, offset in moves:
-            plog.delete_records_before(offset)
-            self.dirty[plog] = None
+            if self.holds(plog):                # not deleted by a step before this one
+                plog.delete_records_before(offset)
+                self.dirty[plog] = None
             yield
+        return {plog for plog, _ in moves}
 
     def apply_retention(self):
         run_steps(self.retention_steps())
@@ -3793,7 +3807,7 @@ class LogManager:
         now_ms = self.clock() * 1000
         since = time.perf_counter()
         for plog in list(self.logs.values()):
-            if self.logs.get((plog.topic, plog.partition)) is not plog or plog.offline:
+            if not self.holds(plog) or plog.offline:
                 continue                                # deleted meanwhile, or its disk failed
             if plog.apply_retention(now_ms):
                 self.dirty[plog] = None
@@ -5623,8 +5637,8 @@ FLUSHED = "flushed"  # the park key notified after every group commit
 def durable(ctx, appended):
     """Every (log, last offset) appended is below its high watermark (fsynced),
     or settled otherwise: its topic is gone, or its disk failed (LogManager.lost)."""
-    return all(plog.high_watermark > last or plog.offline or
-               ctx.logs.logs.get((plog.topic, plog.partition)) is not plog for plog, last in appended)
+    return all(plog.high_watermark > last or plog.offline or not ctx.logs.holds(plog)
+               for plog, last in appended)
 
 
 def storage_failed(ctx, results):
@@ -5769,8 +5783,7 @@ class RequestContext:
         return self.broker.producer_state(tp)
 
     def forget_topic(self, name):
-        for tp in [tp for tp in self.broker.producer_states if tp[0] == name]:
-            del self.broker.producer_states[tp]
+        self.broker.forget_topic(name)
 
 
 def error_code_of(fn, *args):
@@ -7230,12 +7243,15 @@ def delete_records(ctx, req):
             except KafkaError as e:
                 part.error_code = e.code
             yield
-    yield from ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])   # one meta.db commit
-    for plog, _, part in moves:
-        table = ctx.broker.producer_states.get((plog.topic, plog.partition))
+    moved = yield from ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])
+    for plog, offset, part in moves:
+        if plog not in moved:               # a DeleteTopics came between two steps
+            part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        part.low_watermark = max(plog.log_start_offset, offset)
+        table = ctx.broker.producer_states.get((plog.topic, plog.partition)) if ctx.logs.holds(plog) else None
         if table is not None:
-            table.forget_before(plog.log_start_offset)
-        part.low_watermark = plog.log_start_offset
+            table.forget_before(part.low_watermark)
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
@@ -9599,7 +9615,7 @@ class RecordCounter:
         for plog in list(self.unfinished):
             if time.perf_counter() > deadline:
                 break
-            if logs.get((plog.topic, plog.partition)) is plog:
+            if logs.holds(plog):
                 self.markers(plog, deadline)
             else:
                 self.unfinished.discard(plog)
@@ -10664,7 +10680,7 @@ class Console:
         late = now - CONSOLE_HEAD_TIMEOUT_S
         self.login.sweep()
         self.tell_streams(now)
-        self.counter.sweep(self.broker.logs.logs, CONSOLE_COUNT_BUDGET_S)
+        self.counter.sweep(self.broker.logs, CONSOLE_COUNT_BUDGET_S)
         for conn in [c for c in self.connections if not c.stream]:
             if conn.lingering:
                 if conn.since < now - CONSOLE_LINGER_S:
@@ -12082,6 +12098,14 @@ class Broker:
             plog = self.logs.get(*tp)
             table = self.producer_states[tp] = rebuild_producer_state(plog, whole_log=False)
         return table
+
+    def forget_topic(self, name):
+        """A deleted topic's producer state, and that its partitions held
+        transactions (meta.db's rows went with the topic): a topic made again
+        under the name starts with neither."""
+        for tp in [tp for tp in self.producer_states if tp[0] == name]:
+            del self.producer_states[tp]
+        self.txn_partitions -= {tp for tp in self.txn_partitions if tp[0] == name}
 
     def mark_transactional(self, tps):
         """Note in meta.db that partitions hold transactional batches, so the

@@ -2136,6 +2136,117 @@ def test_delete_records_unknown_partition(client):
     assert delete_records(client, "nope", 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+# --- Work in steps, and a DeleteTopics between two of its steps -------------------
+# CreatePartitions, CreateTopics and DeleteRecords run in steps (in_steps), so
+# other connections are served between them -- a DeleteTopics among them. Kafka's
+# controller applies each request whole, so each must end as if the deletion came
+# wholly before or wholly after it. held() pins the step generator at one point,
+# yielding (the loop serves everyone else) until the test lets it go.
+
+def held(monkeypatch, owner, name, where):
+    """Pin the step generator owner.name "before" its first step or "after" its
+    last -> (reached, release): Events the test waits on and sets."""
+    reached, release = threading.Event(), threading.Event()
+    real = getattr(owner, name)
+
+    def pinned(*args):
+        if where == "before":
+            reached.set()
+            while not release.is_set():
+                yield
+        result = yield from real(*args)
+        if where == "after":
+            reached.set()
+            while not release.is_set():
+                yield
+        return result
+    monkeypatch.setattr(owner, name, pinned)
+    return reached, release
+
+
+def delete_topic(client, name):
+    [r] = client.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=[name]).responses
+    assert r.error_code == 0, r
+
+
+def test_create_partitions_of_a_topic_deleted_between_two_steps_leaves_nothing(start_broker, monkeypatch):
+    """Verifies that partitions made for a topic a DeleteTopics removed meanwhile
+    are thrown away: the CreatePartitions answers UNKNOWN_TOPIC_OR_PARTITION, and
+    neither memory nor meta.db (after a restart) nor the data directory keeps any
+    of them. (It used to save the topic's row again and keep 10,000 orphan logs.)"""
+    broker = start_broker()
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.create_topic("gone", partitions=1)
+        reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
+        cid, _ = a.send(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                        topics=[Msg(name="gone", count=300, assignments=None)])
+        assert reached.wait(5)
+        delete_topic(b, "gone")
+        release.set()
+        got, resp = a.receive(ApiKey.CREATE_PARTITIONS, 3)
+        assert (got, [r.error_code for r in resp.results]) == (cid, [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+        assert [tp for tp in broker.logs.logs if tp[0] == "gone"] == [] and not broker.logs.creating
+        data = broker.config.data_dir
+        assert wait_until(lambda: not [d for d in os.listdir(data) if d.startswith("gone-")])
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        [t] = c.metadata(["gone"], allow_auto_topic_creation=False).topics
+        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_delete_records_of_a_topic_deleted_and_made_again_between_two_steps(start_broker, monkeypatch):
+    """Verifies that DeleteRecords does not touch a topic made again under the
+    name of the one it was asked about: UNKNOWN_TOPIC_OR_PARTITION, and the new
+    topic keeps log start offset 0 and its records, before and after a restart.
+    (It used to write the old log start offsets into the new topic's meta.db rows
+    and cut segments in the directory both share.)"""
+    broker = start_broker()
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.create_topic("dr-again", partitions=2)
+        for p in (0, 1):
+            a.produce("dr-again", p, make_batch([b"old-%d" % i for i in range(3)]))
+        reached, release = held(monkeypatch, doze.LogManager, "delete_records", "before")
+        a.send(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[Msg(name="dr-again", partitions=[
+            Msg(partition_index=0, offset=2), Msg(partition_index=1, offset=-1)])])
+        assert reached.wait(5)
+        delete_topic(b, "dr-again")
+        b.create_topic("dr-again", partitions=2)
+        assert b.produce("dr-again", 0, make_batch([b"new"])).base_offset == 0
+        release.set()
+        _, resp = a.receive(ApiKey.DELETE_RECORDS, 2)
+        assert [(p.error_code, p.low_watermark) for p in resp.topics[0].partitions] == \
+            [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)] * 2
+        assert b.values("dr-again", 0) == [(0, b"new")]
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert [c.list_offset("dr-again", p, -2).offset for p in (0, 1)] == [0, 0]
+        assert c.values("dr-again", 0) == [(0, b"new")]
+
+
+def test_find_coordinator_while_a_create_topics_makes_the_internal_topic(start_broker, monkeypatch):
+    """Verifies that a coordinator lookup while a CreateTopics is still making
+    __consumer_offsets in steps is told to come back (COORDINATOR_NOT_AVAILABLE)
+    instead of making the topic a second time over the first's directories."""
+    broker = start_broker()
+    reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.send(ApiKey.CREATE_TOPICS, 7, timeout_ms=5000, validate_only=False, topics=[
+            Msg(name=doze.CONSUMER_OFFSETS, num_partitions=3, replication_factor=-1, configs=[])])
+        assert reached.wait(5)
+        r = b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+        assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        release.set()
+        _, resp = a.receive(ApiKey.CREATE_TOPICS, 7)
+        assert resp.topics[0].error_code == 0
+        assert b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0).error_code == 0
+        [t] = b.metadata([doze.CONSUMER_OFFSETS]).topics
+        assert len(t.partitions) == 3
+        for p in range(3):
+            assert os.path.isdir(os.path.join(broker.config.data_dir, f"{doze.CONSUMER_OFFSETS}-{p}"))
+
+
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ---------
 
 def describe_configs(client, rtype, name, keys=None, version=4, synonyms=False):
@@ -4229,6 +4340,38 @@ def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_brok
             client, "tx-rs", pid, epoch, {("rs", 0): 2}
         assert resumed.end(True) == 0                  # a fresh connection, no InitProducerId
         assert visible_values(client, "rs", 0) == [b"kept"]
+
+
+def test_txn_a_topic_made_again_under_a_deleted_ones_name_is_rebuilt_whole_after_a_restart(
+        start_broker, monkeypatch):
+    """Verifies that a topic made again under the name of a deleted one that
+    held transactions is noted as transactional in meta.db when it takes its
+    own, so a restart rebuilds its aborted index whole: read_committed still
+    hides an aborted record that more than the tail window of plain records
+    followed. (The broker used to remember the deleted topic's partitions as
+    noted, and skipped the note.)"""
+    monkeypatch.setattr(doze, "PRODUCER_STATE_WINDOW", 4096)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("twice", 1)
+        first = Txn(c, "tx-twice")
+        first.add(("twice", 0))
+        first.produce("twice", 0, [b"first topic"])
+        assert first.end(False) == 0
+        delete_topic(c, "twice")
+        c.create_topic("twice", 1)
+        again = Txn(c, "tx-twice")
+        again.add(("twice", 0))
+        again.produce("twice", 0, [b"aborted"])
+        assert again.end(False) == 0
+        for _ in range(4):
+            assert c.produce("twice", 0, make_batch([b"p" * 1000, b"q" * 1000])).error_code == 0
+        assert b"aborted" not in visible_values(c, "twice", 0)
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        seen = visible_values(c, "twice", 0)
+        assert len(seen) == 8 and b"aborted" not in seen
 
 
 def _wait_for_state(broker, transactional_id, state):
