@@ -6403,6 +6403,35 @@ def test_limit_queued_max_requests_takes_pipelined_requests_a_few_a_pass(start_b
         assert [c.receive(ApiKey.API_VERSIONS, 3)[0] for _ in range(40)] == list(range(1, 41))
 
 
+def test_limit_doze_max_partitions_refuses_what_would_pass_it(start_broker):
+    """doze.max.partitions bounds the partitions of every topic together:
+    CreateTopics, CreatePartitions and Metadata's auto-creation past it get
+    POLICY_VIOLATION and make nothing (no directory); what fits is made, and a
+    client producing beside them notices nothing."""
+    broker = start_broker({"doze.max.partitions": 10})
+    with RawClient(broker.port) as c, RawClient(broker.port) as other:
+        c.create_topic("six", 6)
+        other.create_topic("mine", 1)
+        assert other.produce("mine", 0, make_batch([b"before"])).error_code == 0
+        [r] = c.create_topics(("four", 4, {}))
+        assert r.error_code == ErrorCode.POLICY_VIOLATION and "doze.max.partitions (10)" in r.error_message
+        resp = c.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                      topics=[Msg(name="six", count=10, assignments=None)])
+        assert resp.results[0].error_code == ErrorCode.POLICY_VIOLATION
+        [t] = c.metadata(["auto"]).topics                     # num.partitions 1: 7 + 1 fits
+        assert t.error_code == 0
+        [r] = c.create_topics(("three", 3, {}))               # 8 + 3 does not
+        assert r.error_code == ErrorCode.POLICY_VIOLATION
+        c.create_topic("two", 2)                              # 10: the last that fits
+        [t] = c.metadata(["auto-2"]).topics
+        assert t.error_code == ErrorCode.POLICY_VIOLATION
+        data = broker.config.data_dir
+        made = sorted(d.rsplit("-", 1)[0] for d in os.listdir(data) if os.path.isdir(os.path.join(data, d)))
+        assert made == ["auto", "mine"] + ["six"] * 6 + ["two"] * 2
+        assert other.produce("mine", 0, make_batch([b"after"])).base_offset == 1
+        assert other.values("mine", 0) == [(0, b"before"), (1, b"after")]
+
+
 @pytest.mark.parametrize("name", sorted(BAD_RECORDS))
 def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
     """A right CRC around records that do not tile the batch: Kafka's LogValidator
