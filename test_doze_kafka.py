@@ -5719,6 +5719,26 @@ def test_server_join_group_error_answers_decode_at_every_version(client, version
         assert first.protocol_name == ("" if version < 7 else None)
 
 
+@pytest.mark.parametrize("key,version", ALL_VERSIONS, ids=[f"{k.name}-v{v}" for k, v in ALL_VERSIONS])
+def test_server_whole_request_error_answers_decode_at_every_version(key, version):
+    """The answer to a request that fails whole (a KafkaError at the top of its
+    handler, or a bug: UNKNOWN_SERVER_ERROR) holds the schema's defaults
+    elsewhere: it must encode, and decode strictly (no null where the schema of
+    that version allows none), for every API and version doze serves. A response
+    without a top-level error code has no such answer: its connection closes."""
+    spec = doze.HANDLERS[key][0]
+    msg = doze.Broker._error_response(None, spec, version, doze.KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "x"),
+                                      quiet=True)
+    has_code = any(f.name == "error_code" and f.in_version(version) for f in spec.response)
+    assert (msg is not None) == has_code
+    if msg is None:
+        return
+    data = b"".join(doze.encode_body(spec, version, "response", msg).finish())
+    r = doze.Reader(data)
+    decoded = doze.read_struct(r, doze.plan_for(spec, version, "response"), spec.flexible(version))
+    assert r.pos == len(data) and decoded.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 def test_server_record_timestamps_outside_the_topic_window_are_refused(client):
     """message.timestamp.after.max.ms (1 h by default) and .before.max.ms, per
     record, as Kafka's LogValidator: INVALID_TIMESTAMP with a record error for
