@@ -13147,10 +13147,40 @@ def main(argv=None):
     if broker.console is not None:
         print(f"console: {broker.console.url}", flush=True)
     calm_garbage_collector()
+    release_freed_memory()          # what compiling this file and starting freed
     broker.serve_forever()
     log.info("stopped cleanly")
     return 0
 
 
+def run_as_module():
+    """`python3 doze_kafka.py` starts the interpreter again, once and in the
+    same process, on this file imported as a module, before it does anything
+    else. CPython keeps a script's syntax tree until the script returns --
+    for a broker, its whole life: 26 MiB of RSS for this file, a third of
+    what it holds at all when idle -- while an imported module's tree goes as
+    soon as the module is compiled. Nothing happens under -m, a debugger or a
+    profiler (the file is not the program then), or where there is no exec.
+    Measured: idle RSS 56 -> 27 MiB, about 0.07 s more at start (README,
+    "Memory")."""
+    path = os.path.abspath(globals().get("__file__") or "")
+    if sys._getframe(1).f_back is not None or os.name != "posix" or not sys.executable \
+            or not os.path.isfile(path) or sys.flags.interactive:
+        return
+    options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)] if hasattr(sys, "orig_argv") else []
+    code = ("import importlib.util, sys\n"
+            f"sys.path[0] = {os.path.dirname(path)!r}\n"
+            f"spec = importlib.util.spec_from_file_location('doze_kafka', {path!r})\n"
+            "sys.modules['doze_kafka'] = module = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(module)\n"
+            "sys.exit(module.main())\n")
+    try:
+        os.execv(sys.executable, [sys.executable, *options, "-c", code, *sys.argv[1:]])
+    except OSError as e:                 # then serve as a script
+        print(f"doze_kafka: could not start again as a module ({e}); serving as a script",
+              file=sys.stderr)
+
+
 if __name__ == "__main__":
+    run_as_module()
     sys.exit(main())

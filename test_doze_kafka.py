@@ -3914,6 +3914,12 @@ class Txn:
             self.seq[(topic, partition)] = seq + len(values)
         return part
 
+    def whole(self, topic, partition, values, commit):
+        """A whole transaction on one partition -> EndTxn's error code."""
+        self.add((topic, partition))
+        self.produce(topic, partition, values)
+        return self.end(commit)
+
     def add_offsets(self, group, version=3):
         return self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, version, transactional_id=self.id,
                            producer_id=self.producer_id, producer_epoch=self.epoch,
@@ -4323,9 +4329,7 @@ def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_brok
     with RawClient(broker.port) as client:
         client.create_topic("rs", 1)
         txn = Txn(client, "tx-rs")
-        txn.add(("rs", 0))
-        txn.produce("rs", 0, [b"dropped"])
-        assert txn.end(False) == 0
+        assert txn.whole("rs", 0, [b"dropped"], commit=False) == 0
         txn.add(("rs", 0))
         txn.produce("rs", 0, [b"kept"])
         pid, epoch = txn.producer_id, txn.epoch
@@ -4354,16 +4358,10 @@ def test_txn_a_topic_made_again_under_a_deleted_ones_name_is_rebuilt_whole_after
     broker = start_broker()
     with RawClient(broker.port) as c:
         c.create_topic("twice", 1)
-        first = Txn(c, "tx-twice")
-        first.add(("twice", 0))
-        first.produce("twice", 0, [b"first topic"])
-        assert first.end(False) == 0
+        assert Txn(c, "tx-twice").whole("twice", 0, [b"first topic"], commit=False) == 0
         delete_topic(c, "twice")
         c.create_topic("twice", 1)
-        again = Txn(c, "tx-twice")
-        again.add(("twice", 0))
-        again.produce("twice", 0, [b"aborted"])
-        assert again.end(False) == 0
+        assert Txn(c, "tx-twice").whole("twice", 0, [b"aborted"], commit=False) == 0
         for _ in range(4):
             assert c.produce("twice", 0, make_batch([b"p" * 1000, b"q" * 1000])).error_code == 0
         assert b"aborted" not in visible_values(c, "twice", 0)
@@ -7582,6 +7580,46 @@ def test_cli_serves_the_console_and_prints_its_url(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_cli_the_script_runs_again_as_a_module(tmp_path):
+    """python3 doze_kafka.py starts the interpreter again on the file imported
+    as a module (the script's syntax tree is not kept for the broker's life),
+    with the interpreter's options and the arguments given, in the same
+    process (kill and wait work on the pid the caller has), from a copy of
+    the file under another name too."""
+    copy = tmp_path / "renamed_broker.py"
+    copy.write_bytes(open(doze.__file__, "rb").read())
+    proc = subprocess.Popen([sys.executable, "-X", "utf8", str(copy), "--port", "0", "--data-dir",
+                             str(tmp_path / "d"), "--override", "doze.console.listener="],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().startswith("doze-kafka ")     # it serves
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+        options = [b"-X", b"utf8"] if hasattr(sys, "orig_argv") else []   # Python 3.9 cannot tell
+        assert cmdline[1:1 + len(options)] == options, cmdline
+        rest = cmdline[1 + len(options):]
+        assert rest[0] == b"-c" and str(copy).encode() in rest[1], cmdline
+        assert rest[2:6] == [b"--port", b"0", b"--data-dir", str(tmp_path / "d").encode()]
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_cli_under_run_path_the_file_does_not_start_again(capsys):
+    """Run by another program (runpy, a profiler, a debugger), the file is not
+    the program and is not started again: --apis answers in this process."""
+    import runpy
+    saved = sys.argv
+    sys.argv = [doze.__file__, "--apis"]
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(doze.__file__, run_name="__main__")
+    finally:
+        sys.argv = saved
+    assert e.value.code == 0 and "Produce" in capsys.readouterr().out
 
 
 ###############################################################################
