@@ -6483,6 +6483,36 @@ def test_server_partition_holding_a_bad_batch_is_served_without_a_stall(client, 
     assert client.fetch("poisoned", 0, 0).error_code == 0
 
 
+def test_server_partition_holding_a_bad_batch_is_served_by_every_reader_after_a_restart(start_broker):
+    """The other readers of stored records, on the same poisoned log: a restart
+    (segment indexes and producer state rebuilt from batch headers), the
+    console's browser (a bad batch is one row saying why, the good record after
+    it is shown) and its topic page (record counts), timestamp lookups again."""
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
+    with RawClient(broker.port) as c:
+        c.create_topic("poisoned")
+        plog = broker.logs.logs[("poisoned", 0)]
+        for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
+            batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
+            broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
+        assert c.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000])).error_code == 0
+    stop(broker)
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
+    after = 2 ** 31 - 1 + 2
+    started = time.perf_counter()
+    with RawClient(broker.port) as c:
+        assert c.list_offset("poisoned", 0, 3_000).offset == after
+        assert c.list_offset("poisoned", 0, -3).offset == after
+        items = browse(broker, "poisoned", 0)["items"]
+        page = console_html(broker, "/topics/poisoned")
+        assert c.produce("poisoned", 0, make_batch([b"later"])).base_offset == after + 1
+    assert time.perf_counter() - started < 3
+    assert [(i["kind"], i["offset"]) for i in items[:2]] == [("batch", 0), ("batch", 2 ** 31 - 1)]
+    assert all(i["note"] for i in items[:2])
+    assert [(i["offset"], i["value_text"]) for i in items if i["kind"] == "record"] == [(after, "after")]
+    assert "poisoned" in page
+
+
 def test_server_api_versions_unknown_version_gets_v0_fallback(client):
     """KIP-511: ApiVersions v9 (request header v2) is answered in the v0 format
     with UNSUPPORTED_VERSION and ApiVersions' own range, as Kafka 4.3.1 does."""
