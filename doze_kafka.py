@@ -11203,6 +11203,7 @@ class Connection:
         self.early_park = None           # ... the one the next request ends (a Fetch's long-poll)
         self.unflushed = 0               # answers waiting for the group commit (Produce)
         self.closed = False
+        self.closing = None              # why it closes once the answers owed are written
         self.events = 0                  # what the selector watches for (0: unregistered)
         self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
         self.frame_started = None        # when the first byte of an incomplete frame came
@@ -11252,9 +11253,9 @@ class Connection:
                 break
             size = I32.unpack_from(buf, pos)[0]
             if size < 0 or size > limit:
-                self.close(f"frame of {size} bytes is larger than socket.request.max.bytes "
-                           f"({limit}) or negative")
-                return
+                self.close_after_answers(f"frame of {size} bytes is larger than socket.request.max.bytes "
+                                         f"({limit}) or negative")
+                break
             if len(buf) - pos - 4 < size:
                 break
             if self.unflushed and size >= 2 and I16.unpack_from(buf, pos + 4)[0] != ApiKey.PRODUCE:
@@ -11279,7 +11280,20 @@ class Connection:
     def may_read(self):
         """Take in more requests? Not while muted, nor with answers piling up."""
         return not self.parked and not self.failing and len(self.slots) < MAX_QUEUED \
-            and self.out_bytes < MAX_QUEUED_BYTES
+            and self.out_bytes < MAX_QUEUED_BYTES and self.closing is None
+
+    def close_after_answers(self, reason):
+        """A request refused whole (it does not decode, or is not served): the
+        connection closes once the answers owed to the requests before it are
+        written, and reads nothing more. Kafka reads a connection's next
+        request only after answering the last one, so those answers reach the
+        client there too."""
+        self.closing = reason
+        self._close_if_answered()
+
+    def _close_if_answered(self):
+        if self.closing is not None and not self.slots and not self.out and not self.closed:
+            self.close(self.closing)
 
     def authenticated(self, principal):
         self.principal = principal
@@ -11354,6 +11368,7 @@ class Connection:
             self.last_active = self.broker.clock()
             if self.inbuf and self.may_read():
                 self.broker.resume[self] = None         # reading waited for the client to read
+        self._close_if_answered()
         self.update_interest()
 
     def _send_file(self, chunk):
@@ -11385,8 +11400,8 @@ class Connection:
         events = selectors.EVENT_WRITE if self.out else 0
         if self.handshaking:
             events = self.tls_wants or selectors.EVENT_READ
-        elif (self.may_read() or self.early_park is not None and self.parked == 1 and not self.failing) \
-                and not self._whole_frame_waiting():                # no more while one waits
+        elif (self.may_read() or self.early_park is not None and self.parked == 1 and not self.failing
+              and self.closing is None) and not self._whole_frame_waiting():   # no more while one waits
             events |= selectors.EVENT_READ
         if events == self.events:
             return
@@ -12300,29 +12315,29 @@ class Broker:
         try:
             api_key, version, correlation_id, client_id, r = parse_request_header(frame)
         except ProtocolError as e:
-            conn.close(f"request header does not decode: {e}")
+            conn.close_after_answers(f"request header does not decode: {e}")
             return
         if conn.sasl is not None and not self._sasl_admits(conn, api_key):
             return
         entry = HANDLERS.get(api_key)
         if entry is None:
-            conn.close(f"unknown API key {api_key} (correlation id {correlation_id})")
+            conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
             return
         spec, handler = entry
         if not spec.min_served <= version <= spec.max_version:
             if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
                 self._unsupported_api_versions(conn, r, correlation_id)
             else:
-                conn.close(f"{spec.name} v{version} is not supported (doze serves "
-                           f"v{spec.min_served}-v{spec.max_version})")
+                conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
+                                         f"v{spec.min_served}-v{spec.max_version})")
             return
         try:
             if spec.flexible(version):
                 skip_tagged_fields(r)                 # request header v2
             req = decode_request_body(spec, version, r)
         except ProtocolError as e:
-            conn.close(f"{spec.name} v{version} request (correlation id {correlation_id}) "
-                       f"does not decode: {e}")
+            conn.close_after_answers(f"{spec.name} v{version} request (correlation id {correlation_id}) "
+                                     f"does not decode: {e}")
             return
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
@@ -12343,7 +12358,8 @@ class Broker:
         elif result is NO_RESPONSE:
             conn.slots.remove(slot)
         elif isinstance(result, CloseConnection):
-            conn.close(result.reason)
+            conn.slots.remove(slot)
+            conn.close_after_answers(result.reason)
         elif isinstance(result, AuthenticationFailure):
             conn.slots.remove(slot)
             conn.fail_authentication(result.reason, self._response_chunks(spec, version, correlation_id,
@@ -12383,7 +12399,7 @@ class Broker:
         try:
             skip_tagged_fields(r)     # newer versions use request header v2
         except ProtocolError as e:
-            conn.close(f"ApiVersions request of an unknown version does not decode: {e}")
+            conn.close_after_answers(f"ApiVersions request of an unknown version does not decode: {e}")
             return
         spec = HANDLERS[ApiKey.API_VERSIONS][0]
         msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[

@@ -5597,6 +5597,33 @@ def test_server_unsupported_version_closes_the_connection(broker, bystander, key
         assert bad.is_closed_by_broker()
 
 
+@pytest.mark.parametrize("bad", ["unknown-api-key", "unsupported-version", "truncated", "oversized"])
+def test_server_a_refused_frame_closes_only_after_the_answers_owed_before_it(broker, bystander, bad):
+    """An OffsetCommit (its answer held for meta.db's group commit) and an
+    ApiVersions pipelined in one write with a frame that is refused after
+    them: both answers arrive, then the close (the long fuzz found the answer
+    dropped). Kafka reads a connection's next request only once it has
+    answered the one before."""
+    with raw_connection(broker) as c:
+        c.create_topic("owed")
+        commit = RawClient.encode(ApiKey.OFFSET_COMMIT, 8, 7, group_id="owed-g", generation_id_or_member_epoch=-1,
+                                  member_id="", topics=[Msg(name="owed", partitions=[
+                                      Msg(partition_index=0, committed_offset=5, committed_metadata="")])])
+        versions = RawClient.encode(ApiKey.API_VERSIONS, 3, 8, **SOFTWARE)
+        refused = {"unknown-api-key": struct.pack(">hhih", 999, 0, 9, -1),
+                   "unsupported-version": struct.pack(">hhih", ApiKey.PRODUCE, 0, 9, -1) + bytes(20),
+                   "truncated": RawClient.encode(ApiKey.METADATA, 12, 9, topics=None)[4:-3]}.get(bad)
+        tail = struct.pack(">i", len(refused)) + refused if refused else struct.pack(">i", 2 ** 31 - 1) + bytes(8)
+        c.sock.sendall(commit + versions + tail)
+        cid, answer = c.receive(ApiKey.OFFSET_COMMIT, 8)
+        assert cid == 7 and answer.topics[0].partitions[0].error_code == 0
+        assert c.receive(ApiKey.API_VERSIONS, 3)[0] == 8
+        assert c.is_closed_by_broker()
+    with raw_connection(broker) as again:
+        assert again.call(ApiKey.OFFSET_FETCH, 7, group_id="owed-g", topics=None,
+                          require_stable=False).topics[0].partitions[0].committed_offset == 5
+
+
 SERVED = [(key, v) for key, (spec, _) in sorted(doze.HANDLERS.items())
           for v in range(spec.min_served, spec.max_version + 1)]
 
