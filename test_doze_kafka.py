@@ -5799,6 +5799,28 @@ def test_fuzz_bounded_run():
     assert not thin, f"APIs the fuzz barely reached: {thin}\n{report.summary()}"
 
 
+def test_fuzz_bounded_run_over_sasl_ssl():
+    """The same fuzz with a SASL_SSL listener and Kafka's StandardAuthorizer:
+    half the connections authenticate (PLAIN, SCRAM-SHA-256/512, SaslHandshake
+    v1 and v0's bare tokens, re-authentication) and are fuzzed as principals
+    under the ACLs the fuzz makes; beside them every hostile TLS and SASL
+    exchange of fuzz.SecureSide.HOSTILE. No finding (a wrong credential or a
+    request before authentication answered, a valid one refused, a password in
+    the log or meta.db), every mechanism authenticated, every case reached."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+    import fuzz
+    report = fuzz.run(seed=2, frames=3000, connections=4, spawn=True, security=True,
+                      ops={"sasl": 30, "reauth": 5})
+    assert not report.findings, report.summary()
+    auth = report.security["auth"]
+    for mechanism in fuzz.MECHANISMS:
+        assert auth.get(f"{mechanism} ok", 0) and auth.get(f"{mechanism} v0 ok", 0), report.summary()
+    assert sum(n for k, n in auth.items() if k.endswith("re-auth ok")), report.summary()
+    missed = [case for case in fuzz.SecureSide.HOSTILE if f"hostile: {case}" not in report.security]
+    assert not missed, f"hostile cases never run: {missed}\n{report.summary()}"
+    assert report.per_api["SaslAuthenticate"]["answered"] >= 100, report.summary()
+
+
 # --- Authorization: StandardAuthorizer's decisions and the checks of each API -------
 
 A = doze.AclOperation

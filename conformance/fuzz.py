@@ -8,6 +8,8 @@ broker or reach past its own connection.
                                                                  # restarted when it dies/hangs
     python3 conformance/fuzz.py --bootstrap 127.0.0.1:9092 --pid PID --log broker.log
     python3 conformance/fuzz.py --schemas kafka ...              # requests from Kafka's JSON
+    python3 conformance/fuzz.py --spawn --security --minutes 30  # and a SASL_SSL listener
+                                                                 # with the authorizer (6b)
 
 From Python (what the test suite does):
 
@@ -38,6 +40,10 @@ How it works, top to bottom:
    flips, trailing garbage, oversized frames; and on the transport: half
    frames, bad frame sizes, pipelined bursts. Beside malformation, overload:
    valid requests spanning up to 2,000 partitions of one topic ("wide").
+6b. SASL AND TLS (--security). Half the fuzz connections go to a SASL_SSL
+   listener: TLS, a valid authentication, then the same fuzz under Kafka's
+   StandardAuthorizer; beside them hostile TLS and SASL exchanges on fresh
+   connections, and re-authentication (KIP-368).
 7. RUNNER. N fuzz connections (reconnecting when the broker closes one: a
    close is a legitimate answer to a malformed frame, and is counted), a
    well-behaved "bystander" client beside them (produce acks=-1, fetch back,
@@ -56,7 +62,10 @@ stall (a bystander call slower than the threshold), traceback / error-log
 request that never waits got neither an answer nor a close),
 skipped-answer / unexpected-correlation-id, valid-request-refused (a frame
 valid by the schema it came from was closed as undecodable), bystander-*,
-rss-growth (when a tolerance is set), fuzzer-error (a bug in this file).
+rss-growth (when a tolerance is set), fuzzer-error (a bug in this file);
+with --security also tls-refused, valid-auth-refused,
+sasl-accepted-what-it-should-not, unauthenticated-request-answered and
+secret-in-clear (a password the run used in the broker's log or meta.db).
 
 Deterministic: each fuzz connection draws from random.Random(f"{seed}:{i}"),
 so the frames it sends depend only on the seed and on the answers it gets.
@@ -64,8 +73,11 @@ Standard library only; loopback only; every run stops by itself.
 """
 
 import argparse
+import base64
 import collections
 import gzip
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -73,6 +85,7 @@ import random
 import re
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -1633,6 +1646,397 @@ def mutate(rng, frame, n=1):
 
 
 ###############################################################################
+# 6b. SASL AND TLS -- the secure listener (--security)
+###############################################################################
+# With --security the broker gets a SASL_SSL listener beside PLAINTEXT (PLAIN,
+# SCRAM-SHA-256 and SCRAM-SHA-512; the recordings' throwaway certificate) and
+# Kafka's StandardAuthorizer (allow.everyone.if.no.acl.found, User:ANONYMOUS
+# the super user: PLAINTEXT's fuzz and the bystander pass every check). Every
+# odd fuzz connection goes there: TLS, then a valid authentication (any of the
+# three mechanisms, SaslHandshake v1 or v0's bare tokens, ApiVersions first or
+# not), then the same fuzz as on PLAINTEXT, its principal subject to the ACLs
+# the fuzz itself creates. Beside it, hostile exchanges on fresh connections
+# (Worker.op_sasl): wrong passwords, unknown mechanisms, requests before
+# authentication, mutated SaslHandshake/SaslAuthenticate frames, garbage and
+# oversized tokens, SCRAM finals with a wrong nonce, proof or a replay, a
+# Kafka frame or garbage where TLS is expected, a ClientHello cut short, TLS
+# records broken under the session; and re-authentication (KIP-368) on
+# authenticated connections. Findings: a wrong credential or a request before
+# authentication answered as if authenticated, and a valid authentication
+# refused (once its SCRAM credential is restored: the fuzz's own
+# AlterUserScramCredentials may have changed it).
+
+SECURE_LISTENER = "SASL_SSL"
+PLAIN_USER, PLAIN_PASSWORD = "fuzzplain", "fuzzplain-secret"
+SCRAM_USER, SCRAM_PASSWORD = "fuzzscram", "fuzzscram-secret"
+SCRAM = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+WRONG_PASSWORD = "not-the-password"
+SCRAM_SALT, SCRAM_ITERATIONS = b"fuzz-scram-salt", 4096
+MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 58, 33, 34
+SASL_MAX_RECEIVE = 524288                  # sasl.server.max.receive.size's default
+
+
+def security_settings(plain_port, secure_port):
+    """The broker settings of --security: PLAINTEXT on plain_port (0: any), SASL_SSL on secure_port."""
+    sys.path.insert(0, HERE)
+    from certs import RECORDING_TLS_SETTINGS
+    return dict(RECORDING_TLS_SETTINGS, **{
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},{SECURE_LISTENER}://127.0.0.1:{secure_port}",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{SECURE_LISTENER}:{SECURE_LISTENER}",
+        "sasl.enabled.mechanisms": ",".join(MECHANISMS),
+        f"listener.name.{SECURE_LISTENER.lower()}.plain.sasl.jaas.config":
+            f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PASSWORD}";',
+        "connection.failed.authentication.delay.ms": "20",
+        "connections.max.reauth.ms": "60000",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS"})
+
+
+def tls_client_context():
+    sys.path.insert(0, HERE)
+    from certs import recording_client_context
+    return recording_client_context()
+
+
+def client_hello(ctx):
+    """The bytes of a real TLS ClientHello (from an SSLObject over memory BIOs)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def scram_upsertions():
+    return [{"name": SCRAM_USER, "mechanism": m, "iterations": SCRAM_ITERATIONS, "salt": SCRAM_SALT,
+             "salted_password": hashlib.pbkdf2_hmac(d, SCRAM_PASSWORD.encode(), SCRAM_SALT, SCRAM_ITERATIONS)}
+            for m, d in SCRAM.values()]
+
+
+class ScramClient:
+    """The client side of SCRAM (RFC 5802): first(), then final(server_first)."""
+
+    def __init__(self, mechanism, user, password, rng):
+        self.digest = SCRAM[mechanism][1]
+        self.user, self.password = user, password
+        self.nonce = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(24))
+
+    def first(self):
+        self.bare = f"n={self.user},r={self.nonce}"
+        return f"n,,{self.bare}".encode()
+
+    def final(self, server_first, nonce=None, proof=None):
+        fields = dict(kv.split("=", 1) for kv in server_first.decode().split(",") if "=" in kv)
+        salted = hashlib.pbkdf2_hmac(self.digest, self.password.encode(), base64.b64decode(fields["s"]),
+                                     int(fields["i"]))
+        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
+        stored = hashlib.new(self.digest, client_key).digest()
+        without_proof = f"c=biws,r={nonce or fields['r']}"
+        auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
+        signature = hmac.new(stored, auth, self.digest).digest()
+        proof = proof or bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
+        self.server_final = b"v=" + base64.b64encode(hmac.new(server_key, auth, self.digest).digest())
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+class AuthRefused(Exception):
+    """A valid authentication got an error answer (or none)."""
+
+
+class SecureSide:
+    """Worker's part on the secure listener: connecting (TLS, then SASL) and the
+    hostile exchanges. Counts go to runner.security (merged under its lock)."""
+
+    def secure_connect(self):
+        raw = socket.create_connection(self.r.secure_addr, timeout=5)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock = self.r.tls.wrap_socket(raw, server_hostname="localhost")
+        except (ssl.SSLError, OSError) as e:
+            raw.close()
+            self.r.count_security("tls", "valid handshake failed")
+            if isinstance(e, ssl.SSLError) and not self.r.restarting:
+                self.r.finding("tls-refused", f"a valid TLS handshake failed: {e}", "tls refused", worker=self)
+            raise OSError(str(e)) from None
+        self.r.count_security("tls", "handshakes")
+        try:
+            self.authenticate(sock)
+        except AuthRefused as e:
+            sock.close()
+            self.auth_failures += 1
+            if self.auth_failures >= 2 and not self.r.restarting:
+                self.r.finding("valid-auth-refused", str(e), _norm(str(e), 60), worker=self)
+            self.r.restore_credentials()
+            raise OSError(str(e)) from None
+        except (OSError, ConnClosed, DecodeError) as e:
+            sock.close()
+            self.r.count_security("auth", f"cut off ({type(e).__name__})")
+            raise OSError(str(e)) from None
+        self.auth_failures = 0
+        return sock
+
+    def sasl_call(self, sock, api_key, version, body, raw_token=None):
+        """One request on sock, its answer decoded (None for v0's bare token:
+        the bare answer bytes then). Counted in the per-API table."""
+        if raw_token is not None:
+            sock.sendall(struct.pack(">i", len(raw_token)) + raw_token)
+            return None, self.read_bare(sock)
+        api = self.r.models[api_key]
+        corr = self.next_corr()
+        data, _ = encode_request(api, version, corr, "fuzz-secure", body)
+        st = self.stats.per_api[api.name]
+        st["sent"] += 1
+        self.stats.versions[api.name].add(version)
+        sock.settimeout(self.r.answer_timeout + 1)
+        sock.sendall(struct.pack(">i", len(data)) + data)
+        frame = self.read_bare(sock)
+        got, resp = decode_response(api, version, frame)
+        st["answered"] += 1
+        if all(c == 0 for c in error_codes(resp)):
+            st["ok"] += 1
+        return resp, None
+
+    def read_bare(self, sock):
+        head = self.recv_exactly(sock, 4)
+        return self.recv_exactly(sock, struct.unpack(">i", head)[0])
+
+    @staticmethod
+    def recv_exactly(sock, n):
+        out = bytearray()
+        while len(out) < n:
+            data = sock.recv(n - len(out))
+            if not data:
+                raise ConnClosed("closed by the broker")
+            out += data
+        return bytes(out)
+
+    def authenticate(self, sock, mechanism=None, reauth=False):
+        """A valid SASL exchange on sock; AuthRefused when the broker says no."""
+        rng = self.rng
+        mechanism = mechanism or rng.choice(MECHANISMS)
+        if not reauth and rng.random() < 0.5:
+            self.sasl_call(sock, 18, rng.choice([0, 3]), {"client_software_name": "fuzz",
+                                                          "client_software_version": "1"})
+        bare = not reauth and rng.random() < 0.2               # SaslHandshake v0: bare tokens
+        h, _ = self.sasl_call(sock, 17, 0 if bare else 1, {"mechanism": mechanism})
+        if get(h, "error_code") != 0:
+            raise AuthRefused(f"SaslHandshake {mechanism}: error {get(h, 'error_code')}")
+
+        def token(data):
+            if bare:
+                return self.sasl_call(sock, 36, 0, None, raw_token=data)[1]
+            resp, _ = self.sasl_call(sock, 36, rng.randint(0, 2), {"auth_bytes": data})
+            if get(resp, "error_code") != 0:
+                raise AuthRefused(f"SaslAuthenticate {mechanism}: error {get(resp, 'error_code')} "
+                                  f"{get(resp, 'error_message')}")
+            return get(resp, "auth_bytes")
+        try:
+            if mechanism == "PLAIN":
+                token(f"\0{PLAIN_USER}\0{PLAIN_PASSWORD}".encode())
+            else:
+                scram = ScramClient(mechanism, SCRAM_USER, SCRAM_PASSWORD, rng)
+                server_first = token(scram.first())
+                final = token(scram.final(server_first))
+                if final != scram.server_final:
+                    raise AuthRefused(f"{mechanism}: the server's final message does not prove the key")
+        except ConnClosed:
+            if bare:                         # a bare token refused: the broker closes (after the delay)
+                raise AuthRefused(f"SaslHandshake v0 {mechanism}: closed at a bare token") from None
+            raise
+        if not reauth:
+            self.auth_mechanism, self.auth_bare = mechanism, bare
+        self.r.count_security("auth", f"{mechanism}{' v0' if bare else ''}{' re-auth' if reauth else ''} ok")
+
+    # --- the hostile side ---
+    HOSTILE = ["wrong password", "unknown mechanism", "request before authentication", "mutated handshake",
+               "mutated authenticate", "garbage token", "oversized token", "scram wrong nonce",
+               "scram wrong proof", "scram replayed final", "scram garbage first", "kafka frame on tls",
+               "garbage on tls", "client hello cut short", "tls records broken", "half token"]
+
+    def op_sasl(self):
+        if not self.secure:
+            return self.op_single()
+        self.drop()
+        case = self.rng.choice(self.HOSTILE)
+        try:
+            outcome = self.hostile(case)
+        except socket.timeout:
+            outcome = "timeout"
+        except (ConnClosed, ssl.SSLError, OSError):
+            outcome = "closed"
+        except AuthRefused as e:             # a valid step of it (the fuzz may have changed the credential)
+            outcome = "refused before its hostile step"
+            self.r.note_security(str(e))
+            self.r.restore_credentials()
+        except DecodeError as e:
+            outcome = "undecodable"
+            self.r.finding("undecodable-answer", f"an answer on the SASL path ({case}) does not decode: {e}",
+                           f"sasl {case}", worker=self)
+        self.r.count_security(f"hostile: {case}", outcome)
+
+    def op_reauth(self):
+        """KIP-368 on an authenticated connection: SaslHandshake and tokens
+        again (allowed a second after the last start); then the usual fuzz."""
+        if not self.secure:
+            return self.op_single()
+        self.connect()
+        if self.auth_bare:                       # v0's bare tokens: no session to renew (KIP-368)
+            return self.op_single()
+        try:
+            self.authenticate(self.sock, mechanism=self.auth_mechanism, reauth=True)
+        except AuthRefused as e:
+            self.r.count_security("auth", "re-auth refused (" + _norm(str(e), 50) + ")")
+            self.drop()
+        except DecodeError as e:
+            self.r.finding("undecodable-answer", f"an answer to a re-authentication does not decode: {e}",
+                           "sasl re-auth", worker=self)
+            self.drop()
+
+    def hostile(self, case):
+        """One misbehaving client; -> its outcome (what the broker answered, or
+        "closed" once it closed). A credential that should fail but gets
+        error 0 is a finding."""
+        rng, r = self.rng, self.r
+        raw = socket.create_connection(r.secure_addr, timeout=r.answer_timeout + 1)
+        with raw:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if case in ("kafka frame on tls", "garbage on tls", "client hello cut short"):
+                if case == "kafka frame on tls":
+                    data, _ = encode_request(r.models[18], 3, 1, "fuzz", {"client_software_name": "fuzz",
+                                                                         "client_software_version": "1"})
+                    data = struct.pack(">i", len(data)) + data
+                elif case == "garbage on tls":
+                    data = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 300)))
+                else:
+                    hello = client_hello(r.tls)
+                    data = hello[:rng.randrange(1, len(hello))]
+                raw.sendall(data)
+                if case == "client hello cut short" and rng.random() < 0.5:
+                    return "left"
+                return self.until_closed(raw)
+            sock = r.tls.wrap_socket(raw, server_hostname="localhost")
+            if case == "tls records broken":
+                raw_fd = socket.socket(fileno=os.dup(sock.fileno()))
+                with raw_fd:
+                    raw_fd.sendall(b"\x17\x03\x03\x00\x20" + bytes(rng.getrandbits(8) for _ in range(32)))
+                return self.until_closed(sock)
+            return self.hostile_sasl(case, sock)
+
+    def hostile_sasl(self, case, sock):
+        rng = self.rng
+        if case == "request before authentication":
+            f = self.make_frame()
+            while f.api.key in (17, 18):
+                f = self.make_frame()
+            sock.sendall(f.wire())
+            return self.until_closed(sock, forbidden=f"{f.api.name} before authentication")
+        if case == "mutated handshake":
+            f = self.make_frame(self.r.models[17])
+            mutate(rng, f, 1)
+            sock.sendall(f.wire())
+            return self.until_closed(sock)
+        if case == "unknown mechanism":
+            name = rng.choice(["GSSAPI", "OAUTHBEARER", "plain", "", "SCRAM-SHA-1", "X" * 300])
+            h, _ = self.sasl_call(sock, 17, 1, {"mechanism": name})
+            self.must_fail(h, f"mechanism {name!r}")
+            return f"error {get(h, 'error_code')}, " + self.until_closed(sock)
+        mech = rng.choice(list(SCRAM)) if case.startswith("scram") else rng.choice(MECHANISMS)
+        h, _ = self.sasl_call(sock, 17, 1, {"mechanism": mech})
+        if get(h, "error_code") != 0:
+            raise AuthRefused(f"SaslHandshake {mech}: error {get(h, 'error_code')}")
+        if case in ("mutated authenticate", "half token"):
+            f = self.make_frame(self.r.models[36])
+            wire = f.wire()
+            if case == "half token":
+                sock.sendall(wire[:rng.randrange(1, len(wire))])
+                return "left"
+            mutate(rng, f, 1)
+            sock.sendall(f.wire())
+            return self.until_closed(sock)
+        if case == "scram replayed final":
+            return self.replayed_final(sock, mech)
+        resp, _ = self.sasl_call(sock, 36, rng.randint(0, 2), {"auth_bytes": self.hostile_token(case, mech, sock)})
+        self.must_fail(resp, f"{case} with {mech}")
+        return f"error {get(resp, 'error_code')}, " + self.until_closed(sock)
+
+    def must_fail(self, resp, what):
+        if get(resp, "error_code") == 0:
+            self.r.finding("sasl-accepted-what-it-should-not", f"{what}: answered with error 0", what,
+                           worker=self)
+
+    def hostile_token(self, case, mech, sock):
+        rng = self.rng
+        if case == "wrong password":
+            if mech == "PLAIN":
+                return rng.choice([f"\0{PLAIN_USER}\0{WRONG_PASSWORD}", f"\0{PLAIN_USER}\0", f"\0nobody\0{PLAIN_PASSWORD}",
+                                   f"other\0{PLAIN_USER}\0{PLAIN_PASSWORD}", "\0\0", PLAIN_USER]).encode()
+            return self.scram_final_for(sock, ScramClient(mech, SCRAM_USER, WRONG_PASSWORD, rng))
+        if case == "garbage token":
+            return bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 2, 40, 300])))
+        if case == "oversized token":
+            return b"\0" * rng.choice([5000, SASL_MAX_RECEIVE + 1])
+        if case == "scram garbage first":
+            return rng.choice([b"n,,", b"y,,n=fuzzscram,r=abc", b"n,,n=,r=", b"n,,n=fuzzscram", b"p=x,,n=a,r=b",
+                               b"n,a=other,n=fuzzscram,r=abc", b"n,,n=fuzz=2Cscram,r=" + b"\xff" * 8,
+                               b"n,,m=ext,n=fuzzscram,r=abc"])
+        scram = ScramClient(mech, SCRAM_USER, SCRAM_PASSWORD, rng)
+        first = self.scram_server_first(sock, scram)
+        if case == "scram wrong nonce":
+            return scram.final(first, nonce=scram.nonce + "forged")
+        return scram.final(first, proof=bytes(rng.getrandbits(8) for _ in range(64 if mech.endswith("512") else 32)))
+
+    def replayed_final(self, sock, mech):
+        """A valid client-final, then the same bytes on a second connection
+        (whose server nonce differs): the second must fail."""
+        scram = ScramClient(mech, SCRAM_USER, SCRAM_PASSWORD, self.rng)
+        final = scram.final(self.scram_server_first(sock, scram))
+        resp, _ = self.sasl_call(sock, 36, 1, {"auth_bytes": final})
+        if get(resp, "error_code") != 0:
+            raise AuthRefused(f"{mech}: the valid final before the replay was refused")
+        raw = socket.create_connection(self.r.secure_addr, timeout=self.r.answer_timeout + 1)
+        with self.r.tls.wrap_socket(raw, server_hostname="localhost") as other:
+            self.sasl_call(other, 17, 1, {"mechanism": mech})
+            self.scram_server_first(other, ScramClient(mech, SCRAM_USER, SCRAM_PASSWORD, self.rng))
+            again, _ = self.sasl_call(other, 36, 1, {"auth_bytes": final})
+            self.must_fail(again, f"a replayed {mech} client-final")
+            return f"error {get(again, 'error_code')}, " + self.until_closed(other)
+
+    def scram_server_first(self, sock, scram):
+        resp, _ = self.sasl_call(sock, 36, 1, {"auth_bytes": scram.first()})
+        if get(resp, "error_code") != 0:
+            raise AuthRefused(f"SCRAM client-first refused: {get(resp, 'error_code')}")
+        return get(resp, "auth_bytes")
+
+    def scram_final_for(self, sock, scram):
+        return scram.final(self.scram_server_first(sock, scram))
+
+    def until_closed(self, sock, forbidden=None):
+        """Read until the broker closes (-> "closed") or answer_timeout passes
+        (-> "timeout"). An answer where `forbidden` is set is a finding."""
+        sock.settimeout(self.r.answer_timeout + 1)
+        got = b""
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                got += data
+        except socket.timeout:
+            return "timeout"
+        except (ssl.SSLError, OSError):
+            pass
+        if forbidden and len(got) >= 8:
+            self.r.finding("unauthenticated-request-answered", f"{forbidden}: answered ({len(got)} bytes)",
+                           forbidden, worker=self)
+        return "closed"
+
+
+
+###############################################################################
 # 7. RUNNER -- fuzz connections, the bystander, the monitor, the log
 ###############################################################################
 
@@ -1688,7 +2092,7 @@ def frame_record(frame):
             "mutation": frame.label(), "hex": frame.wire().hex()}
 
 
-class Worker(threading.Thread):
+class Worker(SecureSide, threading.Thread):
     """One fuzz connection: generates, mutates, sends, reads, counts."""
 
     OPS = [("single", 56), ("sequence", 16), ("burst", 8), ("half", 3), ("badsize", 2),
@@ -1712,14 +2116,22 @@ class Worker(threading.Thread):
         self.recent = collections.deque(maxlen=6)
         self.pending = collections.deque()
         self.tag = ""                    # tags the frames of the operation under way
+        self.secure = bool(runner.security) and index % 2 == 1     # on the SASL_SSL listener
+        self.auth_failures = 0
+        self.auth_mechanism, self.auth_bare = None, False
+        if self.secure:
+            self.OPS = self.OPS + [("sasl", 4), ("reauth", 0.5)]
         if runner.ops:
             self.OPS = [(o, runner.ops.get(o, w)) for o, w in self.OPS]
 
     # --- connection ---
     def connect(self):
         if self.sock is None:
-            self.sock = socket.create_connection(self.r.addr, timeout=5)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.secure:
+                self.sock = self.secure_connect()
+            else:
+                self.sock = socket.create_connection(self.r.addr, timeout=5)
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.local_port = self.sock.getsockname()[1]
             self.r.port_owner[self.local_port] = self
             self.r.closes.pop(self.local_port, None)         # an older connection's, same port
@@ -2777,6 +3189,8 @@ class Report:
         self.slowest_answers = []
         self.phases = {}
         self.console = None         # the console fuzz's requests and answers by status, when it ran
+        self.security = None        # --security: TLS and SASL outcomes, hostile cases by outcome
+        self.security_notes = {}
 
     @property
     def rate(self):
@@ -2799,6 +3213,11 @@ class Report:
                          + " ".join(f"{t}s:{m}" for t, m in (self.rss.get("samples") or [])[-30:]))
         if self.console:
             lines.append(f"console: {self.console['sent']} HTTP requests, answers by status {self.console['answers']}")
+        if self.security:
+            lines.append(f"{SECURE_LISTENER}: " + "; ".join(
+                f"{kind}: " + ", ".join(f"{o} {n}" for o, n in sorted(c.items())) for kind, c in self.security.items()))
+            for text, n in self.security_notes.items():
+                lines.append(f"{SECURE_LISTENER} note x{n}: {text}")
         for ms, what, _ in self.slowest_answers[:3]:
             lines.append(f"slow answer: {what} {ms} ms")
         for latency, what, busy, _ in self.slowest_probes[:3]:
@@ -2837,8 +3256,15 @@ class Report:
 
 class Runner:
     def __init__(self, seed, connections, frames, time_limit_s, schemas, stall_s, stuck_s,
-                 answer_timeout, broker, restart, rss_tolerance, verbose, ops=None, wide_partitions=2000):
+                 answer_timeout, broker, restart, rss_tolerance, verbose, ops=None, wide_partitions=2000,
+                 security=None):
         self.seed = seed
+        self.security = security               # None, or the SASL_SSL listener's (host, port)
+        self.secure_addr = security
+        self.tls = tls_client_context() if security else None
+        self.security_counts = collections.defaultdict(collections.Counter)
+        self.security_notes = collections.Counter()
+        self.credentials_restored_at = 0.0
         self.connections = connections
         self.frames = frames
         self.time_limit_s = time_limit_s
@@ -2875,6 +3301,51 @@ class Runner:
         self.rss = {}
         self.bystander_topic = f"fz-bystander-{os.getpid()}-{int(time.time()) % 100000}"
         self.request_max_bytes = 104857600
+
+    # --- the secure listener's bookkeeping ---
+    def count_security(self, kind, outcome):
+        with self.lock:
+            self.security_counts[kind][outcome] += 1
+
+    def note_security(self, text):
+        with self.lock:
+            self.security_notes[_norm(text, 100)] += 1
+
+    def restore_credentials(self, force=False):
+        """The SCRAM user's credentials as setup made them (the fuzz's own
+        AlterUserScramCredentials may delete or change them), at most once a second."""
+        with self.lock:
+            if not force and time.monotonic() - self.credentials_restored_at < 1.0:
+                return
+            self.credentials_restored_at = time.monotonic()
+        c = Client(self.addr, self.doze_models, 10)
+        try:
+            for upsertion in scram_upsertions():     # one a request: Kafka refuses a user twice in one
+                resp = c.call(51, 0, {"deletions": [], "upsertions": [upsertion]}, "fuzz-setup")
+                if force and any(get(x, "error_code") for x in get(resp, "results") or []):
+                    raise RuntimeError(f"setup: the SCRAM user could not be made: {resp}")
+        except (OSError, ConnClosed, DecodeError):
+            if force:
+                raise
+        finally:
+            c.close()
+
+    def check_secrets(self):
+        """No password the run used (right or wrong) in the broker's log or its
+        data directory (meta.db, its WAL), in clear: a finding."""
+        places = [self.broker.log_file] if getattr(self.broker, "log_file", None) else []
+        data = getattr(self.broker, "data", None)
+        for root, _, files in os.walk(data) if data else ():
+            places += [os.path.join(root, f) for f in files if f.startswith("meta.db")]
+        for path in places:
+            try:
+                with open(path, "rb") as f:
+                    content = f.read()
+            except OSError:
+                continue
+            for secret in (PLAIN_PASSWORD, SCRAM_PASSWORD, WRONG_PASSWORD):
+                if secret.encode() in content:
+                    self.finding("secret-in-clear", f"{secret!r} is in {path}", f"secret {os.path.basename(path)}")
 
     # --- targets ---
     def setup_models(self):
@@ -3163,6 +3634,11 @@ class Runner:
             self.reset_broker_configs(c)
             groups = GROUPS + [f"fz-w{i}-g{k}" for i in range(self.connections) for k in range(2)]
             c.call(42, self.doze_models[42].hi, {"groups_names": groups}, "fuzz-cleanup")
+            if self.security:                          # the ACLs the fuzz made (the authorizer is on)
+                c.call(31, 3, {"filters": [{"resource_type_filter": 1, "resource_name_filter": None,
+                                            "pattern_type_filter": 1, "principal_filter": None,
+                                            "host_filter": None, "operation": 1, "permission_type": 1}]},
+                       "fuzz-cleanup")
             c.close()
         except (OSError, ConnClosed, DecodeError, KeyError) as e:
             self.finding("cleanup-failed", f"deleting the fuzz's topics and groups failed: {e}", "cleanup")
@@ -3251,6 +3727,8 @@ class Runner:
         phases = {}
         try:
             self.setup_topics()
+            if self.security:
+                self.restore_credentials(force=True)
             self.rss["start"] = rss_of(self.broker.pid) if self.broker.pid else None
             per = None if self.frames is None else -(-self.frames // self.connections)
             self.workers = [Worker(self, i, per) for i in range(self.connections)]
@@ -3297,6 +3775,8 @@ class Runner:
             t = time.monotonic()
             self.broker.stop()
             phases["broker stop"] = time.monotonic() - t
+            if self.security:
+                self.check_secrets()
             report.phases = {k: round(v, 1) for k, v in phases.items()}
             if watch is not None:
                 doze_log.removeHandler(watch)
@@ -3336,6 +3816,9 @@ class Runner:
         report.probes = self.bystander.probes if self.workers else 0
         report.bystander_acked = len(self.bystander.acked) if self.workers else 0
         report.deaths, report.stalls, report.tracebacks = self.deaths, self.stalls, self.tracebacks
+        if self.security:
+            report.security = {k: dict(c) for k, c in sorted(self.security_counts.items())}
+            report.security_notes = dict(self.security_notes.most_common(10))
         if getattr(self, "console", None):
             report.console = {"sent": self.console.sent, "answers": {str(k): v for k, v in
                                                                      sorted(self.console.statuses.items(), key=str)}}
@@ -3345,7 +3828,7 @@ class Runner:
 def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=None, time_limit_s=None,
         schemas="doze", pid=None, log_file=None, spawn=False, restart=False, stall_threshold_s=2.0,
         stuck_s=10.0, answer_timeout_s=3.0, rss_tolerance=None, verbose=False, doze_path=DOZE_PATH, ops=None,
-        wide_partitions=2000):
+        wide_partitions=2000, security=False):
     """Fuzz a broker; -> Report (.findings, .per_api, .summary()).
 
     bootstrap None: an in-process doze (doze_kafka.running, in a temp dir) --
@@ -3354,7 +3837,8 @@ def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=Non
     ({"oversize": 0}: no multi-MiB frames). wide_partitions: the size of the
     topic the "wide" (overload) requests span (0: none). frames None: until time_limit_s. A run always
     stops: at the frame budget, the time limit (default: 600 s), or when the
-    broker dies or hangs."""
+    broker dies or hangs. security=True: a SASL_SSL listener beside PLAINTEXT,
+    with the authorizer on, for half the fuzz connections (section 6b)."""
     settings = dict(IN_PROCESS_SETTINGS)
     settings.update(broker_settings or {})
     if bootstrap:
@@ -3365,8 +3849,16 @@ def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=Non
         broker = InProcessBroker(settings)
     if time_limit_s is None:
         time_limit_s = 600.0
+    secure_addr = None
+    if security:
+        if bootstrap:
+            raise ValueError("security: only for a broker the fuzz starts")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            secure_addr = ("127.0.0.1", s.getsockname()[1])
+        broker.settings.update(security_settings(getattr(broker, "port", 0), secure_addr[1]))
     runner = Runner(seed, connections, frames, time_limit_s, schemas, stall_threshold_s, stuck_s,
-                    answer_timeout_s, broker, restart, rss_tolerance, verbose, ops, wide_partitions)
+                    answer_timeout_s, broker, restart, rss_tolerance, verbose, ops, wide_partitions, secure_addr)
     return runner.execute()
 
 
@@ -3391,6 +3883,8 @@ def main(argv=None):
                    help="a finding if RSS ends this fraction above its start (long mode: 0.10)")
     p.add_argument("--ops", default="", help="reweight operations, e.g. oversize=0,burst=20 (see Worker.OPS)")
     p.add_argument("--wide", type=int, default=2000, help="partitions of the topic overload requests span (0: off)")
+    p.add_argument("--security", action="store_true", help="a SASL_SSL listener (PLAIN, SCRAM) and the "
+                   "authorizer: half the fuzz connections authenticate there, with hostile TLS and SASL beside")
     p.add_argument("--out", help="write the whole report (full frame hex) as JSON here")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -3404,7 +3898,7 @@ def main(argv=None):
                  broker_settings=settings, time_limit_s=args.minutes * 60 if args.minutes else None,
                  schemas=args.schemas, pid=args.pid, log_file=args.log, spawn=args.spawn,
                  restart=args.restart, stall_threshold_s=args.stall, rss_tolerance=rss_tol,
-                 verbose=args.verbose, doze_path=args.doze, wide_partitions=args.wide,
+                 verbose=args.verbose, doze_path=args.doze, wide_partitions=args.wide, security=args.security,
                  ops={k: float(v) for k, v in (item.split("=") for item in args.ops.split(",") if item)})
     print(report.summary())
     if args.out:
