@@ -1743,6 +1743,17 @@ class ScramClient:
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
+def recv_exactly(sock, n):
+    """n bytes from sock; ConnClosed if the broker closes first."""
+    out = bytearray()
+    while len(out) < n:
+        data = sock.recv(n - len(out))
+        if not data:
+            raise ConnClosed("broker closed the connection")
+        out += data
+    return bytes(out)
+
+
 class AuthRefused(Exception):
     """A valid authentication got an error answer (or none)."""
 
@@ -1801,18 +1812,7 @@ class SecureSide:
         return resp, None
 
     def read_bare(self, sock):
-        head = self.recv_exactly(sock, 4)
-        return self.recv_exactly(sock, struct.unpack(">i", head)[0])
-
-    @staticmethod
-    def recv_exactly(sock, n):
-        out = bytearray()
-        while len(out) < n:
-            data = sock.recv(n - len(out))
-            if not data:
-                raise ConnClosed("closed by the broker")
-            out += data
-        return bytes(out)
+        return recv_exactly(sock, struct.unpack(">i", recv_exactly(sock, 4))[0])
 
     def authenticate(self, sock, mechanism=None, reauth=False):
         """A valid SASL exchange on sock; AuthRefused when the broker says no."""
@@ -2690,13 +2690,7 @@ class Client:
         return resp
 
     def _read(self, n):
-        out = bytearray()
-        while len(out) < n:
-            data = self.sock.recv(n - len(out))
-            if not data:
-                raise ConnClosed("broker closed the connection")
-            out += data
-        return bytes(out)
+        return recv_exactly(self.sock, n)
 
     def close(self):
         if self.sock is not None:
