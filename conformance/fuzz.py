@@ -1673,7 +1673,6 @@ SCRAM = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
 WRONG_PASSWORD = "not-the-password"
 SCRAM_SALT, SCRAM_ITERATIONS = b"fuzz-scram-salt", 4096
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 58, 33, 34
 SASL_MAX_RECEIVE = 524288                  # sasl.server.max.receive.size's default
 
 
@@ -1760,13 +1759,21 @@ class AuthRefused(Exception):
 
 class SecureSide:
     """Worker's part on the secure listener: connecting (TLS, then SASL) and the
-    hostile exchanges. Counts go to runner.security (merged under its lock)."""
+    hostile exchanges. Counts go to the runner (count_security, under its lock)."""
+
+    def secure_tcp(self, timeout):
+        """A TCP connection to the SASL_SSL listener, TLS not yet begun."""
+        raw = socket.create_connection(self.r.secure_addr, timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return raw
+
+    def tls_wrap(self, raw):
+        return self.r.tls.wrap_socket(raw, server_hostname="localhost")
 
     def secure_connect(self):
-        raw = socket.create_connection(self.r.secure_addr, timeout=5)
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw = self.secure_tcp(5)
         try:
-            sock = self.r.tls.wrap_socket(raw, server_hostname="localhost")
+            sock = self.tls_wrap(raw)
         except (ssl.SSLError, OSError) as e:
             raw.close()
             self.r.count_security("tls", "valid handshake failed")
@@ -1805,7 +1812,7 @@ class SecureSide:
         sock.settimeout(self.r.answer_timeout + 1)
         sock.sendall(struct.pack(">i", len(data)) + data)
         frame = self.read_bare(sock)
-        got, resp = decode_response(api, version, frame)
+        _, resp = decode_response(api, version, frame)
         st["answered"] += 1
         if all(c == 0 for c in error_codes(resp)):
             st["ok"] += 1
@@ -1866,7 +1873,7 @@ class SecureSide:
             outcome = self.hostile(case)
         except socket.timeout:
             outcome = "timeout"
-        except (ConnClosed, ssl.SSLError, OSError):
+        except (ConnClosed, OSError):          # ssl.SSLError among them
             outcome = "closed"
         except AuthRefused as e:             # a valid step of it (the fuzz may have changed the credential)
             outcome = "refused before its hostile step"
@@ -1901,9 +1908,7 @@ class SecureSide:
         "closed" once it closed). A credential that should fail but gets
         error 0 is a finding."""
         rng, r = self.rng, self.r
-        raw = socket.create_connection(r.secure_addr, timeout=r.answer_timeout + 1)
-        with raw:
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.secure_tcp(r.answer_timeout + 1) as raw:
             if case in ("kafka frame on tls", "garbage on tls", "client hello cut short"):
                 if case == "kafka frame on tls":
                     data, _ = encode_request(r.models[18], 3, 1, "fuzz", {"client_software_name": "fuzz",
@@ -1918,7 +1923,7 @@ class SecureSide:
                 if case == "client hello cut short" and rng.random() < 0.5:
                     return "left"
                 return self.until_closed(raw)
-            sock = r.tls.wrap_socket(raw, server_hostname="localhost")
+            sock = self.tls_wrap(raw)
             if case == "tls records broken":
                 raw_fd = socket.socket(fileno=os.dup(sock.fileno()))
                 with raw_fd:
@@ -1974,7 +1979,8 @@ class SecureSide:
             if mech == "PLAIN":
                 return rng.choice([f"\0{PLAIN_USER}\0{WRONG_PASSWORD}", f"\0{PLAIN_USER}\0", f"\0nobody\0{PLAIN_PASSWORD}",
                                    f"other\0{PLAIN_USER}\0{PLAIN_PASSWORD}", "\0\0", PLAIN_USER]).encode()
-            return self.scram_final_for(sock, ScramClient(mech, SCRAM_USER, WRONG_PASSWORD, rng))
+            wrong = ScramClient(mech, SCRAM_USER, WRONG_PASSWORD, rng)
+            return wrong.final(self.scram_server_first(sock, wrong))
         if case == "garbage token":
             return bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 2, 40, 300])))
         if case == "oversized token":
@@ -1998,8 +2004,7 @@ class SecureSide:
         resp, _ = self.sasl_call(sock, 36, 1, {"auth_bytes": final})
         if get(resp, "error_code") != 0:
             raise AuthRefused(f"{mech}: the valid final before the replay was refused")
-        raw = socket.create_connection(self.r.secure_addr, timeout=self.r.answer_timeout + 1)
-        with self.r.tls.wrap_socket(raw, server_hostname="localhost") as other:
+        with self.tls_wrap(self.secure_tcp(self.r.answer_timeout + 1)) as other:
             self.sasl_call(other, 17, 1, {"mechanism": mech})
             self.scram_server_first(other, ScramClient(mech, SCRAM_USER, SCRAM_PASSWORD, self.rng))
             again, _ = self.sasl_call(other, 36, 1, {"auth_bytes": final})
@@ -2012,26 +2017,23 @@ class SecureSide:
             raise AuthRefused(f"SCRAM client-first refused: {get(resp, 'error_code')}")
         return get(resp, "auth_bytes")
 
-    def scram_final_for(self, sock, scram):
-        return scram.final(self.scram_server_first(sock, scram))
-
     def until_closed(self, sock, forbidden=None):
         """Read until the broker closes (-> "closed") or answer_timeout passes
         (-> "timeout"). An answer where `forbidden` is set is a finding."""
         sock.settimeout(self.r.answer_timeout + 1)
-        got = b""
+        got = 0
         try:
             while True:
                 data = sock.recv(65536)
                 if not data:
                     break
-                got += data
+                got += len(data)
         except socket.timeout:
             return "timeout"
-        except (ssl.SSLError, OSError):
+        except OSError:
             pass
-        if forbidden and len(got) >= 8:
-            self.r.finding("unauthenticated-request-answered", f"{forbidden}: answered ({len(got)} bytes)",
+        if forbidden and got >= 8:
+            self.r.finding("unauthenticated-request-answered", f"{forbidden}: answered ({got} bytes)",
                            forbidden, worker=self)
         return "closed"
 
@@ -2117,7 +2119,7 @@ class Worker(SecureSide, threading.Thread):
         self.recent = collections.deque(maxlen=6)
         self.pending = collections.deque()
         self.tag = ""                    # tags the frames of the operation under way
-        self.secure = bool(runner.security) and index % 2 == 1     # on the SASL_SSL listener
+        self.secure = runner.secure_addr is not None and index % 2 == 1     # on the SASL_SSL listener
         self.auth_failures = 0
         self.auth_mechanism, self.auth_bare = None, False
         if self.secure:
@@ -3014,6 +3016,12 @@ IN_PROCESS_SETTINGS = {"group.initial.rebalance.delay.ms": 0, "group.min.session
                        "group.max.session.timeout.ms": 30000}
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rss_of(pid="self"):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -3072,12 +3080,8 @@ class SpawnedBroker:
         self.log_file = os.path.join(self.tmp, "broker.log")
         self.data = os.path.join(self.tmp, "data")
         self.memory_limit = memory_limit
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.console_port = s.getsockname()[1]
+        self.port = free_port()
+        self.console_port = free_port()
         self.settings.setdefault("doze.console.listener", f"127.0.0.1:{self.console_port}")
         self.proc = None
 
@@ -3254,8 +3258,7 @@ class Runner:
                  answer_timeout, broker, restart, rss_tolerance, verbose, ops=None, wide_partitions=2000,
                  security=None):
         self.seed = seed
-        self.security = security               # None, or the SASL_SSL listener's (host, port)
-        self.secure_addr = security
+        self.secure_addr = security            # None, or the SASL_SSL listener's (host, port)
         self.tls = tls_client_context() if security else None
         self.security_counts = collections.defaultdict(collections.Counter)
         self.security_notes = collections.Counter()
@@ -3629,7 +3632,7 @@ class Runner:
             self.reset_broker_configs(c)
             groups = GROUPS + [f"fz-w{i}-g{k}" for i in range(self.connections) for k in range(2)]
             c.call(42, self.doze_models[42].hi, {"groups_names": groups}, "fuzz-cleanup")
-            if self.security:                          # the ACLs the fuzz made (the authorizer is on)
+            if self.secure_addr:                          # the ACLs the fuzz made (the authorizer is on)
                 c.call(31, 3, {"filters": [{"resource_type_filter": 1, "resource_name_filter": None,
                                             "pattern_type_filter": 1, "principal_filter": None,
                                             "host_filter": None, "operation": 1, "permission_type": 1}]},
@@ -3722,7 +3725,7 @@ class Runner:
         phases = {}
         try:
             self.setup_topics()
-            if self.security:
+            if self.secure_addr:
                 self.restore_credentials(force=True)
             self.rss["start"] = rss_of(self.broker.pid) if self.broker.pid else None
             per = None if self.frames is None else -(-self.frames // self.connections)
@@ -3770,7 +3773,7 @@ class Runner:
             t = time.monotonic()
             self.broker.stop()
             phases["broker stop"] = time.monotonic() - t
-            if self.security:
+            if self.secure_addr:
                 self.check_secrets()
             report.phases = {k: round(v, 1) for k, v in phases.items()}
             if watch is not None:
@@ -3811,7 +3814,7 @@ class Runner:
         report.probes = self.bystander.probes if self.workers else 0
         report.bystander_acked = len(self.bystander.acked) if self.workers else 0
         report.deaths, report.stalls, report.tracebacks = self.deaths, self.stalls, self.tracebacks
-        if self.security:
+        if self.secure_addr:
             report.security = {k: dict(c) for k, c in sorted(self.security_counts.items())}
             report.security_notes = dict(self.security_notes.most_common(10))
         if getattr(self, "console", None):
@@ -3848,9 +3851,7 @@ def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=Non
     if security:
         if bootstrap:
             raise ValueError("security: only for a broker the fuzz starts")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            secure_addr = ("127.0.0.1", s.getsockname()[1])
+        secure_addr = ("127.0.0.1", free_port())
         broker.settings.update(security_settings(getattr(broker, "port", 0), secure_addr[1]))
     runner = Runner(seed, connections, frames, time_limit_s, schemas, stall_threshold_s, stuck_s,
                     answer_timeout_s, broker, restart, rss_tolerance, verbose, ops, wide_partitions, secure_addr)
