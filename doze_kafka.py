@@ -943,6 +943,14 @@ class Config:
                 return dynamic[name]
         return self.static_text(name) if name in self.given else None
 
+    def settle_started(self):
+        """What a started broker reports of the settings Kafka requires (log.dirs
+        is the data directory; node.id as used) when they were not given."""
+        if "log.dirs" not in self.given:
+            self.set_static("log.dirs", self.data_dir)
+        if "node.id" not in self.given:             # Kafka has no default: it must be set
+            self.set_static("node.id", self["node.id"])
+
     def set_static(self, name, value):
         """A setting the command line or running() gave (the data directory,
         the address): described as server.properties' ones are."""
@@ -1854,6 +1862,48 @@ def skip_tagged_fields(r):
     for _ in range(r.uvarint()):
         r.uvarint()
         r.take(r.uvarint())
+
+
+def response_header_flexible(spec, version):
+    """Response header v1 (tagged fields)? Flexible versions, but never ApiVersions."""
+    return spec.flexible(version) and spec.key != ApiKey.API_VERSIONS
+
+
+def encode_response(spec, version, correlation_id, msg):
+    """One response frame (size, header, body) as chunks, for Connection.push."""
+    w = Writer()
+    w.out += bytes(4)                                  # the frame size, patched below
+    w.fixed(I32, correlation_id)
+    if response_header_flexible(spec, version):
+        w.uvarint(0)                                   # response header v1: no tags
+    encode_body(spec, version, "response", msg, w)
+    chunks = w.finish()
+    size = sum(len(c) for c in chunks) - 4
+    chunks[0] = I32.pack(size) + chunks[0][4:]
+    return chunks
+
+
+# The client's side of the same framing: what doze's own Client (and the
+# demo, the tests, the recorder) send and read.
+
+def encode_request(spec, version, correlation_id, msg, client_id="doze"):
+    """One request frame (size, header v1 or v2, body) as bytes."""
+    cid = client_id.encode() if client_id is not None else None
+    head = REQUEST_HEADER.pack(spec.key, version, correlation_id) + \
+        (I16.pack(-1) if cid is None else I16.pack(len(cid)) + cid)
+    if spec.flexible(version):
+        head += b"\x00"                                 # request header v2: no tags
+    body = head + b"".join(encode_body(spec, version, "request", msg).finish())
+    return I32.pack(len(body)) + body
+
+
+def decode_response(spec, version, frame):
+    """A response frame (without its size) -> (correlation id, Msg)."""
+    r = Reader(frame)
+    correlation_id = r.fixed(I32)
+    if response_header_flexible(spec, version):
+        skip_tagged_fields(r)
+    return correlation_id, read_struct(r, plan_for(spec, version, "response"), spec.flexible(version))
 
 
 ###############################################################################
@@ -3470,6 +3520,7 @@ class LogManager:
         self.offline_topics = set()  # topics with a partition offline (see "When the disk fails")
         self.refusing = weakref.WeakSet()   # logs whose last write found no room (logged once)
         self.moves = 0              # high watermark moves, all logs (what the console's live pages watch)
+        self.start_moved = []       # fn(log), called when retention or DeleteRecords moved a log's start
 
     # --- startup ---
     def load(self):
@@ -3794,8 +3845,34 @@ class LogManager:
             if self.holds(plog):                # not deleted by a step before this one
                 plog.delete_records_before(offset)
                 self.dirty[plog] = None
+                self._tell_start_moved(plog)
             yield
         return {plog for plog, _ in moves}
+
+    def _tell_start_moved(self, plog):
+        for fn in self.start_moved:
+            fn(plog)
+
+    # --- retention, a chore on the loop ---
+    def schedule(self, timers):
+        """Start the retention chore (log.retention.check.interval.ms) on the loop's timers."""
+        self.timers = timers
+        timers.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
+
+    def _retention(self, steps=None):
+        """Retention, one step a pass of the loop (a timer of 0 s between steps)."""
+        steps = steps or self.retention_steps()
+        try:
+            next(steps)
+            self.timers.call_later(0, self._retention, steps)
+            return
+        except StopIteration:
+            pass
+        except (OSError, StoreFailed) as e:
+            log.error("retention check failed (%s); will try again", e)
+        except Exception as e:                  # a bug in doze: this check is lost, not the next
+            log.error("retention check failed: %s: a bug in doze", where(e))
+        self.schedule(self.timers)
 
     def apply_retention(self):
         run_steps(self.retention_steps())
@@ -3812,6 +3889,7 @@ class LogManager:
             if plog.apply_retention(now_ms):
                 self.dirty[plog] = None
                 self.store.save_log_start_offset(plog.topic, plog.partition, plog.log_start_offset)
+                self._tell_start_moved(plog)
             if time.perf_counter() - since >= RETENTION_STEP_S:
                 yield
                 since = time.perf_counter()
@@ -4023,6 +4101,10 @@ class ProducerStateTable:
             lso = min(lso, first)
         return lso
 
+    def all_durable(self):
+        """Every marker is durable (a table rebuilt from the log)."""
+        self.completing = []
+
     def aborted_between(self, fetch_offset, upper_bound):
         """Aborted transactions a read_committed fetch of [fetch_offset,
         upper_bound) must list (Kafka's collectAbortedTransactions)."""
@@ -4074,8 +4156,85 @@ def rebuild_producer_state(plog, whole_log):
                                base, h.max_timestamp, I32.unpack_from(head, BATCH_HEADER_SIZE + 12)[0])
         else:
             table.update(h, base)
-    table.completing = []                   # everything read back is durable
+    table.all_durable()                     # everything read back is
     return table
+
+
+class ProducerStates:
+    """Every partition's ProducerStateTable, and which partitions have held
+    transactions (noted in meta.db, so that a start rebuilds those whole and
+    the others only when first used). Its chores: producer.id.expiration.ms,
+    and forgetting what retention or DeleteRecords removed."""
+
+    def __init__(self, config, store, logs):
+        self.config, self.store, self.logs = config, store, logs
+        self.tables = {}                                # (topic, partition) -> ProducerStateTable
+        self.transactional = store.transactional_partitions()
+        for tp in sorted(self.transactional):           # their LSO is needed from the first fetch
+            if tp in logs.logs:
+                self.tables[tp] = rebuild_producer_state(logs.logs[tp], whole_log=True)
+        logs.start_moved.append(self.forget_before)
+
+    def schedule(self, timers):
+        """Start the chore on the loop's timers."""
+        self.timers = timers
+        timers.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000, self._expire)
+
+    def of(self, tp):
+        """The partition's producer state, rebuilt from the log's tail on first
+        use after a start (transactional partitions were rebuilt whole at start)."""
+        table = self.tables.get(tp)
+        if table is None:
+            table = self.tables[tp] = rebuild_producer_state(self.logs.get(*tp), whole_log=False)
+        return table
+
+    def get(self, tp):
+        """The partition's producer state if it has one in memory, else None
+        (a reader that must not rebuild: no producer there is no transaction)."""
+        return self.tables.get(tp)
+
+    def items(self):
+        """(tp, table) of every partition whose producer state is in memory."""
+        return self.tables.items()
+
+    def last_stable_offset(self, plog):
+        """The LSO: below it every transaction is decided. Without transactions
+        it is the high watermark."""
+        table = self.tables.get((plog.topic, plog.partition))
+        return table.last_stable_offset(plog.high_watermark) if table else plog.high_watermark
+
+    def is_transactional(self, tp):
+        """Has the partition held a transactional batch (since its topic was made)?"""
+        return tp in self.transactional
+
+    def mark_transactional(self, tps):
+        """Note in meta.db that partitions hold transactional batches, so the
+        next start rebuilds their transaction state (and only such partitions'):
+        one meta.db commit for a whole request."""
+        new = set(tps) - self.transactional
+        if new:
+            self.store.mark_transactional(new)
+            self.transactional |= new
+
+    def forget_topic(self, name):
+        """A deleted topic's producer state, and that its partitions held
+        transactions (meta.db's rows went with the topic): a topic made again
+        under the name starts with neither."""
+        for tp in [tp for tp in self.tables if tp[0] == name]:
+            del self.tables[tp]
+        self.transactional -= {tp for tp in self.transactional if tp[0] == name}
+
+    def forget_before(self, plog):
+        """The log's start moved (retention, DeleteRecords): forget what lay below."""
+        table = self.tables.get((plog.topic, plog.partition))
+        if table is not None:
+            table.forget_before(plog.log_start_offset)
+
+    def _expire(self):
+        self.timers.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000, self._expire)
+        now_ms = self.config.clock() * 1000
+        for table in self.tables.values():
+            table.expire(now_ms, self.config["producer.id.expiration.ms"])
 
 
 class ProducerIdManager:
@@ -4228,6 +4387,7 @@ class GroupCoordinator:
         self.clock = config.clock
         self.groups = {}
         self.configs = store.group_configs()     # group id -> {config name: text} (GROUP resources)
+        self.next_tick_s = None                  # when the deadlines are next swept (schedule)
         self._load()
 
     def now_ms(self):
@@ -4532,7 +4692,30 @@ class GroupCoordinator:
             self._save(g)
         self.notify(("group", g.group_id))
 
-    # --- deadlines, swept every GROUP_TICK_S ---
+    # --- its chores on the loop: deadlines (every GROUP_TICK_S, or sooner), offsets' retention ---
+    def schedule(self, timers):
+        """Start the chores on the loop's timers."""
+        self.timers = timers
+        self.next_tick_s = self.clock() + GROUP_TICK_S
+        timers.call_at(self.next_tick_s, self._tick)
+        timers.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
+
+    def _tick(self):
+        upcoming_ms = None
+        try:
+            upcoming_ms = self.tick()
+        except KafkaError as e:                   # meta.db refused a change: the next tick retries
+            log.error("group timeouts: %s", e.detail)
+        finally:                                  # the next tick, whatever this one did
+            due = self.clock() + GROUP_TICK_S
+            self.next_tick_s = due if upcoming_ms is None else min(due, upcoming_ms / 1000)
+            self.timers.call_at(self.next_tick_s, self._tick)
+
+    def _expire_offsets(self):
+        self.timers.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
+        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
+            self.expire_offsets()
+
     def tick(self):
         """Expire what is due; -> the earliest deadline still ahead (ms), so
         that the next tick comes exactly then (Kafka's timers are exact: a
@@ -4777,13 +4960,13 @@ class TransactionCoordinator:
     """Transactional ids and their transactions. Knows nothing of sockets;
     waiters are woken through notify(("txn", transactional_id))."""
 
-    def __init__(self, config, store, logs, groups, producer_state, producer_ids, notify, journal=None):
+    def __init__(self, config, store, logs, groups, producer_states, producer_ids, notify, journal=None):
         self.config = config
         self.store = store
         self.logs = logs
         self.groups = groups
         self.journal = journal or Journal(config.clock)
-        self.producer_state = producer_state      # (topic, partition) -> ProducerStateTable
+        self.producer_states = producer_states    # ProducerStates
         self.producer_ids = producer_ids
         self.notify = notify
         self.clock = config.clock
@@ -5011,7 +5194,7 @@ class TransactionCoordinator:
                               "COMMIT" if commit else "ABORT", tp[0], tp[1], e.detail)
                 meta.marker_error = e.detail
                 continue
-            self.producer_state(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
+            self.producer_states.of(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
                                                  base, now)
             meta.markers_needed.discard(tp)
             meta.marker_offsets[tp] = base
@@ -5083,7 +5266,27 @@ class TransactionCoordinator:
         if meta is not None and meta.state in DECIDED:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "the transaction is being ended")
 
-    # --- timers ---
+    # --- its chores on the loop: timeouts (every TXN_TICK_S), expired ids ---
+    def schedule(self, timers):
+        """Start the chores on the loop's timers."""
+        self.timers = timers
+        timers.call_later(TXN_TICK_S, self._tick)
+        timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                          self._expire_ids)
+
+    def _tick(self):
+        self.timers.call_later(TXN_TICK_S, self._tick)
+        try:
+            self.tick()
+        except KafkaError as e:                 # meta.db refused a change (NOT_COORDINATOR)
+            log.error("transaction timeouts: %s; will try again", e.detail)
+
+    def _expire_ids(self):
+        self.timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                               self._expire_ids)
+        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
+            self.expire_ids()
+
     def tick(self):
         """Time out transactions open longer than their transaction.timeout.ms
         since they began, as Kafka's TransactionStateManager.timedOutTransactions
@@ -5343,6 +5546,19 @@ class SaslSession:
         if self.state == "authenticate" and api_key != ApiKey.SASL_AUTHENTICATE:
             return f"API key {api_key} while authenticating with {self.mechanism}: only SaslAuthenticate"
         return None
+
+    def refusal(self, api_key, now_ms):
+        """Kafka's SaslServerAuthenticator as a gate -> (why, expired): (None,
+        False) if the request may go on; before authentication completes,
+        what admits() refuses (the delayed close of a failed authentication);
+        once complete, anything but the SaslHandshake that re-authenticates
+        after the session expired (expired: True, closed at once)."""
+        if not self.complete:
+            return self.admits(api_key), False
+        if api_key != ApiKey.SASL_HANDSHAKE and self.expired(now_ms):
+            return (f"session of {self.principal} expired (connections.max.reauth.ms): "
+                    f"disconnecting expired channel"), True
+        return None, False
 
     def versions_answered(self):
         """An ApiVersions was answered in full: no other before the handshake. One
@@ -5675,13 +5891,74 @@ class Park:
     waits out a long-poll the client no longer needs (librdkafka sends its
     ListOffsets on the connection it fetches on). Kafka does not read ahead
     of a parked request: a named difference, and one the protocol allows."""
-    __slots__ = ("poll", "deadline_ms", "keys", "mute", "early", "slot", "done")
+    __slots__ = ("poll", "deadline_ms", "keys", "mute", "early", "request", "answers", "done")
 
     def __init__(self, poll, deadline_ms=None, keys=(), mute=True, early=False):
         self.poll, self.deadline_ms, self.keys, self.mute = poll, deadline_ms, tuple(keys), mute
         self.early = early and mute
-        self.slot = None
+        self.request = None         # the Request it answers, once parked (Purgatory.add)
+        self.answers = None         # ... and the Dispatcher that answers it
         self.done = False
+
+
+class Purgatory:
+    """Requests that wait (Kafka's DelayedOperationPurgatory): a Park waits
+    until one of its keys is notified and its poll has the answer, or until
+    its deadline. Whoever changes what a parked request may wait for notifies
+    its key: the coordinators (("group", id), ("txn", id)), the group commit
+    ((topic, partition) as its high watermark moves, and FLUSHED), and the
+    loop once a pass (STEP, for requests in steps)."""
+
+    def __init__(self, timers):
+        self.timers = timers
+        self.waiters = {}               # park key -> {Park}
+
+    def add(self, park, request, answers):
+        """Park a request: `answers` (the Dispatcher) evaluates its poll and sends the answer."""
+        park.request, park.answers = request, answers
+        for key in park.keys:
+            self.waiters.setdefault(key, set()).add(park)
+        if park.deadline_ms is not None:
+            self.timers.call_at(park.deadline_ms / 1000, self._poll, park, True)
+        request.conn.wait_for(park)
+
+    def stepping(self):
+        """Is a request in steps waiting for the next pass?"""
+        return STEP in self.waiters
+
+    def end_early(self, park):
+        """Answer a parked long-poll now, with what there is (see Park)."""
+        self._poll(park, expired=True)
+
+    def notify(self, key):
+        """Something a parked request may wait for happened: poll its waiters."""
+        waiting = self.waiters.get(key)
+        if waiting:
+            for park in list(waiting):
+                self._poll(park, expired=False)
+
+    def _poll(self, park, expired):
+        if park.done:
+            return
+        request = park.request
+        if request.conn.closed:
+            self._unpark(park)
+            return
+        result = park.answers.evaluate(request, park.poll, expired)
+        if result is None and not request.conn.closed and not expired:
+            return
+        self._unpark(park)
+        park.answers.reply(request, result)
+
+    def _unpark(self, park):
+        park.done = True
+        for key in park.keys:
+            waiting = self.waiters.get(key)
+            if waiting:
+                waiting.discard(park)
+                if not waiting:
+                    del self.waiters[key]
+        park.request.conn.waited(park)
 
 
 STEP = "step"                   # the park key notified once every pass of the loop
@@ -5714,28 +5991,43 @@ def topics_allowed(ctx, operation, names):
     return {n for n in dict.fromkeys(names) if ctx.allowed(operation, ResourceType.TOPIC, n)}
 
 
-class RequestContext:
-    """What a handler may touch: the logs, the producer state, the cluster's
-    identity, the request's version and the time. Never the whole Broker."""
+@dataclasses.dataclass(frozen=True)
+class Rooms:
+    """The rooms a handler may reach, composed once by the Broker (never the
+    Broker itself): each request's RequestContext carries them."""
+    config: object
+    store: object                  # MetadataStore
+    logs: object                   # LogManager
+    producer_states: object        # ProducerStates
+    producer_ids: object           # ProducerIdManager
+    groups: object                 # GroupCoordinator
+    txns: object                   # TransactionCoordinator
+    authorizer: object             # Authorizer, or None
+    node: object                   # Listeners.node: (node id, host, port) for a connection's clients
+    notify: object                 # Purgatory.notify: wake what waits on a key
 
-    def __init__(self, broker, conn, api_key, version, client_id):
-        self.logs = broker.logs
-        self.groups = broker.groups
-        self.txns = broker.txns
-        self.config = broker.config
-        self.store = broker.store
-        self.producer_ids = broker.producer_ids
-        self.node = broker.node
-        self.notify = broker.notify
-        self.broker = broker                    # for the few helpers below only
-        self.mark_transactional = broker.mark_transactional
+
+class RequestContext:
+    """What a handler may touch: the rooms, the connection's principal, the
+    request's version and the time."""
+
+    def __init__(self, rooms, conn, api_key, version, client_id):
+        self.logs = rooms.logs
+        self.groups = rooms.groups
+        self.txns = rooms.txns
+        self.config = rooms.config
+        self.store = rooms.store
+        self.producer_states = rooms.producer_states
+        self.producer_ids = rooms.producer_ids
+        self.node = rooms.node
+        self.notify = rooms.notify
+        self.authorizer = rooms.authorizer
         self.conn = conn
         self.api_key = api_key
         self.version = version
         self.client_id = client_id
-        self.now_ms = int(broker.clock() * 1000)
+        self.now_ms = int(rooms.config.clock() * 1000)
         self.appended = []                     # (log, last offset) this request wrote
-        self.authorizer = broker.authorizer
 
     def allowed(self, operation, resource_type, name, log_denial=True):
         """May this connection's principal do `operation` on the resource? True
@@ -5778,12 +6070,6 @@ class RequestContext:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Request {HANDLERS[self.api_key][0].name} v{self.version} from "
                              f"{self.conn.principal} needs {operation.name} permission.")
-
-    def producer_state(self, tp):
-        return self.broker.producer_state(tp)
-
-    def forget_topic(self, name):
-        self.broker.forget_topic(name)
 
 
 def error_code_of(fn, *args):
@@ -5857,7 +6143,7 @@ def handle_produce(ctx, req):
         code = ErrorCode.INVALID_REQUIRED_ACKS
     if code is None and req.transactional_id is not None:    # one meta.db commit for all
         try:
-            ctx.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
+            ctx.producer_states.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
         except StoreFailed:
             code = ErrorCode.KAFKA_STORAGE_ERROR
     work = produce_all(ctx, req, code)
@@ -5959,7 +6245,7 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
                             "compact" in ctx.logs.topic_config(topic, "cleanup.policy"), ctx.now_ms,
                             ctx.logs.topic_config(topic, "message.timestamp.before.max.ms") if create_time else None,
                             ctx.logs.topic_config(topic, "message.timestamp.after.max.ms"))
-        state = ctx.producer_state((topic, partition)) if h.producer_id >= 0 else None
+        state = ctx.producer_states.of((topic, partition)) if h.producer_id >= 0 else None
         if transactional:
             ctx.txns.check_not_decided(transactional_id)
         if transactional and not state.has_open_txn(h.producer_id, h.producer_epoch):
@@ -5969,7 +6255,7 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
             ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch,
                                    (topic, partition))
         if transactional:
-            ctx.mark_transactional([(topic, partition)])    # before the batch is in the log
+            ctx.producer_states.mark_transactional([(topic, partition)])    # before the batch is in the log
         in_log = True
         duplicate = state.check(h, transactional) if state else None
         if transactional and not duplicate:
@@ -6136,10 +6422,10 @@ def fetch_partitions(ctx, req, readable):
             except KafkaError as e:
                 part.error_code = e.code
                 continue
-            end = last_stable_offset(ctx.broker, plog) if read_committed else plog.high_watermark
+            end = ctx.producer_states.last_stable_offset(plog) if read_committed else plog.high_watermark
             part.aborted_transactions = [] if read_committed else None
             part.high_watermark = plog.high_watermark
-            part.last_stable_offset = last_stable_offset(ctx.broker, plog)
+            part.last_stable_offset = ctx.producer_states.last_stable_offset(plog)
             part.log_start_offset = plog.log_start_offset
             if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.next_offset:
                 part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -6148,7 +6434,7 @@ def fetch_partitions(ctx, req, readable):
             limit = min(p.partition_max_bytes, budget)
             records = plog.read(p.fetch_offset, limit, end, min_one=(total == 0)) if limit > 0 else None
             part.records = records if records is not None else b""
-            table = ctx.broker.producer_states.get((t.topic, p.partition))
+            table = ctx.producer_states.get((t.topic, p.partition))
             if read_committed and records is not None and table is not None:
                 part.aborted_transactions = [
                     Msg(producer_id=pid, first_offset=first)
@@ -6166,13 +6452,6 @@ def check_leader_epoch(current_leader_epoch):
         return
     raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < 0
                      else ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch}")
-
-
-def last_stable_offset(broker, plog):
-    """The LSO: below it every transaction is decided. Without transactions it
-    is the high watermark."""
-    table = broker.producer_states.get((plog.topic, plog.partition))
-    return table.last_stable_offset(plog.high_watermark) if table else plog.high_watermark
 
 
 # --- ListOffsets (2) ------------------------------------------------------------
@@ -6259,7 +6538,7 @@ def list_offsets(ctx, req):
 def list_offset(ctx, plog, timestamp, isolation_level):
     """-> (offset, timestamp) for one ListOffsets partition (a step generator)."""
     if timestamp == LATEST_TIMESTAMP:
-        return (last_stable_offset(ctx.broker, plog) if isolation_level == 1 else plog.high_watermark), -1
+        return (ctx.producer_states.last_stable_offset(plog) if isolation_level == 1 else plog.high_watermark), -1
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
@@ -6268,7 +6547,7 @@ def list_offset(ctx, plog, timestamp, isolation_level):
         found = yield from plog.offset_for_timestamp(timestamp)
     else:
         found = None                  # -5, -6: tiered-storage offsets; doze has no tiers
-    bound = last_stable_offset(ctx.broker, plog) if isolation_level == 1 else plog.high_watermark
+    bound = ctx.producer_states.last_stable_offset(plog) if isolation_level == 1 else plog.high_watermark
     if found is None or found[0] >= bound:
         return -1, -1
     return found
@@ -7180,7 +7459,7 @@ def handle_delete_topics(ctx, req):
         else:
             res.topic_id = ctx.logs.topics[name].topic_id
             ctx.logs.delete_topic(name)
-            ctx.forget_topic(name)
+            ctx.producer_states.forget_topic(name)
             if name == CONSUMER_OFFSETS:
                 log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka",
                             name)
@@ -7249,9 +7528,6 @@ def delete_records(ctx, req):
             part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
         part.low_watermark = max(plog.log_start_offset, offset)
-        table = ctx.broker.producer_states.get((plog.topic, plog.partition)) if ctx.logs.holds(plog) else None
-        if table is not None:
-            table.forget_before(part.low_watermark)
     return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
 
 
@@ -7493,7 +7769,7 @@ def handle_write_txn_markers(ctx, req):
 
 def write_marker(ctx, tp, m):
     plog = ctx.logs.get(*tp)
-    state = ctx.producer_state(tp)
+    state = ctx.producer_states.of(tp)
     state.check_marker(m.producer_id, m.producer_epoch)
     batch = bytearray(build_control_batch(m.producer_id, m.producer_epoch, m.transaction_result,
                                           ctx.now_ms, m.coordinator_epoch))
@@ -8752,7 +9028,7 @@ def handle_describe_producers(ctx, req):
             if (t.name, p) not in ctx.logs.logs:
                 part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            table = ctx.producer_state((t.name, p))
+            table = ctx.producer_states.of((t.name, p))
             part.active_producers = [
                 Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
                     last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
@@ -9448,7 +9724,7 @@ class PartitionBrowser:
 
     def __init__(self, broker, plog, view):
         self.broker, self.plog, self.view = broker, plog, view
-        self.lso = last_stable_offset(broker, plog)
+        self.lso = broker.producer_states.last_stable_offset(plog)
         self.table = broker.producer_states.get((plog.topic, plog.partition))
         self.lso_drawn = False
 
@@ -9738,7 +10014,7 @@ class ConsoleViews:
 
     def cluster(self):
         b, v = self.broker, self.viewer
-        node_id, host, port = b.node(None)
+        node_id, host, port = b.listeners.node(None)
         txns, txn_total = cut(sorted((m for m in b.txns.txns.values() if v.txn(m.transactional_id)),
                                      key=lambda m: m.transactional_id))
         by_producer = {m.producer_id: m for m in b.txns.txns.values()}
@@ -9820,7 +10096,8 @@ class ConsoleViews:
         plog = self.broker.logs.logs.get(tp)
         if plog is None:
             return 0, 0
-        return max(plog.high_watermark - entry.offset, 0), max(last_stable_offset(self.broker, plog) - entry.offset, 0)
+        lso = self.broker.producer_states.last_stable_offset(plog)
+        return max(plog.high_watermark - entry.offset, 0), max(lso - entry.offset, 0)
 
     def group(self, group_id):
         """One group: its members with their assignments, its committed offsets
@@ -9868,7 +10145,7 @@ class ConsoleViews:
         for (topic, p), plog in b.logs.logs.items():
             if topic in INTERNAL_TOPICS or not self.viewer.topic(topic):
                 continue
-            lso = last_stable_offset(b, plog)
+            lso = b.producer_states.last_stable_offset(plog)
             held = None
             if lso < plog.high_watermark:
                 table = b.producer_states.get((topic, p))
@@ -9915,7 +10192,7 @@ class ConsoleViews:
                          "offsets": sum(plog.high_watermark - plog.log_start_offset for plog in logs),
                          **{k: None if any(c[k] is None for c in counts) else sum(c[k] for c in counts)
                             for k in self.shown_counts(name) if k != "segments"},
-                         "open_transactions": sum(last_stable_offset(b, plog) < plog.high_watermark for plog in logs)})
+                         "open_transactions": sum(b.producer_states.last_stable_offset(plog) < plog.high_watermark for plog in logs)})
         rows, total = cut(rows)
         return {"topics": rows, "topics_total": total}
 
@@ -9925,13 +10202,13 @@ class ConsoleViews:
         if meta is None:
             return None
         parts, total = cut([b.logs.logs[(name, p)] for p in range(meta.partitions) if (name, p) in b.logs.logs])
-        ctx = RequestContext(b, None, ApiKey.DESCRIBE_CONFIGS, 4, "doze-console")   # as kafka-configs asks
+        ctx = RequestContext(b.rooms, None, ApiKey.DESCRIBE_CONFIGS, 4, "doze-console")   # as kafka-configs asks
         configs = [{"name": e.name, "value": e.value, "source": CONFIG_SOURCE_NAMES.get(e.config_source)}
                    for e in topic_config_entries(ctx, name, None, False)] \
             if self.viewer.topic(name, Op.DESCRIBE_CONFIGS) else None
         return {"name": name, "topic_id": str(uuid.UUID(bytes=meta.topic_id)), "internal": name in INTERNAL_TOPICS,
                 "partitions": [{"partition": plog.partition, "log_start_offset": plog.log_start_offset,
-                                "last_stable_offset": last_stable_offset(b, plog), "high_watermark": plog.high_watermark,
+                                "last_stable_offset": b.producer_states.last_stable_offset(plog), "high_watermark": plog.high_watermark,
                                 **self.counts(plog)}
                                for plog in parts],
                 "partitions_total": total, "configs": configs}
@@ -9952,10 +10229,10 @@ class ConsoleViews:
             return {"allowed": False}
         b = self.broker
         a = b.authorizer
-        listeners = [{"name": x.listener.name, "protocol": x.listener.protocol, "port": x.port,
+        listeners = [{"name": x.listener.name, "protocol": x.listener.protocol, "port": x.listener.port,
                       "sasl_mechanisms": list(x.sasl[0]) if x.sasl else [],
                       "plain_users": len(x.sasl[1]) if x.sasl and "PLAIN" in x.sasl[0] else 0}
-                     for x in b.listening]
+                     for x in b.listeners.bound]
         out = {"authorizer": None if a is None else STANDARD_AUTHORIZER, "listeners": listeners, "allowed": True}
         if a is not None:
             out["allow_everyone_if_no_acl_found"] = a.allow_if_no_acl
@@ -10493,7 +10770,7 @@ class ConsoleLogin:
 
     def __init__(self, broker, port):
         self.broker = broker
-        self.setups = [l.sasl for l in broker.listening if l.sasl]
+        self.setups = broker.listeners.sasl_setups()
         self.cookie = f"doze_console_{port}"            # cookies ignore ports: a name a console
         self.sessions = collections.OrderedDict()       # token hash -> ConsoleSession, least recently used first
         self.failures = {}                              # address -> times of its recent failed logins
@@ -10611,7 +10888,7 @@ class Console:
         self.heartbeat = time.monotonic()
         self.moves = broker.logs.moves              # high watermark moves the streams were last told of
         broker.selector.register(sock, selectors.EVENT_READ, self)
-        broker.call_later(CONSOLE_SWEEP_S, self._sweep)
+        broker.timers.call_later(CONSOLE_SWEEP_S, self._sweep)
         broker.journal.watchers.append(self.on_journal)
 
     @classmethod
@@ -10672,7 +10949,7 @@ class Console:
         except Exception as e:
             log.error("console: its sweep failed: %s", where(e))
         if self.sock.fileno() >= 0:
-            self.broker.call_later(CONSOLE_SWEEP_S, self._sweep)
+            self.broker.timers.call_later(CONSOLE_SWEEP_S, self._sweep)
 
     def _chores(self, now):
         """Close connections that have not sent a whole request, or not taken
@@ -10958,6 +11235,422 @@ SWEEP_S = 1.0                   # how often idle connections and late frames are
 TRIM_S = 10.0                   # how often freed memory is given back to the system
 
 
+# --- Dispatch: a request to its handler, its answer back ---------------------------
+# Kafka's KafkaApis.handle and RequestChannel in one class: a frame is decoded
+# (header, then body by the API's schema), run by its handler, and whatever
+# the handler returned -- a response, NO_RESPONSE, a Park, a verdict to close
+# -- is carried out. The one place where an exception a handler let out
+# becomes an answer: UNKNOWN_SERVER_ERROR where the response has a top-level
+# error code, else the close of that one connection.
+
+def whole_request_error(spec, version, e, quiet=False):
+    """A whole-request error: a response with just its top-level error_code
+    (and error_message) set, if the response has one; else None (logged)."""
+    names = {f.name for f in spec.response if f.in_version(version)}
+    if "error_code" not in names:
+        if not quiet:
+            log.error("%s v%d: %s, and the response has no error_code to carry it", spec.name, version, e)
+        return None
+    if "error_message" in names:
+        return Msg(error_code=e.code, error_message=e.detail or None)
+    return Msg(error_code=e.code)
+
+
+class Request:
+    """One request in flight: its connection, its place in the answers'
+    order, and how to encode its answer."""
+    __slots__ = ("conn", "slot", "spec", "version", "correlation_id", "traced")
+
+    def __init__(self, conn, spec, version, correlation_id):
+        self.conn, self.spec, self.version, self.correlation_id = conn, spec, version, correlation_id
+        self.slot = conn.new_slot()
+        self.traced = None          # how its answer is traced, when the request was (--trace)
+
+
+class Dispatcher:
+    """Request -> handler -> response, for every connection."""
+
+    def __init__(self, rooms, purgatory, tracer=None):
+        self.rooms, self.purgatory, self.tracer = rooms, purgatory, tracer
+        self.clock = rooms.config.clock
+
+    def handle_frame(self, conn, frame):
+        """Decode one request, run its handler, queue its response."""
+        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
+            self._raw_sasl_token(conn, frame)
+            return
+        decoded = self._decode(conn, frame)
+        if decoded is None:
+            return
+        request, handler, req, client_id = decoded
+        if self.tracer is not None:
+            request.traced = self.tracer.request(conn, request.spec, request.version, client_id, req)
+        ctx = RequestContext(self.rooms, conn, request.spec.key, request.version, client_id)
+        self._settle(request, self.evaluate(request, handler, ctx, req))
+
+    def _decode(self, conn, frame):
+        """-> (Request, its handler, its decoded body, client id); None when it
+        is refused (the connection closes once the answers before it are sent)."""
+        try:
+            api_key, version, correlation_id, client_id, r = parse_request_header(frame)
+        except ProtocolError as e:
+            conn.close_after_answers(f"request header does not decode: {e}")
+            return None
+        if conn.sasl is not None and not self._sasl_admits(conn, api_key):
+            return None
+        entry = HANDLERS.get(api_key)
+        if entry is None:
+            conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
+            return None
+        spec, handler = entry
+        if not spec.min_served <= version <= spec.max_version:
+            if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
+                self._unsupported_api_versions(conn, r, correlation_id)
+            else:
+                conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
+                                         f"v{spec.min_served}-v{spec.max_version})")
+            return None
+        try:
+            if spec.flexible(version):
+                skip_tagged_fields(r)                 # request header v2
+            req = decode_request_body(spec, version, r)
+        except ProtocolError as e:
+            conn.close_after_answers(f"{spec.name} v{version} request (correlation id {correlation_id}) "
+                                     f"does not decode: {e}")
+            return None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
+                      correlation_id, loggable(api_key, req))
+        return Request(conn, spec, version, correlation_id), handler, req, client_id
+
+    def evaluate(self, request, fn, *args):
+        """fn's answer (a handler, or a parked request's poll): a KafkaError
+        becomes the whole request's error; a bug, UNKNOWN_SERVER_ERROR, or
+        None with the connection closed when the response cannot carry it."""
+        try:
+            return fn(*args)
+        except KafkaError as e:
+            return whole_request_error(request.spec, request.version, e)
+        except Exception as e:
+            result = self._handler_failed(request, e)
+            if result is None:
+                request.conn.close(f"{request.spec.name} could not be answered")
+            return result
+
+    def _settle(self, request, result):
+        """Carry out a handler's result: an answer now or later (a Park), none, or a close."""
+        conn = request.conn
+        if result is None:
+            conn.close(f"{request.spec.name} could not be answered")
+        elif result is NO_RESPONSE:
+            conn.drop_slot(request.slot)
+        elif isinstance(result, CloseConnection):
+            conn.drop_slot(request.slot)
+            conn.close_after_answers(result.reason)
+        elif isinstance(result, AuthenticationFailure):
+            conn.drop_slot(request.slot)
+            conn.fail_authentication(result.reason, self._response_chunks(
+                request.spec, request.version, request.correlation_id, result.response))
+        elif isinstance(result, Park):
+            self.purgatory.add(result, request, self)
+        else:
+            self._respond(request, result)
+
+    def reply(self, request, result):
+        """A parked request's answer, once its wait is over (Purgatory)."""
+        if result is not None and not request.conn.closed:
+            self._respond(request, result)
+        elif not request.conn.closed:
+            request.conn.close(f"{request.spec.name} could not be answered")
+
+    def _handler_failed(self, request, e):
+        """An exception a handler should not have let out (a bug): one log line
+        that says where, the traceback only at DEBUG; the request is answered
+        with UNKNOWN_SERVER_ERROR where its response has a top-level error code,
+        else its connection alone is closed (-> None). No other connection sees it."""
+        log.error("%s v%d from %s (correlation id %d) failed: %s: a bug in doze", request.spec.name,
+                  request.version, request.conn.name, request.correlation_id, where(e))
+        log.debug("the traceback", exc_info=e)
+        return whole_request_error(request.spec, request.version, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                    quiet=True)
+
+    def _unsupported_api_versions(self, conn, r, correlation_id):
+        """KIP-511: answer an ApiVersions version we do not know in the v0
+        format, with UNSUPPORTED_VERSION and ApiVersions' own range, so the
+        client can retry with one we do. (Kafka 4.3.1 sends exactly this.)"""
+        try:
+            skip_tagged_fields(r)     # newer versions use request header v2
+        except ProtocolError as e:
+            conn.close_after_answers(f"ApiVersions request of an unknown version does not decode: {e}")
+            return
+        spec = HANDLERS[ApiKey.API_VERSIONS][0]
+        msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            Msg(api_key=int(ApiKey.API_VERSIONS), min_version=spec.min_version,
+                max_version=spec.max_version)])
+        self._respond(Request(conn, spec, 0, correlation_id), msg)
+
+    def _respond(self, request, msg):
+        spec, version, conn = request.spec, request.version, request.conn
+        chunks = self._response_chunks(spec, version, request.correlation_id, msg)
+        if chunks is None:
+            conn.close(f"{spec.name} response could not be encoded")
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, request.correlation_id,
+                      loggable(spec.key, msg))
+        if request.traced is not None:
+            self.tracer.response(request.traced, spec, msg)
+        if not conn.closed:
+            conn.push(request.slot, chunks)
+
+    def _response_chunks(self, spec, version, correlation_id, msg):
+        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
+        try:
+            return encode_response(spec, version, correlation_id, msg)
+        except (TypeError, ValueError, struct.error, AttributeError, OverflowError) as e:
+            log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
+                      spec.name, version, correlation_id, where(e))
+            log.debug("the traceback", exc_info=e)
+            return None
+
+    def _sasl_admits(self, conn, api_key):
+        """May this request of a SASL connection go on? (SaslSession.refusal);
+        if not, the connection is failed or closed here."""
+        refused, expired = conn.sasl.refusal(api_key, self.clock() * 1000)
+        if refused and expired:
+            conn.close(refused)
+        elif refused:
+            conn.fail_authentication(refused)
+        return not refused
+
+    def _raw_sasl_token(self, conn, frame):
+        """After SaslHandshake v0: a bare SASL token in, the server's bare token
+        out; a failure gets no answer, only the delayed close (as in Kafka)."""
+        sasl = conn.sasl
+        try:
+            reply, principal = sasl.token(frame)
+        except AuthenticationFailed as e:
+            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
+            return
+        conn.push(conn.new_slot(), [I32.pack(len(reply)) + reply])
+        if principal is not None:
+            conn.authenticated(principal)
+
+
+# --- Connections: the open ones, their limits, the listeners -----------------------
+
+class Connections:
+    """Every open Kafka connection, and the limits on them (see "Limits"
+    above): max.connections and the descriptors doze has, the connections per
+    IP, the requests taken in per pass (queued.max.requests), the idle and
+    dripped-frame sweep. A Connection reaches the rest of the broker through
+    it: the dispatcher for its frames, the group commit for answers that wait,
+    the purgatory for a long-poll its next request ends, the loop's timers."""
+
+    def __init__(self, config, selector, timers, listeners, dispatcher, group_commit, purgatory, descriptors):
+        self.config, self.selector, self.timers = config, selector, timers
+        self.dispatcher, self.group_commit, self.purgatory = dispatcher, group_commit, purgatory
+        self.clock = config.clock
+        self.open = set()
+        self.ip_counts = collections.Counter()
+        # Connections get what the segment files leave, less some for sqlite,
+        # the listener and the log: then accepting stops rather than failing.
+        self.descriptors = max(16, descriptors // 2 - 64)
+        self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
+        self.accepting = True           # False while at max.connections
+        self.stopping = False
+        self.turns = config["queued.max.requests"]   # requests still to take in this pass
+        self.pass_deadline = float("inf")            # ... and until when
+        self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
+        self.acceptors = [_Listener(self, bound, listeners) for bound in listeners.bound]
+        self.listen(True)
+
+    def __iter__(self):
+        return iter(self.open)
+
+    def __len__(self):
+        return len(self.open)
+
+    def schedule(self, timers):
+        """Start the sweep (connections.max.idle.ms, doze.frame.timeout.ms) on the loop's timers."""
+        timers.call_later(SWEEP_S, self._sweep)
+
+    # --- accepting, within the limits ---
+    @property
+    def max_connections(self):
+        """max.connections (it may change while running), within the descriptors there are."""
+        return min(self.config["max.connections"], self.descriptors)
+
+    def listen(self, on):
+        """Accept on every listener, or on none (at max.connections)."""
+        for acceptor in self.acceptors:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                if on:
+                    self.selector.register(acceptor.sock, selectors.EVENT_READ, acceptor)
+                else:
+                    self.selector.unregister(acceptor.sock)
+
+    def may_accept(self):
+        """Below max.connections? At it, the listeners are unregistered until one closes."""
+        if len(self.open) < self.max_connections:
+            return True
+        if self.accepting:
+            self.accepting = False
+            self.listen(False)
+            log.info("%d connections: not accepting more until one closes (max.connections, "
+                     "or the descriptors doze has)", len(self.open))
+        return False
+
+    def allowed_from(self, ip):
+        """May one more connection come from ip (max.connections.per.ip and its overrides)?"""
+        allowed = self.per_ip.get(ip, self.config["max.connections.per.ip"])
+        if self.ip_counts[ip] < allowed:
+            return True
+        log.info("Rejected connection from /%s, address already has the configured "
+                 "maximum of %d connections.", ip, allowed)
+        return False
+
+    def add(self, conn):
+        """A connection accepted: counted, and watched by the selector."""
+        self.ip_counts[conn.ip] += 1
+        self.open.add(conn)
+        conn.update_interest()
+
+    def forget(self, conn):
+        """A connection closed (Connection.close): uncounted; accepting again below the limit."""
+        self.open.discard(conn)
+        self.resume.pop(conn, None)
+        self.ip_counts[conn.ip] -= 1
+        if not self.ip_counts[conn.ip]:
+            del self.ip_counts[conn.ip]
+        if not self.accepting and len(self.open) < self.max_connections and not self.stopping:
+            self.accepting = True
+            self.listen(True)
+
+    def close_all(self, reason):
+        """The broker stops: every connection closed, nothing more accepted."""
+        self.stopping = True
+        for conn in list(self.open):
+            conn.close(reason)
+        self.listen(False)
+
+    # --- one pass of the loop ---
+    def new_pass(self, began):
+        """A pass begins: queued.max.requests turns again, for PASS_REQUESTS_S at most."""
+        self.turns = self.config["queued.max.requests"]
+        self.pass_deadline = began + PASS_REQUESTS_S
+
+    def take_request_turn(self):
+        """queued.max.requests: may one more request be taken in this pass? Not
+        past that many, nor once the pass has spent PASS_REQUESTS_S on requests
+        (wide ones can take a while each): the rest wait for the next pass."""
+        if self.turns <= 0 or time.perf_counter() > self.pass_deadline:
+            return False
+        self.turns -= 1
+        return True
+
+    def resume_later(self, conn):
+        """conn has frames that waited (muted, full, or out of turns): the next pass takes them."""
+        self.resume[conn] = None
+
+    def waiting(self):
+        """Has a connection frames for the next pass?"""
+        return bool(self.resume)
+
+    def take_waiting(self):
+        """The connections with frames waiting, once a pass: those put back
+        meanwhile wait for the next pass."""
+        waiting, self.resume = self.resume, {}
+        return [conn for conn in waiting if not conn.closed]
+
+    # --- what a Connection reaches through this ---
+    def dispatch(self, conn, frame):
+        """A whole request frame of conn: to its handler (Dispatcher)."""
+        self.dispatcher.handle_frame(conn, frame)
+
+    def hold(self, conn):
+        """Must conn's ready answers wait for meta.db's fsync? (GroupCommit.hold)"""
+        return self.group_commit.hold(conn)
+
+    def end_park_early(self, park):
+        """conn's next request came: its long-poll is answered now (Purgatory.end_early)."""
+        self.purgatory.end_early(park)
+
+    def call_later(self, delay_s, fn):
+        self.timers.call_later(delay_s, fn)
+
+    def _sweep(self):
+        """connections.max.idle.ms, and doze.frame.timeout.ms for frames dripped in."""
+        now = self.clock()
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        frame_s = self.config["doze.frame.timeout.ms"] / 1000
+        self.timers.call_later(SWEEP_S, self._sweep)
+        for conn in list(self.open):
+            if idle_s >= 0 and now - conn.last_active > idle_s:
+                conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
+            elif conn.frame_started is not None and now - conn.frame_started > frame_s:
+                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
+                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
+
+
+BoundListener = collections.namedtuple("BoundListener", "sock listener tls sasl")
+
+
+class Listeners:
+    """The broker's listening sockets, bound at construction (a port 0 becomes
+    the one the system gave, and the listeners setting says so, as --port
+    does), each with its TLS and SASL settings; and the address each
+    advertises to its clients."""
+
+    def __init__(self, config, scram_credential):
+        self.config, self.scram_credential = config, scram_credential
+        listeners = config.listeners
+        tls = [TlsServer(config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
+        sasl = [sasl_setup(config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
+        self.bound = []
+        try:
+            for l, t, a in zip(listeners, tls, sasl):
+                host = l.host or "0.0.0.0"
+                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
+                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                sock.setblocking(False)
+                self.bound.append(BoundListener(sock, l._replace(port=sock.getsockname()[1]), t, a))
+        except OSError:
+            self.close()
+            raise
+        actual = [b.listener for b in self.bound]
+        if actual != config.listeners or "listeners" not in config.given:
+            config.set_static("listeners", format_listeners(actual + config.controller_listeners))
+        self.port = self.bound[0].listener.port
+
+    def node(self, conn):
+        """(node_id, host, port) as clients of the listener conn came in on
+        should reach this broker: its advertised.listeners entry, else its own."""
+        listener = conn.listener if conn is not None else self.bound[0].listener
+        advertised = self.config.advertised.get(listener.name)
+        if advertised:
+            return self.config["node.id"], advertised.host, advertised.port
+        host = listener.host
+        if host in ("", "0.0.0.0", "::") and conn is not None:
+            host = conn.sock.getsockname()[0]
+        return self.config["node.id"], host or "127.0.0.1", listener.port
+
+    def sasl_session(self, bound):
+        """A new connection's SaslSession on a SASL listener, else None."""
+        if not bound.sasl:
+            return None
+        mechanisms, users, max_reauth_ms = bound.sasl
+        return SaslSession(mechanisms, users, self.scram_credential, bound.listener.name, max_reauth_ms)
+
+    def sasl_setups(self):
+        """(mechanisms, PLAIN users, max reauth ms) of each SASL listener (the console's login)."""
+        return [b.sasl for b in self.bound if b.sasl]
+
+    def close(self):
+        for b in self.bound:
+            b.sock.close()
+
+
 # --- TLS --------------------------------------------------------------------------
 # An SSL listener's connections are wrapped in the standard library's ssl,
 # non-blocking: the handshake advances as its bytes come, on the loop, and must
@@ -11151,49 +11844,45 @@ class TlsServer:
     def wrap(self, sock):
         return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
 
-    def handshake(self, conn):
-        """One step of the handshake -> True once done (conn.principal set),
-        False while it waits for the client (conn.tls_wants: the event)."""
+    def handshake(self, sock):
+        """One step of the handshake -> (done, the event it waits for while
+        not, the principal of the client's certificate once done, or None)."""
         try:
-            conn.sock.do_handshake()
+            sock.do_handshake()
         except ssl.SSLWantReadError:
-            conn.tls_wants = selectors.EVENT_READ
-            return False
+            return False, selectors.EVENT_READ, None
         except ssl.SSLWantWriteError:
-            conn.tls_wants = selectors.EVENT_WRITE
-            return False
-        cert = conn.sock.getpeercert()
-        if cert and cert.get("subject"):
-            dn = rfc2253(cert["subject"])
-            name = map_principal(self.rules, dn)
-            if name is None:
-                raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
-            conn.principal = f"User:{name}"
-        conn.tls_wants = 0
-        log.debug("TLS %s from %s: principal %s", conn.sock.version(), conn.name, conn.principal)
-        return True
+            return False, selectors.EVENT_WRITE, None
+        cert = sock.getpeercert()
+        if not (cert and cert.get("subject")):
+            return True, 0, None
+        dn = rfc2253(cert["subject"])
+        name = map_principal(self.rules, dn)
+        if name is None:
+            raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
+        return True, 0, f"User:{name}"
 
 
 class Slot:
     """One request's place in its connection's response order."""
-    __slots__ = ("chunks", "traced")
+    __slots__ = ("chunks",)
 
     def __init__(self):
         self.chunks = None          # the encoded response frame, once ready
-        self.traced = None          # how its answer is traced, when the request was (--trace)
 
 
 class Connection:
     """One client socket: bytes in, frames out, in order."""
 
-    def __init__(self, sock, addr, broker, listener=None, tls=None):
+    def __init__(self, sock, addr, room, listener, tls=None, sasl=None):
         self.sock = sock
         self.addr = addr
-        self.listener = listener or broker.listening[0].listener   # the Listener it came in on
+        self.listener = listener         # the Listener it came in on
         self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.host = java_host_address(addr[0]) if isinstance(addr, tuple) else str(addr)   # for ACLs' hosts
         self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
-        self.broker = broker
+        self.room = room                 # Connections: the rest of the broker, as a connection sees it
+        self.clock, self.config = room.clock, room.config
         self.inbuf = bytearray()
         self.slots = collections.deque()
         self.out = collections.deque()   # chunks being written: bytes or FileSlice
@@ -11205,10 +11894,10 @@ class Connection:
         self.closed = False
         self.closing = None              # why it closes once the answers owed are written
         self.events = 0                  # what the selector watches for (0: unregistered)
-        self.last_active = broker.clock()  # a byte in or out: connections.max.idle.ms
+        self.last_active = self.clock()  # a byte in or out: connections.max.idle.ms
         self.frame_started = None        # when the first byte of an incomplete frame came
         self.principal = PRINCIPAL_ANONYMOUS
-        self.sasl = None                 # SaslSession on a SASL listener
+        self.sasl = sasl                 # SaslSession on a SASL listener
         self.failing = False             # authentication failed: answered after the delay, then closed
         self.tls = tls                   # TlsServer of an SSL listener, else None
         self.handshaking = tls is not None
@@ -11236,18 +11925,18 @@ class Connection:
             if not (self.tls and self.sock.pending()):     # TLS may hold decrypted bytes already read
                 break
         if got:
-            self.last_active = self.broker.clock()
+            self.last_active = self.clock()
             if self.early_park is not None and self._whole_frame_waiting():
-                self.broker.end_park_early(self.early_park)       # the next request is here
+                self.room.end_park_early(self.early_park)         # the next request is here
             self.process_frames()
 
     def process_frames(self):
         """Handle every complete frame in the buffer, unless muted."""
         buf = self.inbuf
         pos = taken = 0
-        limit = self.broker.config["socket.request.max.bytes"]
+        limit = self.config["socket.request.max.bytes"]
         if self.sasl is not None and not self.sasl.complete:
-            limit = min(limit, self.broker.config["sasl.server.max.receive.size"])
+            limit = min(limit, self.config["sasl.server.max.receive.size"])
         while not self.closed and self.may_read():
             if len(buf) - pos < 4:
                 break
@@ -11263,18 +11952,18 @@ class Connection:
                 # Produce's result (Kafka handles one request at a time per
                 # connection); Produces themselves may pipeline into one fsync.
                 break
-            if taken == TURNS_PER_CONNECTION or not self.broker.take_request_turn():
-                self.broker.resume[self] = None         # its turn is over: the others, then more
+            if taken == TURNS_PER_CONNECTION or not self.room.take_request_turn():
+                self.room.resume_later(self)            # its turn is over: the others, then more
                 break
             taken += 1
             frame = buf[pos + 4:pos + 4 + size]
             pos += 4 + size
-            self.broker.handle_frame(self, frame)
+            self.room.dispatch(self, frame)
         if pos:
             del buf[:pos]
             self.frame_started = None
         if self.inbuf and self.frame_started is None and not self._whole_frame_waiting():
-            self.frame_started = self.broker.clock()
+            self.frame_started = self.clock()
         self.update_interest()
 
     def may_read(self):
@@ -11311,12 +12000,48 @@ class Connection:
                 self.out_bytes += sum(len(c) for c in chunks)
                 self.on_writable()
             self.close("authentication failed", quiet=True)
-        self.broker.call_later(self.broker.config["connection.failed.authentication.delay.ms"] / 1000, finish)
+        self.room.call_later(self.config["connection.failed.authentication.delay.ms"] / 1000, finish)
         self.update_interest()
 
     def _whole_frame_waiting(self):
         buf = self.inbuf
         return len(buf) >= 4 and len(buf) - 4 >= I32.unpack_from(buf, 0)[0]
+
+    # --- the answers' order ---
+    def new_slot(self):
+        """A request taken in: its place in the answers' order."""
+        slot = Slot()
+        self.slots.append(slot)
+        return slot
+
+    def drop_slot(self, slot):
+        """A request that gets no answer (acks=0, or a refusal that closes)."""
+        self.slots.remove(slot)
+
+    def wait_for(self, park):
+        """A request of this connection was parked (Purgatory.add): a muting
+        park holds back the next requests, as Kafka mutes a channel; one
+        waiting for the group commit only keeps later non-Produce requests back."""
+        if park.mute:
+            self.parked += 1
+            if park.early:
+                self.early_park = park
+            self.update_interest()
+        else:
+            self.unflushed += 1
+
+    def waited(self, park):
+        """A parked request's wait is over (answered, or its connection gone)."""
+        if park.mute:
+            self.parked -= 1
+            if self.early_park is park:
+                self.early_park = None
+        else:
+            self.unflushed -= 1
+        if not self.closed:
+            self.update_interest()
+            if self.inbuf:
+                self.room.resume_later(self)
 
     # --- writing ---
     def queued_bytes(self):
@@ -11326,15 +12051,13 @@ class Connection:
     def push(self, slot, chunks):
         """Fill a slot; send every slot at the head of the queue that is ready --
         unless a meta.db change is not yet durable: then the answers are held
-        until the group commit's fsync of it (Broker._sync_store), so that no
+        until the group commit's fsync of it (GroupCommit.hold), so that no
         answer runs ahead of what a power cut would keep."""
         slot.chunks = chunks
-        if self.broker.store.answers_wait():
-            self.broker.held[self] = None
-        else:
+        if not self.room.hold(self):
             self.send_ready()
         if self.inbuf and not self.parked:
-            self.broker.resume[self] = None        # frames waited while muted or full
+            self.room.resume_later(self)           # frames waited while muted or full
 
     def send_ready(self):
         while self.slots and self.slots[0].chunks is not None:
@@ -11365,9 +12088,9 @@ class Connection:
             self.close(f"write failed: {e}")
             return
         if self.queued_bytes() != before:
-            self.last_active = self.broker.clock()
+            self.last_active = self.clock()
             if self.inbuf and self.may_read():
-                self.broker.resume[self] = None         # reading waited for the client to read
+                self.room.resume_later(self)            # reading waited for the client to read
         self._close_if_answered()
         self.update_interest()
 
@@ -11405,7 +12128,7 @@ class Connection:
             events |= selectors.EVENT_READ
         if events == self.events:
             return
-        selector = self.broker.selector
+        selector = self.room.selector
         if not self.events:
             selector.register(self.sock, events, self)
         elif not events:
@@ -11425,14 +12148,16 @@ class Connection:
 
     def step_handshake(self):
         try:
-            done = self.tls.handshake(self)
+            done, self.tls_wants, principal = self.tls.handshake(self.sock)
         except (OSError, ValueError) as e:
             self.close(f"TLS handshake failed: {e}")
             return
         if done:
+            self.principal = principal or self.principal
+            log.debug("TLS %s from %s: principal %s", self.sock.version(), self.name, self.principal)
             self.handshaking = False
             self.frame_started = None
-            self.last_active = self.broker.clock()
+            self.last_active = self.clock()
             self.on_readable()              # the first request may have come with the handshake
         self.update_interest()
 
@@ -11446,10 +12171,10 @@ class Connection:
                 self.name, reason)
         if self.events:
             with contextlib.suppress(KeyError, ValueError):
-                self.broker.selector.unregister(self.sock)
+                self.room.selector.unregister(self.sock)
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.broker.forget(self)
+        self.room.forget(self)
 
 
 class LoopStats:
@@ -11457,8 +12182,8 @@ class LoopStats:
     interval when doze.loop.stats.interval.ms > 0: the measure of "nothing
     slow on the loop". One pass is the work between two selects."""
 
-    def __init__(self, broker, interval_ms):
-        self.broker = broker
+    def __init__(self, connections, interval_ms):
+        self.connections = connections
         self.interval_s = interval_ms / 1000
         self.passes = []
         self.started = time.perf_counter()
@@ -11475,11 +12200,10 @@ class LoopStats:
 
         def pct(q):
             return times[min(len(times) - 1, int(q * len(times)))] * 1000
-        b = self.broker
-        queued = sum(c.queued_bytes() for c in b.connections)
+        queued = sum(c.queued_bytes() for c in self.connections)
         log.info("loop stats: passes=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f connections=%d "
                  "queued_out_bytes=%d open_files=%d", len(self.passes), pct(0.5), pct(0.99),
-                 times[-1] * 1000, len(b.connections), queued, open_file_count())
+                 times[-1] * 1000, len(self.connections), queued, open_file_count())
 
 
 def open_file_count():
@@ -11493,15 +12217,14 @@ def open_file_count():
 class _Listener:
     """A listening socket's selector callback: accept, within the limits."""
 
-    def __init__(self, broker, sock, listener, tls=None, sasl=None):
-        self.broker, self.sock, self.listener, self.tls = broker, sock, listener, tls
-        self.sasl = sasl                     # (mechanisms, PLAIN users, max reauth ms) of a SASL listener
-        self.port = listener.port
+    def __init__(self, connections, bound, listeners):
+        self.connections, self.bound, self.listeners = connections, bound, listeners
+        self.sock, self.listener, self.tls = bound.sock, bound.listener, bound.tls
 
     def on_event(self, mask):
-        broker = self.broker
+        connections = self.connections
         for _ in range(64):
-            if not broker.may_accept():
+            if not connections.may_accept():
                 return
             try:
                 sock, addr = self.sock.accept()
@@ -11511,10 +12234,7 @@ class _Listener:
                 log.warning("accept failed: %s", e)
                 return
             ip = addr[0] if isinstance(addr, tuple) else str(addr)
-            allowed = broker.connections_allowed(ip)
-            if broker.ip_counts[ip] >= allowed:
-                log.info("Rejected connection from /%s, address already has the configured "
-                         "maximum of %d connections.", ip, allowed)
+            if not connections.allowed_from(ip):
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -11528,20 +12248,15 @@ class _Listener:
                     sock.close()
                     continue
             try:
-                conn = Connection(sock, addr, broker, self.listener, self.tls)
-                if self.sasl:
-                    mechanisms, users, max_reauth_ms = self.sasl
-                    conn.sasl = SaslSession(mechanisms, users, broker.store.scram_credential, self.listener.name,
-                                            max_reauth_ms)
+                conn = Connection(sock, addr, connections, self.listener, self.tls,
+                                  self.listeners.sasl_session(self.bound))
             except Exception as e:                # a bug in doze: this one connection is refused
                 log.error("a connection from %s on listener %s: %s: a bug in doze", ip, self.listener.name,
                           where(e))
                 with contextlib.suppress(OSError):
                     sock.close()
                 continue
-            broker.ip_counts[ip] += 1
-            broker.connections.add(conn)
-            conn.update_interest()
+            connections.add(conn)
 
 
 class _Waker:
@@ -11660,27 +12375,28 @@ TRACE_NOISE = {"throttle_time_ms", "replica_id", "replica_state", "session_id", 
 class Tracer:
     """The trace's filter and its lines (see above)."""
 
-    def __init__(self, broker, kinds, ids):
-        self.broker, self.kinds, self.ids = broker, kinds, ids
+    def __init__(self, config, logs, producer_states, txns, journal, kinds, ids):
+        self.clock, self.producer_states, self.txns = config.clock, producer_states, txns
+        self.kinds, self.ids = kinds, ids
         self.failed = False
         # log -> (HW, LSO) last shown, the logs' own at the start (by the log: a topic made again is new)
-        self.offsets = weakref.WeakKeyDictionary((plog, (plog.high_watermark, last_stable_offset(broker, plog)))
-                                                 for plog in broker.logs.logs.values())
-        broker.journal.watchers.append(self.on_event)
+        self.offsets = weakref.WeakKeyDictionary(
+            (plog, (plog.high_watermark, producer_states.last_stable_offset(plog))) for plog in logs.logs.values())
+        journal.watchers.append(self.on_event)
 
     @classmethod
-    def open(cls, broker):
+    def open(cls, config, logs, producer_states, txns, journal):
         """The trace doze.trace asks for, or None (off)."""
-        kinds = {k.strip() for k in broker.config["doze.trace"].split(",") if k.strip()}
+        kinds = {k.strip() for k in config["doze.trace"].split(",") if k.strip()}
         if not kinds:
             return None
         if not kinds <= set(TRACE_KINDS):
             raise ValueError(f"doze.trace: {', '.join(sorted(kinds))}: the kinds are {', '.join(TRACE_KINDS)}")
-        ids = {i.strip() for i in broker.config["doze.trace.ids"].split(",") if i.strip()}
-        return cls(broker, kinds, ids)
+        ids = {i.strip() for i in config["doze.trace.ids"].split(",") if i.strip()}
+        return cls(config, logs, producer_states, txns, journal, kinds, ids)
 
     def emit(self, mark, text):
-        now = datetime.datetime.fromtimestamp(self.broker.clock()).strftime("%H:%M:%S.%f")[:-3]
+        now = datetime.datetime.fromtimestamp(self.clock()).strftime("%H:%M:%S.%f")[:-3]
         line = f"{now} {mark} {text}"
         trace_log.info("%s", line if len(line) <= TRACE_LINE_CHARS else line[:TRACE_LINE_CHARS] + " \u2026")
 
@@ -11738,7 +12454,7 @@ class Tracer:
         """After a group commit: each partition whose HW or LSO moved."""
         for plog in plogs:
             tp = (plog.topic, plog.partition)
-            now = (plog.high_watermark, last_stable_offset(self.broker, plog))
+            now = (plog.high_watermark, self.producer_states.last_stable_offset(plog))
             before = self.offsets.get(plog, (plog.log_start_offset, plog.log_start_offset))   # a new partition
             self.offsets[plog] = now
             if now != before and self.shows_offsets(tp):
@@ -11751,9 +12467,9 @@ class Tracer:
         if "all" not in self.kinds and "txn" not in self.kinds:
             return False
         if not self.ids:
-            return "all" in self.kinds or tp in self.broker.txn_partitions
-        txns = self.broker.txns.txns
-        return any(tp in m.partitions or tp in m.marker_offsets for m in map(txns.get, self.ids) if m is not None)
+            return "all" in self.kinds or self.producer_states.is_transactional(tp)
+        return any(tp in m.partitions or tp in m.marker_offsets for m in map(self.txns.txns.get, self.ids)
+                   if m is not None)
 
 
 trace_log = logging.getLogger("doze_kafka.trace")
@@ -11890,353 +12606,104 @@ def lock_data_dir(path):
     return f
 
 
-class Broker:
-    """A whole single-node Kafka cluster. Binds its port on construction (so
-    .port is known before serve_forever starts, as Kafka's acceptors bind at
-    startup); serve_forever() runs the loop until stop()."""
+def open_meta_db(config, files):
+    """meta.db as a start finds it: the cluster id made on the first start
+    (Kafka's base64 form), the dynamic configs applied to `config`."""
+    store = MetadataStore(os.path.join(config.data_dir, "meta.db"), files)   # fsyncs its directory entry
+    try:
+        if store.get_setting("cluster_id") is None:
+            store.set_settings({"cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]})
+        for key, value in store.settings_with_prefix(DYNAMIC_PREFIX).items():
+            node = key.startswith(NODE_PREFIX)
+            config.set_dynamic(node, key[len(NODE_PREFIX if node else DYNAMIC_PREFIX):], value)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
-    def __init__(self, config, files=None):
-        self.config = config
-        self.clock = config.clock
-        self.files = files or Files()
-        _fsync_new_dirs(config.data_dir, self.files)
-        self.dir_lock = lock_data_dir(config.data_dir)
-        try:
-            db_path = os.path.join(config.data_dir, "meta.db")
-            self.store = MetadataStore(db_path, self.files)   # fsyncs its directory entry
-            if self.store.get_setting("cluster_id") is None:
-                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]   # Kafka's form
-                self.store.set_settings({"cluster_id": cluster_id})
-            for key, value in self.store.settings_with_prefix(DYNAMIC_PREFIX).items():
-                node = key.startswith(NODE_PREFIX)
-                config.set_dynamic(node, key[len(NODE_PREFIX if node else DYNAMIC_PREFIX):], value)
-            descriptors = raise_descriptor_limit()
-            self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
-            # Connections get what the segment files leave, less some for sqlite,
-            # the listener and the log: then accepting stops rather than failing.
-            self.connection_descriptors = max(16, descriptors // 2 - 64)
-            self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
-            self.logs.load()
-            self.producer_ids = ProducerIdManager(self.store)
-            self.producer_states = {}
-            self.txn_partitions = self.store.transactional_partitions()
-            for tp in sorted(self.txn_partitions):        # their LSO is needed from the first fetch
-                if tp in self.logs.logs:
-                    self.producer_states[tp] = rebuild_producer_state(self.logs.logs[tp], whole_log=True)
-            self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
-            self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
-            self.tracer = Tracer.open(self)              # None unless doze.trace is set
-            self.groups = GroupCoordinator(config, self.store, self.logs, self.notify, self.journal)
-            self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups,
-                                               self.producer_state, self.producer_ids, self.notify, self.journal)
-            self.txns.load()
-            self.selector = selectors.DefaultSelector()
-            self.listening = self._bind(config.listeners)     # [_Listener], the first one's port is self.port
-            self.port = self.listening[0].port
-            if "log.dirs" not in config.given:
-                config.set_static("log.dirs", config.data_dir)
-            if "node.id" not in config.given:             # Kafka has no default: it must be set
-                config.set_static("node.id", config["node.id"])
-            self.listen(True)
-            self.waker = _Waker()
-            self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
-            self.connections = set()
-            self.ip_counts = collections.Counter()
-            self.accepting = True           # False while at max.connections
-            self.turns = config["queued.max.requests"]   # requests still to take in this pass
-            self.pass_deadline = float("inf")            # ... and until when
-            self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
-            self.held = {}                  # connections whose answers wait for meta.db's fsync (Connection.push)
-            self.waiters = {}               # park key -> {Park}
-            self.timers = []                # heap of (when_s, seq, fn)
-            self._timer_seq = 0
-            self._calls = collections.deque()   # functions run_in_loop() hands over
-            self._stopping = False
-            self._clean_stop = True
-            self.stopped = threading.Event()
-            self.call_later(config["log.retention.check.interval.ms"] / 1000, self._retention)
-            self.call_later(GROUP_TICK_S, self._group_tick)
-            self.call_later(TXN_TICK_S, self._txn_tick)
-            self.call_later(config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
-                            self._expire_txn_ids)
-            self.call_later(config["producer.id.expiration.check.interval.ms"] / 1000,
-                            self._expire_producers)
-            self.call_later(config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
-            self.call_later(SWEEP_S, self._sweep_connections)
-            self.call_later(TRIM_S, self._trim_memory)
-            self.console = Console.open(self)            # None unless doze.console.listener is set
-        except BaseException:           # a failed start lets go of the directory
-            self.dir_lock.close()
-            raise
 
-    @property
-    def bootstrap(self):
-        host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        return f"{host}:{self.port}"
+class Timers:
+    """The loop's timers on the broker's clock: a heap of (when, seq, fn).
+    Each room schedules its own chores here (its schedule(timers)); the loop
+    runs whatever is due after each pass. A periodic chore schedules its next
+    run before its work, so a failure (a bug in doze) loses that run only."""
 
-    def _bind(self, listeners):
-        """A listening socket per listener; the listeners setting as bound (a
-        port 0 becomes the one the system gave, as --port does)."""
-        tls = [TlsServer(self.config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
-        sasl = [sasl_setup(self.config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
-        bound = []
-        try:
-            for l, t, a in zip(listeners, tls, sasl):
-                host = l.host or "0.0.0.0"
-                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
-                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-                sock.setblocking(False)
-                bound.append(_Listener(self, sock, l._replace(port=sock.getsockname()[1]), t, a))
-        except OSError:
-            for b in bound:
-                b.sock.close()
-            raise
-        actual = [b.listener for b in bound]
-        if actual != self.config.listeners or "listeners" not in self.config.given:
-            self.config.set_static("listeners", format_listeners(actual + self.config.controller_listeners))
-        return bound
+    def __init__(self, clock):
+        self.clock = clock
+        self.heap = []
+        self.seq = 0
 
-    def listen(self, on):
-        """Accept on every listener, or on none (at max.connections)."""
-        for b in self.listening:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                if on:
-                    self.selector.register(b.sock, selectors.EVENT_READ, b)
-                else:
-                    self.selector.unregister(b.sock)
+    def call_later(self, delay_s, fn, *args):
+        self.call_at(self.clock() + delay_s, fn, *args)
 
-    def node(self, conn):
-        """(node_id, host, port) as clients of the listener conn came in on
-        should reach this broker: its advertised.listeners entry, else its own."""
-        listener = conn.listener if conn is not None else self.listening[0].listener
-        advertised = self.config.advertised.get(listener.name)
-        if advertised:
-            return self.config["node.id"], advertised.host, advertised.port
-        host = listener.host
-        if host in ("", "0.0.0.0", "::") and conn is not None:
-            host = conn.sock.getsockname()[0]
-        return self.config["node.id"], host or "127.0.0.1", listener.port
+    def call_at(self, when_s, fn, *args):
+        self.seq += 1
+        heapq.heappush(self.heap, (when_s, self.seq, fn, args))
 
-    # --- connection limits ---
-    @property
-    def max_connections(self):
-        """max.connections (it may change while running), within the descriptors there are."""
-        return min(self.config["max.connections"], self.connection_descriptors)
+    def next_in(self):
+        """Seconds until the next timer is due (0 if one is), or None without timers."""
+        return max(self.heap[0][0] - self.clock(), 0) if self.heap else None
 
-    def connections_allowed(self, ip):
-        return self.per_ip.get(ip, self.config["max.connections.per.ip"])
+    def run_due(self):
+        """Run the timers that are due; one that fails is logged and the loop serves on."""
+        now = self.clock()
+        while self.heap and self.heap[0][0] <= now:
+            _, _, fn, args = heapq.heappop(self.heap)
+            try:
+                fn(*args)
+            except Exception as e:
+                log.error("a timer (%s) failed: %s: a bug in doze", getattr(fn, "__qualname__", "?"), where(e))
 
-    def may_accept(self):
-        """Below max.connections? At it, the listener is unregistered until one closes."""
-        if len(self.connections) < self.max_connections:
-            return True
-        if self.accepting:
-            self.accepting = False
-            self.listen(False)
-            log.info("%d connections: not accepting more until one closes (max.connections, "
-                     "or the descriptors doze has)", len(self.connections))
-        return False
 
-    def take_request_turn(self):
-        """queued.max.requests: may one more request be taken in this pass? Not
-        past that many, nor once the pass has spent PASS_REQUESTS_S on requests
-        (wide ones can take a while each): the rest wait for the next pass."""
-        if self.turns <= 0 or time.perf_counter() > self.pass_deadline:
+class GroupCommit:
+    """Once a pass of the loop: one fsync of meta.db for every change the pass
+    made, one per dirty log, then the answers that waited for them. An answer
+    never runs ahead of what a power cut would keep: a Produce is answered
+    once its high watermark passed its records (its Park, woken by the log's
+    key), any other answer once the meta.db change it follows is durable
+    (held here by Connection.push). A decided transaction's markers go out
+    between the two fsyncs, so EndTxn's answer follows them in the same pass."""
+
+    def __init__(self, store, logs, txns, purgatory, tracer=None):
+        self.store, self.logs, self.txns, self.purgatory, self.tracer = store, logs, txns, purgatory, tracer
+        self.held = {}                  # connections whose answers wait for meta.db's fsync (a dict as an ordered set)
+
+    def hold(self, conn):
+        """Does an answer of conn have to wait for meta.db's fsync? If so, it
+        is held (True) and conn.send_ready() is called once it is durable."""
+        if not self.store.answers_wait():
             return False
-        self.turns -= 1
+        self.held[conn] = None
         return True
 
-    def _sweep_connections(self):
-        """connections.max.idle.ms, and doze.frame.timeout.ms for frames dripped in."""
-        now = self.clock()
-        idle_s = self.config["connections.max.idle.ms"] / 1000
-        frame_s = self.config["doze.frame.timeout.ms"] / 1000
-        self.call_later(SWEEP_S, self._sweep_connections)
-        for conn in list(self.connections):
-            if idle_s >= 0 and now - conn.last_active > idle_s:
-                conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
-            elif conn.frame_started is not None and now - conn.frame_started > frame_s:
-                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
-                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
-
-    def _trim_memory(self):
-        """Give freed memory back to the system (glibc keeps it otherwise: after a
-        burst of big frames the process would stay as large as the burst made it)."""
-        self.call_later(TRIM_S, self._trim_memory)
-        release_freed_memory()
-
-    # --- timers ---
-    def call_later(self, delay_s, fn):
-        return self.call_at(self.clock() + delay_s, fn)
-
-    def call_at(self, when_s, fn):
-        self._timer_seq += 1
-        heapq.heappush(self.timers, (when_s, self._timer_seq, fn))
-
-    def _run_timers(self):
-        """Run the timers that are due. A periodic one schedules its next run
-        before its work, so a failure (a bug in doze) loses that run only: it
-        is logged, and the loop serves on."""
-        now = self.clock()
-        while self.timers and self.timers[0][0] <= now:
-            _, _, fn = heapq.heappop(self.timers)
-            try:
-                fn()
-            except Exception as e:
-                log.error("a timer (%s) failed: %s: a bug in doze", getattr(fn, "__name__", "?"), where(e))
-
-    def _retention(self, steps=None):
-        """log.retention.check.interval.ms: the logs' retention, one step a pass
-        of the loop (a timer of 0 s between steps), then the producer states."""
-        steps = steps or self.logs.retention_steps()
-        try:
-            next(steps)
-            self.call_later(0, lambda: self._retention(steps))
-            return
-        except StopIteration:
-            pass
-        except (OSError, StoreFailed) as e:
-            log.error("retention check failed (%s); will try again", e)
-        except Exception as e:                  # a bug in doze: this check is lost, not the next
-            log.error("retention check failed: %s: a bug in doze", where(e))
-        for (topic, partition), table in self.producer_states.items():
-            plog = self.logs.logs.get((topic, partition))
-            if plog is not None:
-                table.forget_before(plog.log_start_offset)
-        self.call_later(self.config["log.retention.check.interval.ms"] / 1000, self._retention)
-
-    def producer_state(self, tp):
-        """The partition's producer state, rebuilt from the log's tail on first
-        use after a start (transactional partitions were rebuilt whole at start)."""
-        table = self.producer_states.get(tp)
-        if table is None:
-            plog = self.logs.get(*tp)
-            table = self.producer_states[tp] = rebuild_producer_state(plog, whole_log=False)
-        return table
-
-    def forget_topic(self, name):
-        """A deleted topic's producer state, and that its partitions held
-        transactions (meta.db's rows went with the topic): a topic made again
-        under the name starts with neither."""
-        for tp in [tp for tp in self.producer_states if tp[0] == name]:
-            del self.producer_states[tp]
-        self.txn_partitions -= {tp for tp in self.txn_partitions if tp[0] == name}
-
-    def mark_transactional(self, tps):
-        """Note in meta.db that partitions hold transactional batches, so the
-        next start rebuilds their transaction state (and only such partitions'):
-        one meta.db commit for a whole request."""
-        new = set(tps) - self.txn_partitions
-        if new:
-            self.store.mark_transactional(new)
-            self.txn_partitions |= new
-
-    def _txn_tick(self):
-        self.call_later(TXN_TICK_S, self._txn_tick)
-        try:
-            self.txns.tick()
-        except KafkaError as e:                 # meta.db refused a change (NOT_COORDINATOR)
-            log.error("transaction timeouts: %s; will try again", e.detail)
-
-    def _expire_txn_ids(self):
-        self.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
-                        self._expire_txn_ids)
-        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
-            self.txns.expire_ids()
-
-    def _expire_producers(self):
-        self.call_later(self.config["producer.id.expiration.check.interval.ms"] / 1000,
-                        self._expire_producers)
-        now_ms = self.clock() * 1000
-        for table in self.producer_states.values():
-            table.expire(now_ms, self.config["producer.id.expiration.ms"])
-
-    def _group_tick(self):
-        upcoming_ms = None
-        try:
-            upcoming_ms = self.groups.tick()
-        except KafkaError as e:                   # meta.db refused a change: the next tick retries
-            log.error("group timeouts: %s", e.detail)
-        finally:                                  # the next tick, whatever this one did
-            due = self.clock() + GROUP_TICK_S
-            self.call_at(due if upcoming_ms is None else min(due, upcoming_ms / 1000), self._group_tick)
-
-    def _expire_offsets(self):
-        self.call_later(self.config["offsets.retention.check.interval.ms"] / 1000, self._expire_offsets)
-        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
-            self.groups.expire_offsets()
-
-    # --- the loop ---
-    def serve_forever(self):
-        """The only loop in doze; the only thread that touches broker state."""
-        interval = self.config["doze.loop.stats.interval.ms"]
-        stats = LoopStats(self, interval) if interval > 0 else None
-        try:
-            while not self._stopping:
-                events = self.selector.select(self._select_timeout())
-                began = time.perf_counter()
-                self.turns = self.config["queued.max.requests"]
-                self.pass_deadline = began + PASS_REQUESTS_S
-                for key, mask in events:
-                    try:
-                        key.data.on_event(mask)
-                    except Exception as e:         # a bug in doze: that socket's client alone pays
-                        self._event_failed(key.data, e)
-                while self._calls:
-                    self._calls.popleft()()
-                self._run_timers()
-                if STEP in self.waiters:
-                    self.notify(STEP)           # requests in steps: one more step each
-                self._resume_connections()
-                self._group_commit()
-                if stats:
-                    stats.record(time.perf_counter() - began)
-        finally:
-            self._shutdown()
-
-    def _select_timeout(self):
-        if self.resume or self._calls or self.logs.dirty or STEP in self.waiters or self.logs.removing \
-                or self.held:
+    def due_in(self):
+        """Seconds the loop may sleep before this has work: 0 now, or until a lazy meta.db sync."""
+        if self.held or self.logs.dirty or self.logs.removing:
             return 0
-        wait = META_LAZY_SYNC_S if self.store.owed_since is not None else 1.0
-        if not self.timers:
-            return wait
-        return min(max(self.timers[0][0] - self.clock(), 0), wait)
+        return META_LAZY_SYNC_S if self.store.owed_since is not None else None
 
-    def _resume_connections(self):
-        """Frames that waited (muted, full, or out of this pass's turns): once a
-        pass; a connection put back meanwhile waits for the next."""
-        waiting, self.resume = self.resume, {}
-        for conn in waiting:
-            if not conn.closed:
-                try:
-                    conn.process_frames()
-                except Exception as e:         # as for a socket event: that client alone pays
-                    self._event_failed(conn, e)
-
-    def _group_commit(self):
-        """One fsync of meta.db for every change of the pass, one per dirty
-        log, then answer everything that waited for them."""
+    def run(self):
+        """The group commit of one pass."""
         self._sync_store()
         if self.txns.completing:
             self.txns.progress()                       # markers of the decisions just made durable
         if self.logs.dirty or self.logs.data_dir_unsynced:
             moved = self.logs.flush_dirty(FLUSH_BUDGET_S)    # a failed fsync: that log offline
             for plog in moved:
-                self.notify((plog.topic, plog.partition))
+                self.purgatory.notify((plog.topic, plog.partition))
             if self.tracer is not None:
                 self.tracer.moved(moved)
         if self.txns.completing:
             self.txns.progress()                       # decisions whose markers are now durable
-        self.notify(FLUSHED)
+        self.purgatory.notify(FLUSHED)
         self._sync_store()                             # changes made by what FLUSHED woke
         if self.logs.removing:
             self.logs.remove_some()                    # directories of deleted topics
 
     def _sync_store(self):
-        """meta.db's group commit: fsync it if an answer waits for a change (or
-        a change has waited META_LAZY_SYNC_S), then send the answers held for
-        it. If the fsync fails they are never sent: their connections close."""
+        """meta.db's fsync if an answer waits for a change (or a change has
+        waited META_LAZY_SYNC_S), then the answers held for it. If the fsync
+        fails they are never sent: their connections close."""
         if self.held or self.store.sync_due():
             failed = None
             try:
@@ -12249,6 +12716,124 @@ class Broker:
                     conn.close(f"an answer waited for a meta.db change that could not be made durable ({failed})")
                 elif not conn.closed:
                     conn.send_ready()
+
+
+class Broker:
+    """A whole single-node Kafka cluster: the rooms composed, their sockets
+    and timers multiplexed on one selectors loop, and nothing else. Binds its
+    ports on construction (so .port is known before serve_forever starts, as
+    Kafka's acceptors bind at startup); serve_forever() runs the loop until
+    stop()."""
+
+    def __init__(self, config, files=None):
+        self.config = config
+        self.clock = config.clock
+        self.files = files or Files()
+        _fsync_new_dirs(config.data_dir, self.files)
+        self.dir_lock = lock_data_dir(config.data_dir)
+        try:
+            self._compose(config)
+        except BaseException:           # a failed start lets go of the directory
+            self.dir_lock.close()
+            raise
+
+    def _compose(self, config):
+        """Every room, in the order data flows through them; each schedules its own chores."""
+        self.store = open_meta_db(config, self.files)
+        descriptors = raise_descriptor_limit()
+        self.timers = Timers(self.clock)
+        self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
+        self.logs.load()
+        self.purgatory = Purgatory(self.timers)
+        self.producer_states = ProducerStates(config, self.store, self.logs)
+        self.producer_ids = ProducerIdManager(self.store)
+        self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
+        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
+        self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
+        self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
+                                           self.producer_ids, self.purgatory.notify, self.journal)
+        self.txns.load()
+        self.tracer = Tracer.open(config, self.logs, self.producer_states, self.txns, self.journal)
+        self.selector = selectors.DefaultSelector()
+        self.listeners = Listeners(config, self.store.scram_credential)   # bound: the first one's port is self.port
+        self.port = self.listeners.port
+        config.settle_started()
+        self.rooms = Rooms(config=config, store=self.store, logs=self.logs, producer_states=self.producer_states,
+                           producer_ids=self.producer_ids, groups=self.groups, txns=self.txns,
+                           authorizer=self.authorizer, node=self.listeners.node, notify=self.purgatory.notify)
+        self.dispatcher = Dispatcher(self.rooms, self.purgatory, self.tracer)
+        self.group_commit = GroupCommit(self.store, self.logs, self.txns, self.purgatory, self.tracer)
+        self.connections = Connections(config, self.selector, self.timers, self.listeners, self.dispatcher,
+                                       self.group_commit, self.purgatory, descriptors)
+        self.waker = _Waker()
+        self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
+        self._calls = collections.deque()   # functions run_in_loop() hands over
+        self._stopping = False
+        self._clean_stop = True
+        self.stopped = threading.Event()
+        for room in (self.logs, self.producer_states, self.groups, self.txns, self.connections):
+            room.schedule(self.timers)
+        self.timers.call_later(TRIM_S, self._trim_memory)
+        self.console = Console.open(self)            # None unless doze.console.listener is set
+
+    @property
+    def bootstrap(self):
+        host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def _trim_memory(self):
+        """Give freed memory back to the system (glibc keeps it otherwise: after a
+        burst of big frames the process would stay as large as the burst made it)."""
+        self.timers.call_later(TRIM_S, self._trim_memory)
+        release_freed_memory()
+
+    # --- the loop ---
+    def serve_forever(self):
+        """The only loop in doze; the only thread that touches broker state."""
+        interval = self.config["doze.loop.stats.interval.ms"]
+        stats = LoopStats(self.connections, interval) if interval > 0 else None
+        try:
+            while not self._stopping:
+                events = self.selector.select(self._select_timeout())
+                began = time.perf_counter()
+                self.connections.new_pass(began)
+                for key, mask in events:
+                    try:
+                        key.data.on_event(mask)
+                    except Exception as e:         # a bug in doze: that socket's client alone pays
+                        self._event_failed(key.data, e)
+                while self._calls:
+                    self._calls.popleft()()
+                self.timers.run_due()
+                if self.purgatory.stepping():
+                    self.purgatory.notify(STEP)     # requests in steps: one more step each
+                for conn in self.connections.take_waiting():
+                    try:
+                        conn.process_frames()
+                    except Exception as e:         # as for a socket event: that client alone pays
+                        self._event_failed(conn, e)
+                self.group_commit.run()
+                if stats:
+                    stats.record(time.perf_counter() - began)
+        finally:
+            self._shutdown()
+
+    def _select_timeout(self):
+        """0 while anything waits for the next pass; else until the first timer (at most 1 s)."""
+        if self._calls or self.connections.waiting() or self.purgatory.stepping():
+            return 0
+        waits = [w for w in (self.group_commit.due_in(), self.timers.next_in()) if w is not None]
+        return min(waits + [1.0])
+
+    def _event_failed(self, source, e):
+        """A socket's event handler raised: log it as the bug it is; close that
+        connection (a listener or the waker goes on as it is)."""
+        log.error("%s %s: %s: a bug in doze", type(source).__name__.strip("_"), getattr(source, "name", ""),
+                  where(e))
+        log.debug("the traceback", exc_info=e)
+        if isinstance(source, Connection) and not source.closed:
+            with contextlib.suppress(Exception):
+                source.close(f"a bug in doze: {where(e)}")
 
     def run_in_loop(self, fn):
         """Run fn on the loop thread and return its result (for tests and the CLI)."""
@@ -12278,13 +12863,10 @@ class Broker:
         self.waker.wake()
 
     def _shutdown(self):
-        for conn in list(self.connections):
-            conn.close("broker stopping")
+        self.connections.close_all("broker stopping")
         if self.console is not None:
             self.console.close()
-        self.listen(False)
-        for b in self.listening:
-            b.sock.close()
+        self.listeners.close()
         if self._clean_stop:
             with contextlib.suppress(OSError):
                 self.logs.flush_dirty()
@@ -12294,261 +12876,6 @@ class Broker:
         self.selector.close()
         self.waker.close()
         self.stopped.set()
-
-    # --- requests ---
-    def forget(self, conn):
-        self.connections.discard(conn)
-        self.resume.pop(conn, None)
-        self.held.pop(conn, None)
-        self.ip_counts[conn.ip] -= 1
-        if not self.ip_counts[conn.ip]:
-            del self.ip_counts[conn.ip]
-        if not self.accepting and len(self.connections) < self.max_connections and not self._stopping:
-            self.accepting = True
-            self.listen(True)
-
-    def handle_frame(self, conn, frame):
-        """Decode one request, run its handler, queue its response."""
-        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
-            self._raw_sasl_token(conn, frame)
-            return
-        try:
-            api_key, version, correlation_id, client_id, r = parse_request_header(frame)
-        except ProtocolError as e:
-            conn.close_after_answers(f"request header does not decode: {e}")
-            return
-        if conn.sasl is not None and not self._sasl_admits(conn, api_key):
-            return
-        entry = HANDLERS.get(api_key)
-        if entry is None:
-            conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
-            return
-        spec, handler = entry
-        if not spec.min_served <= version <= spec.max_version:
-            if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
-                self._unsupported_api_versions(conn, r, correlation_id)
-            else:
-                conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
-                                         f"v{spec.min_served}-v{spec.max_version})")
-            return
-        try:
-            if spec.flexible(version):
-                skip_tagged_fields(r)                 # request header v2
-            req = decode_request_body(spec, version, r)
-        except ProtocolError as e:
-            conn.close_after_answers(f"{spec.name} v{version} request (correlation id {correlation_id}) "
-                                     f"does not decode: {e}")
-            return
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
-                      correlation_id, loggable(api_key, req))
-        slot = Slot()
-        conn.slots.append(slot)
-        if self.tracer is not None:
-            slot.traced = self.tracer.request(conn, spec, version, client_id, req)
-        ctx = RequestContext(self, conn, api_key, version, client_id)
-        try:
-            result = handler(ctx, req)
-        except KafkaError as e:
-            result = self._error_response(spec, version, e)
-        except Exception as e:
-            result = self._handler_failed(conn, spec, version, correlation_id, e)
-        if result is None:
-            conn.close(f"{spec.name} could not be answered")
-        elif result is NO_RESPONSE:
-            conn.slots.remove(slot)
-        elif isinstance(result, CloseConnection):
-            conn.slots.remove(slot)
-            conn.close_after_answers(result.reason)
-        elif isinstance(result, AuthenticationFailure):
-            conn.slots.remove(slot)
-            conn.fail_authentication(result.reason, self._response_chunks(spec, version, correlation_id,
-                                                                          result.response))
-        elif isinstance(result, Park):
-            self._park(conn, slot, spec, version, correlation_id, result)
-        else:
-            self._respond(conn, slot, spec, version, correlation_id, result)
-
-    def _handler_failed(self, conn, spec, version, correlation_id, e):
-        """An exception a handler should not have let out (a bug): one log line
-        that says where, the traceback only at DEBUG; the request is answered
-        with UNKNOWN_SERVER_ERROR where its response has a top-level error code,
-        else its connection alone is closed (-> None). No other connection sees it."""
-        log.error("%s v%d from %s (correlation id %d) failed: %s: a bug in doze", spec.name,
-                  version, conn.name, correlation_id, where(e))
-        log.debug("the traceback", exc_info=e)
-        return self._error_response(spec, version, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR), quiet=True)
-
-    def _error_response(self, spec, version, e, quiet=False):
-        """A whole-request error: the response's top-level error_code, if it has one."""
-        names = {f.name for f in spec.response if f.in_version(version)}
-        if "error_code" not in names:
-            if not quiet:
-                log.error("%s v%d: %s, and the response has no error_code to carry it",
-                          spec.name, version, e)
-            return None
-        msg = Msg(error_code=e.code)
-        if "error_message" in names:
-            msg.error_message = e.detail or None
-        return msg
-
-    def _unsupported_api_versions(self, conn, r, correlation_id):
-        """KIP-511: answer an ApiVersions version we do not know in the v0
-        format, with UNSUPPORTED_VERSION and ApiVersions' own range, so the
-        client can retry with one we do. (Kafka 4.3.1 sends exactly this.)"""
-        try:
-            skip_tagged_fields(r)     # newer versions use request header v2
-        except ProtocolError as e:
-            conn.close_after_answers(f"ApiVersions request of an unknown version does not decode: {e}")
-            return
-        spec = HANDLERS[ApiKey.API_VERSIONS][0]
-        msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-            Msg(api_key=int(ApiKey.API_VERSIONS), min_version=spec.min_version,
-                max_version=spec.max_version)])
-        slot = Slot()
-        conn.slots.append(slot)
-        self._respond(conn, slot, spec, 0, correlation_id, msg)
-
-    def _respond(self, conn, slot, spec, version, correlation_id, msg):
-        chunks = self._response_chunks(spec, version, correlation_id, msg)
-        if chunks is None:
-            conn.close(f"{spec.name} response could not be encoded")
-            return
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, correlation_id,
-                      loggable(spec.key, msg))
-        if slot.traced is not None:
-            self.tracer.response(slot.traced, spec, msg)
-        if not conn.closed:
-            conn.push(slot, chunks)
-
-    def _response_chunks(self, spec, version, correlation_id, msg):
-        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
-        w = Writer()
-        w.out += bytes(4)                                  # the frame size, patched below
-        w.fixed(I32, correlation_id)
-        if spec.flexible(version) and spec.key != ApiKey.API_VERSIONS:
-            w.uvarint(0)                                   # response header v1: no tags
-        try:
-            encode_body(spec, version, "response", msg, w)
-        except (TypeError, ValueError, struct.error, AttributeError, OverflowError) as e:
-            log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
-                      spec.name, version, correlation_id, where(e))
-            log.debug("the traceback", exc_info=e)
-            return None
-        chunks = w.finish()
-        size = sum(len(c) for c in chunks) - 4
-        chunks[0] = I32.pack(size) + chunks[0][4:]
-        return chunks
-
-    def _event_failed(self, source, e):
-        """A socket's event handler raised: log it as the bug it is; close that
-        connection (a listener or the waker goes on as it is)."""
-        log.error("%s %s: %s: a bug in doze", type(source).__name__.strip("_"), getattr(source, "name", ""),
-                  where(e))
-        log.debug("the traceback", exc_info=e)
-        if isinstance(source, Connection) and not source.closed:
-            with contextlib.suppress(Exception):
-                source.close(f"a bug in doze: {where(e)}")
-
-    def _sasl_admits(self, conn, api_key):
-        """May this request of a SASL connection go on? Before authentication
-        only what SaslSession.admits (else the delayed close); after it, nothing
-        once the session expired but the SaslHandshake that re-authenticates."""
-        sasl = conn.sasl
-        if not sasl.complete:
-            refused = sasl.admits(api_key)
-            if refused:
-                conn.fail_authentication(refused)
-            return not refused
-        if api_key != ApiKey.SASL_HANDSHAKE and sasl.expired(self.clock() * 1000):
-            conn.close(f"session of {conn.principal} expired (connections.max.reauth.ms): "
-                       f"disconnecting expired channel")
-            return False
-        return True
-
-    def _raw_sasl_token(self, conn, frame):
-        """After SaslHandshake v0: a bare SASL token in, the server's bare token
-        out; a failure gets no answer, only the delayed close (as in Kafka)."""
-        sasl = conn.sasl
-        try:
-            reply, principal = sasl.token(frame)
-        except AuthenticationFailed as e:
-            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
-            return
-        slot = Slot()
-        conn.slots.append(slot)
-        conn.push(slot, [I32.pack(len(reply)) + reply])
-        if principal is not None:
-            conn.authenticated(principal)
-
-    def _park(self, conn, slot, spec, version, correlation_id, park):
-        park.slot = (conn, slot, spec, version, correlation_id)
-        for key in park.keys:
-            self.waiters.setdefault(key, set()).add(park)
-        if park.deadline_ms is not None:
-            self.call_at(park.deadline_ms / 1000, lambda: self._poll(park, expired=True))
-        if park.mute:
-            conn.parked += 1
-            if park.early:
-                conn.early_park = park
-            conn.update_interest()
-        else:
-            conn.unflushed += 1
-
-    def end_park_early(self, park):
-        """Answer a parked long-poll now, with what there is (see Park)."""
-        self._poll(park, expired=True)
-
-    def notify(self, key):
-        """Something a parked request may wait for happened: poll its waiters."""
-        waiting = self.waiters.get(key)
-        if waiting:
-            for park in list(waiting):
-                self._poll(park, expired=False)
-
-    def _poll(self, park, expired):
-        if park.done:
-            return
-        conn, slot, spec, version, correlation_id = park.slot
-        if conn.closed:
-            self._unpark(park)
-            return
-        try:
-            result = park.poll(expired)
-        except KafkaError as e:
-            result = self._error_response(spec, version, e)
-        except Exception as e:
-            result = self._handler_failed(conn, spec, version, correlation_id, e)
-            if result is None:
-                conn.close(f"{spec.name} could not be answered")
-        if result is None and not conn.closed and not expired:
-            return
-        self._unpark(park)
-        if result is not None and not conn.closed:
-            self._respond(conn, slot, spec, version, correlation_id, result)
-        elif not conn.closed:
-            conn.close(f"{spec.name} could not be answered")
-
-    def _unpark(self, park):
-        park.done = True
-        for key in park.keys:
-            waiting = self.waiters.get(key)
-            if waiting:
-                waiting.discard(park)
-                if not waiting:
-                    del self.waiters[key]
-        conn = park.slot[0]
-        if park.mute:
-            conn.parked -= 1
-            if conn.early_park is park:
-                conn.early_park = None
-        else:
-            conn.unflushed -= 1
-        if not conn.closed:
-            conn.update_interest()
-            if conn.inbuf:
-                self.resume[conn] = None
 
 
 # What a test wants that Kafka's broker defaults do not give: a new consumer

@@ -3698,8 +3698,8 @@ def test_group_tick_comes_at_a_members_deadline_not_a_ms_later(start_broker):
         broker.waker.wake()
 
         def next_tick():
-            return broker.run_in_loop(lambda: [when for when, _, fn in broker.timers if fn == broker._group_tick])
-        assert wait_until(lambda: next_tick() == [deadline_ms / 1000])
+            return broker.run_in_loop(lambda: broker.groups.next_tick_s)
+        assert wait_until(lambda: next_tick() == deadline_ms / 1000)
         clock.advance(deadline_ms - clock.now * 1000)  # exactly the deadline
         broker.waker.wake()
         assert wait_until(lambda: describe_group(a, "exact").group_state == "Empty")
@@ -4315,7 +4315,7 @@ def test_a_timer_that_fails_loses_one_run_and_the_broker_serves_on(start_broker,
         txn.add(("t", 0))
         clock.advance(200)
         broker.waker.wake()
-        assert wait_until(lambda: "a timer (_txn_tick) failed: RuntimeError: a bug" in caplog.text)
+        assert wait_until(lambda: "a timer (TransactionCoordinator._tick) failed: RuntimeError: a bug" in caplog.text)
         clock.advance(1000)
         broker.waker.wake()
         assert wait_until(lambda: describe_txn(client, "tx-t").transaction_state == "CompleteAbort")
@@ -4669,13 +4669,14 @@ def test_listener_each_answers_with_its_own_advertised_address(start_broker):
     listener it came in on (advertised.listeners, else the listener's own).
     A controller listener is not served: doze has no KRaft controller."""
     broker = start_broker(TWO_LISTENERS)
-    client_l, backend = broker.listening
-    assert [(b.listener.name, b.listener.protocol) for b in broker.listening] == \
+    client_l, backend = broker.listeners.bound
+    assert [(b.listener.name, b.listener.protocol) for b in broker.listeners.bound] == \
         [("CLIENT", "PLAINTEXT"), ("BACKEND", "PLAINTEXT")]
-    assert addresses_seen_on(client_l.port) == {("clients.example", 19092)}
-    assert addresses_seen_on(backend.port) == {("127.0.0.1", 0)}    # as advertised
+    assert addresses_seen_on(client_l.listener.port) == {("clients.example", 19092)}
+    assert addresses_seen_on(backend.listener.port) == {("127.0.0.1", 0)}    # as advertised
     listeners = broker.config["listeners"]
-    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.port},BACKEND://127.0.0.1:{backend.port},")
+    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.listener.port},"
+                                f"BACKEND://127.0.0.1:{backend.listener.port},")
     assert "CONTROLLER://127.0.0.1:0" in listeners                  # as given: doze does not bind it
 
 
@@ -4823,7 +4824,7 @@ class TlsClient(RawClient):
 
 
 def ssl_port(broker):
-    [port] = [b.port for b in broker.listening if b.listener.protocol == "SSL"]
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == "SSL"]
     return port
 
 
@@ -4974,7 +4975,7 @@ def sasl_settings(**more):
 
 
 def sasl_port(broker):
-    [port] = [b.port for b in broker.listening if b.listener.protocol.startswith("SASL_")]
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol.startswith("SASL_")]
     return port
 
 
@@ -5351,7 +5352,7 @@ def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
 
 
 def port_of(broker, protocol):
-    [port] = [b.port for b in broker.listening if b.listener.protocol == protocol]
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == protocol]
     return port
 
 
@@ -5441,10 +5442,10 @@ def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, mon
 
 
 def test_a_bug_while_resuming_waiting_frames_closes_that_connection_only(start_broker, monkeypatch, caplog):
-    """Frames past a pass's turns wait for the next pass (_resume_connections);
+    """Frames past a pass's turns wait for the next pass (Connections.take_waiting);
     a bug met there costs that client its connection, as a socket event's does."""
     broker = start_broker({"queued.max.requests": 1})
-    handle = doze.Broker.handle_frame
+    handle = doze.Dispatcher.handle_frame
     seen = []
 
     def second_one_fails(self, conn, frame):
@@ -5453,7 +5454,7 @@ def test_a_bug_while_resuming_waiting_frames_closes_that_connection_only(start_b
             raise KeyError("a bug")
         return handle(self, conn, frame)
     with RawClient(broker.port) as bystander:
-        monkeypatch.setattr(doze.Broker, "handle_frame", second_one_fails)
+        monkeypatch.setattr(doze.Dispatcher, "handle_frame", second_one_fails)
         with RawClient(broker.port) as victim:
             for _ in range(3):                             # one burst: one taken now, the rest wait
                 victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
@@ -5752,8 +5753,7 @@ def test_server_whole_request_error_answers_decode_at_every_version(key, version
     that version allows none), for every API and version doze serves. A response
     without a top-level error code has no such answer: its connection closes."""
     spec = doze.HANDLERS[key][0]
-    msg = doze.Broker._error_response(None, spec, version, doze.KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "x"),
-                                      quiet=True)
+    msg = doze.whole_request_error(spec, version, doze.KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "x"), quiet=True)
     has_code = any(f.name == "error_code" and f.in_version(version) for f in spec.response)
     assert (msg is not None) == has_code
     if msg is None:
@@ -6362,7 +6362,7 @@ def test_limit_descriptor_limit_is_raised_and_shared(broker):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft == hard or hard == resource.RLIM_INFINITY
     assert broker.logs.open_files.limit == max(64, soft // 2)
-    assert broker.max_connections <= soft // 2
+    assert broker.connections.max_connections <= soft // 2
 
 
 def test_limit_max_connections_per_ip_closes_the_extra_one_at_once(start_broker, caplog):

@@ -357,7 +357,7 @@ def broker_settings(name_or_recording):
 
 def bootstraps(broker):
     """{listener name: host:port} of a running doze (what Runner takes)."""
-    return {b.listener.name: f"127.0.0.1:{b.port}" for b in broker.listening}
+    return {b.listener.name: f"127.0.0.1:{b.listener.port}" for b in broker.listeners.bound}
 
 
 def _strip_values(template):
