@@ -12910,6 +12910,72 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def recv_exactly(sock, n):
+    """n bytes from a blocking socket; EOFError if it closes first."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+class Client:
+    """A small blocking Kafka client of one connection, on doze's own schemas
+    (encode_request, decode_response): for tests, scripts and the demo.
+
+        with doze_kafka.Client(broker.bootstrap) as c:
+            c.call(ApiKey.METADATA, 12, topics=None).brokers
+
+    call() sends one request and reads its answer; send() and receive()
+    pipeline (answers come in the order the requests went). A version left
+    out is the newest doze serves."""
+
+    def __init__(self, address, client_id="doze-client", timeout=10.0):
+        if isinstance(address, int):
+            address = ("127.0.0.1", address)
+        elif isinstance(address, str):
+            host, _, port = address.rpartition(":")
+            address = (host.strip("[]") or "127.0.0.1", int(port))
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self.client_id = client_id
+        self.next_correlation_id = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, api_key, version=None, /, **fields):
+        """Send one request -> (its correlation id, its version)."""
+        spec = HANDLERS[api_key][0]
+        version = spec.max_version if version is None else version
+        self.next_correlation_id += 1
+        self.sock.sendall(encode_request(spec, version, self.next_correlation_id, Msg(**fields), self.client_id))
+        return self.next_correlation_id, version
+
+    def read_frame(self):
+        """The next response frame, without its size."""
+        return recv_exactly(self.sock, I32.unpack(recv_exactly(self.sock, 4))[0])
+
+    def receive(self, api_key, version):
+        """The next answer -> (correlation id, decoded response Msg)."""
+        return decode_response(HANDLERS[api_key][0], version, self.read_frame())
+
+    def call(self, api_key, version=None, /, **fields):
+        """One request and its answer (a Msg)."""
+        correlation_id, version = self.send(api_key, version, **fields)
+        got, msg = self.receive(api_key, version)
+        if got != correlation_id:
+            raise ProtocolError(f"correlation id {got} answers {correlation_id}")
+        return msg
+
+
 ###############################################################################
 # 13. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
@@ -12919,47 +12985,8 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
 # came back and why, naming the KIP or Kafka class that makes the rule.
 # demo() returns each step's outcome, so the tests check them.
 
-def recv_exactly(sock, n):
-    """n bytes from a blocking socket; EOFError if it closes first."""
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise EOFError("the broker closed the connection")
-        data += chunk
-    return data
-
-
-class DemoClient:
-    """A blocking Kafka client of one connection and one request at a time,
-    on doze's own schemas: what the demo speaks with."""
-
-    def __init__(self, port, client_id):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.client_id, self.correlation_id = client_id.encode(), 0
-
-    def send(self, api_key, version, **fields):
-        spec = HANDLERS[api_key][0]
-        self.correlation_id += 1
-        head = struct.pack(">hhih", api_key, version, self.correlation_id, len(self.client_id)) + self.client_id
-        body = head + (b"\x00" if spec.flexible(version) else b"") + \
-            b"".join(encode_body(spec, version, "request", Msg(**fields)).finish())
-        self.sock.sendall(I32.pack(len(body)) + body)
-        return spec, version
-
-    def receive(self, spec, version):
-        size = I32.unpack(recv_exactly(self.sock, 4))[0]
-        r = Reader(recv_exactly(self.sock, size))
-        r.fixed(I32)                                       # the correlation id: one request at a time
-        if spec.flexible(version) and spec.key != ApiKey.API_VERSIONS:
-            skip_tagged_fields(r)
-        return read_struct(r, plan_for(spec, version, "response"), spec.flexible(version))
-
-    def call(self, api_key, version, **fields):
-        return self.receive(*self.send(api_key, version, **fields))
-
-    def close(self):
-        self.sock.close()
+class DemoClient(Client):
+    """The demo's client: Client, with the verbs its steps use."""
 
     # --- the verbs the steps use ---
     def init(self, transactional_id, timeout_ms=60000):
