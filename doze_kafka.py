@@ -2641,6 +2641,10 @@ class Segment:
         """The empty file; its append descriptor is opened by the first append."""
         self.files.close(self.files.open_append(self.path, create=True))
 
+    def takes_appends_from(self, now_ms):
+        """This segment became the active one now (segment.ms counts from here)."""
+        self.born_ms = now_ms
+
     def open_existing(self):
         """Load the index (cache, then a scan of what it does not cover); cut a torn tail."""
         file_size = os.stat(self.path).st_size
@@ -2831,7 +2835,7 @@ class PartitionLog:
             seg = Segment(self.files, self.dir, base, self.open_files)
             seg.open_existing()
             self.segments.append(seg)
-        self.active.born_ms = self.clock() * 1000
+        self.active.takes_appends_from(self.clock() * 1000)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.next_offset
 
@@ -2840,7 +2844,7 @@ class PartitionLog:
         next flush (an empty file has no content of its own to fsync)."""
         seg = Segment(self.files, self.dir, base, self.open_files)
         seg.create()
-        seg.born_ms = self.clock() * 1000
+        seg.takes_appends_from(self.clock() * 1000)
         self.segments.append(seg)
         self.dir_unsynced = True
         return seg
@@ -3044,6 +3048,10 @@ class PartitionLog:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             deleted = True
         return deleted
+
+    def fail(self, why):
+        """Its disk failed it: offline from now on, no writes nor reads (LogManager.take_offline)."""
+        self.offline = why
 
     def _delete_segment(self, seg):
         seg.close(sync=False)
@@ -3776,7 +3784,7 @@ class LogManager:
     def take_offline(self, plog, why):
         """Its disk failed it: once offline, a log takes no writes and gives no reads."""
         if not plog.offline:
-            plog.offline = why
+            plog.fail(why)
             self.offline_topics.add(plog.topic)
             log.error("%s-%d is offline: %s. What it had not made durable is not acknowledged; "
                       "it answers KAFKA_STORAGE_ERROR until doze is restarted on a sound disk",
@@ -10600,9 +10608,14 @@ class HttpConnection:
         self.answered = False
         self.lingering = False              # answered and half-closed: reading what is left, until EOF
         self.stream = False                 # an event stream: stays open
+        self.viewer = None                  # ... and who watches it
         self.since = time.monotonic()
         self.closed = False
         console.broker.selector.register(sock, selectors.EVENT_READ, self)
+
+    def become_stream(self, viewer):
+        """This connection is an event stream from now on, for viewer (Console.open_stream)."""
+        self.stream, self.viewer = True, viewer
 
     def on_event(self, mask):
         if mask & selectors.EVENT_READ:
@@ -11013,7 +11026,7 @@ class Console:
         (if the ring still holds it; else a "reset" event: reload the page)."""
         if len(self.streams()) >= CONSOLE_MAX_STREAMS:
             return http_response(503, "text/plain", b"too many event streams\n")
-        conn.stream, conn.viewer = True, viewer
+        conn.become_stream(viewer)
         out = bytearray(http_head(200, "text/event-stream") + b"retry: 2000\n\n")
         last = headers.get("last-event-id") or query.get("last_id")
         if last is not None and last.isdigit():
@@ -13054,6 +13067,10 @@ class DemoDisk(Files):
     def __init__(self):
         self.refusing, self.paths = None, {}
 
+    def refuse(self, directory):
+        """Refuse writes under directory from now on (None: refuse none)."""
+        self.refusing = directory
+
     def open_append(self, path, create):
         fd = super().open_append(path, create)
         self.paths[fd] = path
@@ -13275,7 +13292,7 @@ class Demo:
         c2.add_partitions("demo-tx", pid, epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
         a = c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
         c2.produce(DEMO_TOPIC, 1, [b"t4-b"], pid, epoch, 1, "demo-tx")     # after step 6's t5-new
-        self.disk.refusing = os.path.join(self.data_dir, f"{DEMO_TOPIC}-1")
+        self.disk.refuse(os.path.join(self.data_dir, f"{DEMO_TOPIC}-1"))
         c2.send(ApiKey.END_TXN, 3, transactional_id="demo-tx", producer_id=pid, producer_epoch=epoch, committed=True)
         before = self.until_state("demo-tx", ("PrepareCommit",))
         deadline = time.monotonic() + 10                  # until demo-orders-0's marker is durable
@@ -13283,7 +13300,7 @@ class Demo:
             time.sleep(0.02)
         self.stop(clean=False)                        # as kill -9: no final fsync, no clean close
         c2.close()
-        self.disk.refusing = None
+        self.disk.refuse(None)
         self.broker = self.start()
         self.connect()
         after = self.until_state("demo-tx", ("CompleteCommit",))

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""doze_kafka.py's shape, measured: does the file still read as a book?
+
+    python3 conformance/book.py                 # everything below
+    python3 conformance/book.py classes|handlers|chapters|writes
+
+classes   every class: its line count and the first line of its docstring (its job)
+handlers  every handle_*: its code lines (docstring, comments and blank lines
+          excluded; the schema is the decorator's, so not counted), longest first
+chapters  every numbered chapter (a banner "# N. TITLE" between two ### lines):
+          its first line and its size
+writes    every assignment to an attribute of something other than self
+          (x.attr = ..., x.attr += ...) whose attribute belongs to one of the
+          file's classes that are not records: one class writing another's state
+
+test_doze_kafka.py checks the limits with the same functions.
+"""
+import ast
+import io
+import os
+import re
+import sys
+import tokenize
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOZE = os.path.join(HERE, "..", "doze_kafka.py")
+
+# Classes that are records: plain data their owner reads and writes (a Kafka
+# message, a group member, a producer's entry...). Writing their fields from
+# the class that owns them is what they are for.
+RECORDS = {"Msg", "GroupMember", "Group", "ProducerEntry", "TransactionMetadata", "Park", "Slot", "Request",
+           "Listener", "Api", "Field", "Writer", "Reader", "ConsoleSession", "BatchError"}
+# Local names the handlers and the log give to a Msg they are building (an
+# answer's part, a topic's row): Msg has no class of its own to tell by.
+MSG_NAMES = {"part", "res", "out", "msg", "t", "p", "topic", "response", "answer", "missing", "result"}
+
+
+def source(path=DOZE):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def code_lines(node, text):
+    """Lines of a function's body holding code: no docstring, comment or blank line."""
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    if not body:
+        return 0
+    first, last = body[0].lineno, node.end_lineno
+    lines = set()
+    snippet = "\n".join(text.splitlines()[first - 1:last])
+    for tok in tokenize.generate_tokens(io.StringIO(snippet).readline):
+        if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                            tokenize.ENDMARKER):
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines)
+
+
+def classes(text=None):
+    """[(name, first line, line count, job)] in file order."""
+    text = text or source()
+    out = []
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef):
+            doc = (ast.get_docstring(node) or "").strip().split("\n\n")[0].replace("\n", " ")
+            out.append((node.name, node.lineno, node.end_lineno - node.lineno + 1, doc))
+    return out
+
+
+def handlers(text=None):
+    """[(name, code lines)] of every handle_* function, longest first."""
+    text = text or source()
+    out = [(n.name, code_lines(n, text)) for n in ast.parse(text).body
+           if isinstance(n, ast.FunctionDef) and n.name.startswith("handle_")]
+    return sorted(out, key=lambda x: -x[1])
+
+
+BANNER = re.compile(r"^#{20,}\n# (\d+|[A-Z])\. (.+)\n#{20,}$", re.M)
+
+
+def chapters(text=None):
+    """[(number, title, first line, line count)]: each numbered chapter up to the next."""
+    text = text or source()
+    marks = [(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1) for m in BANNER.finditer(text)]
+    total = text.count("\n") + 1
+    return [(n, title, line, (marks[i + 1][2] if i + 1 < len(marks) else total) - line)
+            for i, (n, title, line) in enumerate(marks)]
+
+
+def writes(text=None):
+    """[(line, 'writer: target.attr')] for attribute writes across classes (see above)."""
+    text = text or source()
+    tree = ast.parse(text)
+    owned = {}                       # attribute -> {classes that set it on self}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            for target in assigned(node):
+                if isinstance(target.value, ast.Name) and target.value.id in ("self", "cls"):
+                    owned.setdefault(target.attr, set()).add(cls.name)
+        for node in cls.body:        # class attributes and __slots__ count too
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id == "__slots__" and isinstance(node.value, ast.Tuple):
+                for elt in node.value.elts:
+                    owned.setdefault(elt.value, set()).add(cls.name)
+    found = []
+    for top in tree.body:
+        where = top.name if isinstance(top, (ast.ClassDef, ast.FunctionDef)) else "module"
+        for node in ast.walk(top):
+            for target in assigned(node):
+                base = target.value
+                if isinstance(base, ast.Name) and base.id in {"self", "cls"} | MSG_NAMES:
+                    continue
+                owners = owned.get(target.attr, set())
+                if owners and not owners & RECORDS and where not in owners:
+                    found.append((target.lineno, f"{where}: {ast.unparse(target)} (of {', '.join(sorted(owners))})"))
+    return sorted(found)
+
+
+def assigned(node):
+    targets = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    out = []
+    for t in targets:
+        out += [e for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Attribute)]
+    return out
+
+
+def main(argv):
+    what = argv[1:] or ["classes", "handlers", "chapters", "writes"]
+    text = source()
+    if "classes" in what:
+        rows = classes(text)
+        print(f"{len(rows)} classes (line, lines, name, job)")
+        for name, line, size, job in rows:
+            print(f"  {line:6} {size:4}  {name:24} {job[:100]}")
+    if "handlers" in what:
+        rows = handlers(text)
+        print(f"{len(rows)} handlers, code lines (docstring, comments, blank lines and schema excluded)")
+        for name, n in rows:
+            print(f"  {n:3}  {name}")
+    if "chapters" in what:
+        print("chapters (number, first line, lines, title)")
+        for n, title, line, size in chapters(text):
+            print(f"  {n:>3} {line:6} {size:5}  {title}")
+    if "writes" in what:
+        rows = writes(text)
+        print(f"{len(rows)} attribute writes across classes")
+        for line, what_ in rows:
+            print(f"  {line:6}  {what_}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
