@@ -6089,12 +6089,14 @@ def error_code_of(fn, *args):
     return ErrorCode.NONE
 
 
-def by_topic(results):
-    """[(topic, partition_response Msg)] -> [(topic, [Msg, ...])], keeping request order."""
+def by_topic(results, name="name", parts="partitions"):
+    """Per-partition answers [(topic, partition answer Msg)] -> the answer's
+    topics, [Msg(name=topic, partitions=[...])], in the request's order (the
+    two field names as the API's schema has them)."""
     grouped = {}
     for topic, part in results:
         grouped.setdefault(topic, []).append(part)
-    return list(grouped.items())
+    return [Msg(**{name: topic, parts: answers}) for topic, answers in grouped.items()]
 
 
 # --- Produce (0) ----------------------------------------------------------------
@@ -6199,7 +6201,7 @@ def wide_produce(ctx, work):
 
 
 def produce_response(results):
-    return Msg(responses=[Msg(name=t, partition_responses=parts) for t, parts in by_topic(results)])
+    return Msg(responses=by_topic(results, parts="partition_responses"))
 
 
 def transactional_request_error(req):
@@ -6403,7 +6405,7 @@ def handle_fetch(ctx, req):
     def poll(expired=False):
         results, total = fetch_partitions(ctx, req, readable)
         if total >= req.min_bytes or expired or req.max_wait_ms <= 0:
-            return Msg(responses=[Msg(topic=t, partitions=parts) for t, parts in by_topic(results)])
+            return Msg(responses=by_topic(results, name="topic"))
         return None
     response = poll()
     if response is not None:
@@ -6540,7 +6542,7 @@ def list_offsets(ctx, req):
                                                                  req.isolation_level)
             part.leader_epoch = 0 if part.offset >= 0 else -1
             yield
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+    return Msg(topics=by_topic(results))
 
 
 def list_offset(ctx, plog, timestamp, isolation_level):
@@ -6746,31 +6748,11 @@ def handle_offset_commit(ctx, req):
     REBALANCE_IN_PROGRESS, INVALID_GROUP_ID, UNKNOWN_TOPIC_OR_PARTITION,
     OFFSET_METADATA_TOO_LARGE (12).
     """
-    results, offsets = [], {}
-    group_error = error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
-    request_error = group_error or error_code_of(   # (Kafka 4.3.1 accepts even the group id "" here)
+    refused = error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
+    request_error = refused or error_code_of(   # (Kafka 4.3.1 accepts even the group id "" here)
         ctx.groups.check_commit, req.group_id, req.generation_id_or_member_epoch, req.member_id,
         req.group_instance_id)
-    limit = ctx.config["offset.metadata.max.bytes"]
-    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics)) if not group_error else set()
-    for t in req.topics:
-        for p in t.partitions:
-            part = Msg(partition_index=p.partition_index, error_code=group_error)
-            results.append((t.name, part))
-            if group_error:
-                continue
-            if t.name not in readable:
-                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif request_error and (t.name, p.partition_index) in ctx.logs.logs:
-                part.error_code = request_error
-            elif (t.name, p.partition_index) not in ctx.logs.logs:
-                part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.committed_metadata and len(p.committed_metadata.encode()) > limit:
-                part.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                offsets[(t.name, p.partition_index)] = OffsetEntry(
-                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
-                    ctx.now_ms)
+    results, offsets = offsets_to_commit(ctx, req.topics, refused, request_error, unknown_first=True)
     if offsets:
         try:
             ctx.groups.commit(req.group_id, offsets)
@@ -6778,7 +6760,39 @@ def handle_offset_commit(ctx, req):
             for t, part in results:
                 if (t, part.partition_index) in offsets:
                     part.error_code = e.code
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+    return Msg(topics=by_topic(results))
+
+
+def offsets_to_commit(ctx, topics, refused, request_error, unknown_first):
+    """The per-partition checks OffsetCommit and TxnOffsetCommit share ->
+    ([(topic, partition answer)], {(topic, partition): OffsetEntry} that
+    passed them). `refused`: an authorization error every partition gets;
+    a topic the principal may not READ: TOPIC_AUTHORIZATION_FAILED; then
+    `request_error` (the group's or the transaction's verdict), on a
+    partition that exists when `unknown_first` (OffsetCommit), else on every
+    one (TxnOffsetCommit), as Kafka 4.3.1 answers; then an unknown
+    partition, then metadata over offset.metadata.max.bytes."""
+    results, offsets = [], {}
+    readable = set() if refused else topics_allowed(ctx, AclOperation.READ, (t.name for t in topics))
+    limit = ctx.config["offset.metadata.max.bytes"]
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            known = tp in ctx.logs.logs
+            if refused or t.name not in readable:
+                code = refused or ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif request_error and (known or not unknown_first):
+                code = request_error
+            elif not known:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.committed_metadata and len(p.committed_metadata.encode()) > limit:
+                code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                code = ErrorCode.NONE
+                offsets[tp] = OffsetEntry(p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
+                                          ctx.now_ms)
+            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
+    return results, offsets
 
 
 # --- OffsetFetch (9) ------------------------------------------------------------
@@ -6867,7 +6881,7 @@ def offset_fetch_topics(ctx, group_id, topics, require_stable):
                                    committed_offset=entry.offset if entry else -1,
                                    committed_leader_epoch=entry.leader_epoch if entry else -1,
                                    metadata=entry.metadata if entry else "")))
-    return [Msg(name=t, partitions=parts) for t, parts in by_topic(results)]
+    return by_topic(results)
 
 
 # --- FindCoordinator (10) -------------------------------------------------------
@@ -7536,7 +7550,7 @@ def delete_records(ctx, req):
             part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
         part.low_watermark = max(plog.log_start_offset, offset)
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+    return Msg(topics=by_topic(results))
 
 
 # --- InitProducerId (22) --------------------------------------------------------
@@ -7763,7 +7777,7 @@ def handle_write_txn_markers(ctx, req):
                 results.append((t.name, Msg(partition_index=p, error_code=error_code_of(
                     write_marker, ctx, (t.name, p), m) if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)))
         out.append(Msg(producer_id=m.producer_id,
-                       topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)]))
+                       topics=by_topic(results)))
 
     def respond(expired):
         if not durable(ctx, ctx.appended):
@@ -7827,13 +7841,26 @@ def handle_txn_offset_commit(ctx, req):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED (WRITE on the id) then GROUP_AUTHORIZATION_FAILED
     (READ on the group) on every partition, TOPIC_AUTHORIZATION_FAILED (READ on its topic).
     """
-    auth_error = error_code_of(ctx.require, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                               req.transactional_id) or \
+    refused = error_code_of(ctx.require, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                            req.transactional_id) or \
         error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
-    readable = set() if auth_error else topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics))
+    meta, request_error = (None, refused) if refused else txn_offsets_verdict(ctx, req)
+    results, staged = offsets_to_commit(ctx, req.topics, refused, request_error, unknown_first=False)
+    if staged:
+        try:
+            ctx.txns.stage_offsets(meta, req.group_id, staged)
+        except KafkaError as e:                 # on every partition
+            for _, part in results:
+                part.error_code = e.code
+    return Msg(topics=by_topic(results))
+
+
+def txn_offsets_verdict(ctx, req):
+    """May the transaction stage these offsets? -> (its TransactionMetadata,
+    None), or (None, the error every partition gets): the group id, the
+    producer (a fenced one: INVALID_PRODUCER_EPOCH here), the group added to
+    the transaction, and the consumer's generation and member (KIP-447)."""
     try:
-        if auth_error:
-            raise KafkaError(auth_error)
         if not req.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         try:
@@ -7844,30 +7871,9 @@ def handle_txn_offset_commit(ctx, req):
         ctx.txns.check_offsets_added(meta, req.group_id, ctx.version)
         ctx.groups.check_commit(req.group_id, req.generation_id, req.member_id,
                                 req.group_instance_id, transactional=True)
-        request_error = None
+        return meta, None
     except KafkaError as e:
-        request_error = e.code
-    results, staged = [], {}
-    limit = ctx.config["offset.metadata.max.bytes"]
-    for t in req.topics:
-        for p in t.partitions:
-            code = auth_error or (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name not in readable else
-                                  request_error or ErrorCode.NONE)
-            if not code and (t.name, p.partition_index) not in ctx.logs.logs:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif not code and p.committed_metadata and len(p.committed_metadata.encode()) > limit:
-                code = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            elif not code:
-                staged[(t.name, p.partition_index)] = OffsetEntry(
-                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ctx.now_ms)
-            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
-    if staged:
-        try:
-            ctx.txns.stage_offsets(meta, req.group_id, staged)
-        except KafkaError as e:
-            for _, part in results:
-                part.error_code = e.code
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+        return None, e.code
 
 
 # --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------
@@ -8759,7 +8765,7 @@ def handle_offset_delete(ctx, req):
             if code == ErrorCode.NONE:
                 deletable.append((t.name, p.partition_index))
     ctx.groups.delete_offsets(req.group_id, deletable)
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+    return Msg(topics=by_topic(results))
 
 
 # --- DescribeClientQuotas (48) --------------------------------------------------
@@ -9042,7 +9048,7 @@ def handle_describe_producers(ctx, req):
                     last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                     current_txn_start_offset=e.txn_first_offset)
                 for pid, e in sorted(table.producers.items())]
-    return Msg(topics=[Msg(name=t, partitions=parts) for t, parts in by_topic(results)])
+    return Msg(topics=by_topic(results))
 
 
 # --- DescribeTransactions (65) --------------------------------------------------
