@@ -1934,8 +1934,10 @@ BATCH_FIELDS = (
     "base_sequence",           # i int32   KIP-98 idempotence
     "records_count",           # i int32
 )
-LOG_OVERHEAD = 12                   # base_offset + batch_length: what batch_length excludes
-CRC_START = 21                      # the CRC covers bytes [21, end) of a batch
+# Each field's byte offset in a batch, for the few places that read or write one in place.
+BATCH_AT = {name: struct.calcsize(">" + BATCH_HEADER.format[1:1 + i]) for i, name in enumerate(BATCH_FIELDS)}
+LOG_OVERHEAD = BATCH_AT["partition_leader_epoch"]   # base_offset + batch_length: what batch_length excludes
+CRC_START = BATCH_AT["attributes"]  # the CRC covers the batch from its attributes to its end
 ATTR_COMPRESSION = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
@@ -2404,6 +2406,87 @@ def validate_produced(records, check_crc=True):
     return h
 
 
+
+def analyze_batch(records, config, where, now_ms, check_crc=True):
+    """Everything Produce checks in a partition's batch before the log
+    (Kafka's analyzeAndValidateRecords and LogValidator), without reading a
+    record's contents: its framing and CRC (validate_produced), its size
+    against the topic's max.message.bytes and segment.bytes, a producer id
+    with its sequence, each record's framing (check_records), the keys of a
+    compacted topic and the timestamps (check_record_fields). config: the
+    topic's configs by name; where: "topic-partition", for messages. -> its
+    BatchHeader; raises BatchError."""
+    if records is None:
+        raise BatchError(ErrorCode.CORRUPT_MESSAGE, "null records")
+    h = validate_produced(records, check_crc=check_crc)
+    max_bytes = config("max.message.bytes")
+    if len(records) > max_bytes:
+        raise BatchError(ErrorCode.MESSAGE_TOO_LARGE,
+                         f"batch of {len(records)} bytes is over max.message.bytes {max_bytes}")
+    if len(records) > config("segment.bytes"):
+        raise BatchError(ErrorCode.RECORD_LIST_TOO_LARGE, "batch larger than segment.bytes")
+    if h.producer_id >= 0 and h.base_sequence < 0 or h.attributes & ATTR_TRANSACTIONAL and h.producer_id < 0:
+        raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
+    flaw = check_records(records, h)
+    if flaw:
+        raise BatchError(flaw[0], flaw[1], in_log=True)
+    create_time = config("message.timestamp.type") == "CreateTime"
+    check_record_fields(records, h, where, "compact" in config("cleanup.policy"), now_ms,
+                        config("message.timestamp.before.max.ms") if create_time else None,
+                        config("message.timestamp.after.max.ms"))
+    return h
+
+
+# --- Rewriting a batch: what the broker may change in one -----------------------
+# A topic's compression.type and message.timestamp.type=LogAppendTime make
+# Kafka store a batch other than as sent: recompressed, or stamped with the
+# broker's time. Both change bytes the CRC covers, so it is computed again.
+
+def recompressed(records, h, config):
+    """compression.type on the topic: Kafka stores a batch in that codec,
+    recompressing it when the producer used another. doze can for gzip and
+    "uncompressed" from uncompressed or gzip (the standard library has zlib,
+    nothing for lz4, snappy, zstd: such batches are stored as sent). config:
+    the topic's configs by name. -> the rewritten batch (a bytearray), or
+    None to store it as it came."""
+    target = config("compression.type")
+    codec = h.attributes & ATTR_COMPRESSION
+    if target == "gzip" and codec == 0:
+        level = config("compression.gzip.level")
+        return rebuild_batch(records, 1, gzip_deflate(records[BATCH_HEADER_SIZE:], level))
+    if target == "uncompressed" and codec == 1:
+        return rebuild_batch(records, 0, record_payload(records)[1])
+    return None
+
+
+def gzip_deflate(data, level=-1):
+    """gzip bytes as Java's GZIPOutputStream writes them (so byte for byte as
+    Kafka stores them): zlib's deflate, with the header's OS byte 255, unknown."""
+    deflater = zlib.compressobj(level, zlib.DEFLATED, 31)
+    out = bytearray(deflater.compress(data) + deflater.flush())
+    out[9] = 0xFF
+    return out
+
+
+def rebuild_batch(records, codec, payload):
+    """The same batch header over a new payload in another codec (new length, new CRC)."""
+    batch = bytearray(records[:BATCH_HEADER_SIZE]) + payload
+    I32.pack_into(batch, BATCH_AT["batch_length"], len(batch) - LOG_OVERHEAD)
+    attributes = I16.unpack_from(batch, BATCH_AT["attributes"])[0]
+    I16.pack_into(batch, BATCH_AT["attributes"], attributes & ~ATTR_COMPRESSION | codec)
+    U32.pack_into(batch, BATCH_AT["crc"], crc32c(memoryview(batch)[CRC_START:]))
+    return batch
+
+
+def set_log_append_time(batch, now_ms):
+    """message.timestamp.type=LogAppendTime: the broker stamps the batch (attribute
+    bit 3 and max_timestamp) and, since those are inside the CRC, recomputes it."""
+    attributes = I16.unpack_from(batch, BATCH_AT["attributes"])[0] | ATTR_LOG_APPEND_TIME
+    I16.pack_into(batch, BATCH_AT["attributes"], attributes)
+    I64.pack_into(batch, BATCH_AT["max_timestamp"], now_ms)
+    U32.pack_into(batch, BATCH_AT["crc"], crc32c(memoryview(batch)[CRC_START:]))
+
+
 ###############################################################################
 # 7. STORAGE -- partition logs on disk, and meta.db
 ###############################################################################
@@ -2867,8 +2950,8 @@ class PartitionLog:
                 or self._segment_too_old(seg):
             seg = self.roll()
         base = self.next_offset
-        I64.pack_into(batch, 0, base)
-        I32.pack_into(batch, 12, 0)          # partition_leader_epoch: one leader, epoch 0
+        I64.pack_into(batch, BATCH_AT["base_offset"], base)
+        I32.pack_into(batch, BATCH_AT["partition_leader_epoch"], 0)   # one leader, epoch 0
         seg.append(batch, base, base + header.last_offset_delta, header.max_timestamp)
         return base
 
@@ -3781,6 +3864,20 @@ class LogManager:
         self.dirty[plog] = None
         return base
 
+    def append_as_leader(self, plog, records, h, now_ms):
+        """A checked batch (analyze_batch) into its log as Kafka's appendAsLeader
+        stores it: in the topic's compression.type where doze can recompress,
+        stamped with the broker's time under LogAppendTime. -> (its base
+        offset, the log append time or -1)."""
+        batch = recompressed(records, h, plog.config)
+        if batch is None:
+            batch = records if not records.readonly else bytearray(records)
+        log_append_time = -1
+        if plog.config("message.timestamp.type") == "LogAppendTime":
+            log_append_time = now_ms
+            set_log_append_time(batch, now_ms)
+        return self.append(plog, batch, h), log_append_time
+
     def take_offline(self, plog, why):
         """Its disk failed it: once offline, a log takes no writes and gives no reads."""
         if not plog.offline:
@@ -4038,6 +4135,15 @@ class ProducerStateTable:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              "a non-transactional batch from a producer with an open transaction")
         return None
+
+    def check_append(self, h):
+        """check(), and for a transactional batch that is no duplicate, its
+        sequence against the lowest sent while the partition was verified."""
+        transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
+        duplicate = self.check(h, transactional)
+        if transactional and not duplicate:
+            self.check_verified_sequence(h)
+        return duplicate
 
     def check_verified_sequence(self, h):
         seen = self.verifying.get(h.producer_id)
@@ -6207,7 +6313,7 @@ def produce_response(results):
 def transactional_request_error(req):
     """Kafka's request-wide checks on transactional batches: they need a
     transactional id, and one producer id for the whole request."""
-    producer_ids = {I64.unpack_from(records, 43)[0] for _, records in transactional_batches(req)}
+    producer_ids = {I64.unpack_from(records, BATCH_AT["producer_id"])[0] for _, records in transactional_batches(req)}
     if producer_ids and req.transactional_id is None:
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if len(producer_ids) > 1:
@@ -6219,7 +6325,7 @@ def transactional_batches(req):
     """[((topic, partition), records)] of a Produce's batches flagged transactional."""
     return [((t.name, p.index), p.records) for t in req.topic_data for p in t.partition_data
             if p.records is not None and len(p.records) >= BATCH_HEADER_SIZE
-            and I16.unpack_from(p.records, 21)[0] & ATTR_TRANSACTIONAL]
+            and I16.unpack_from(p.records, BATCH_AT["attributes"])[0] & ATTR_TRANSACTIONAL]
 
 
 def transactional_partitions(req):
@@ -6235,52 +6341,14 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
         plog = ctx.logs.get(topic, partition)
         if topic in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic}")
-        if records is None:
-            raise BatchError(ErrorCode.CORRUPT_MESSAGE, "null records")
-        h = validate_produced(records, check_crc=ctx.config["doze.check.crc"])
-        max_bytes = ctx.logs.topic_config(topic, "max.message.bytes")
-        if len(records) > max_bytes:
-            raise BatchError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"batch of {len(records)} bytes is over max.message.bytes {max_bytes}")
-        if len(records) > ctx.logs.topic_config(topic, "segment.bytes"):
-            raise BatchError(ErrorCode.RECORD_LIST_TOO_LARGE, "batch larger than segment.bytes")
-        transactional = bool(h.attributes & ATTR_TRANSACTIONAL)
-        if h.producer_id >= 0 and h.base_sequence < 0 or transactional and h.producer_id < 0:
-            raise BatchError(ErrorCode.INVALID_RECORD, "a producer id needs a base sequence", in_log=True)
-        flaw = check_records(records, h)
-        if flaw:
-            raise BatchError(flaw[0], flaw[1], in_log=True)
-        create_time = ctx.logs.topic_config(topic, "message.timestamp.type") == "CreateTime"
-        check_record_fields(records, h, f"{topic}-{partition}",
-                            "compact" in ctx.logs.topic_config(topic, "cleanup.policy"), ctx.now_ms,
-                            ctx.logs.topic_config(topic, "message.timestamp.before.max.ms") if create_time else None,
-                            ctx.logs.topic_config(topic, "message.timestamp.after.max.ms"))
-        state = ctx.producer_states.of((topic, partition)) if h.producer_id >= 0 else None
-        if transactional:
-            ctx.txns.check_not_decided(transactional_id)
-        if transactional and not state.has_open_txn(h.producer_id, h.producer_epoch):
-            # KIP-890 part 1: ask the coordinator whether this partition is in the
-            # transaction (Kafka skips this once the partition has it open).
-            state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence)
-            ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch,
-                                   (topic, partition))
-        if transactional:
-            ctx.producer_states.mark_transactional([(topic, partition)])    # before the batch is in the log
+        h = analyze_batch(records, plog.config, f"{topic}-{partition}", ctx.now_ms, ctx.config["doze.check.crc"])
+        state = verify_producer(ctx, (topic, partition), h, transactional_id)
         in_log = True
-        duplicate = state.check(h, transactional) if state else None
-        if transactional and not duplicate:
-            state.check_verified_sequence(h)
-        log_append_time = -1
+        duplicate = state.check_append(h) if state else None
         if duplicate:
-            base = duplicate[0]
+            base, log_append_time = duplicate[0], -1
         else:
-            batch = topic_compression(ctx, topic, records, h)
-            if batch is None:
-                batch = records if not records.readonly else bytearray(records)
-            if ctx.logs.topic_config(topic, "message.timestamp.type") == "LogAppendTime":
-                log_append_time = ctx.now_ms
-                set_log_append_time(batch, log_append_time)
-            base = ctx.logs.append(plog, batch, h)
+            base, log_append_time = ctx.logs.append_as_leader(plog, records, h, ctx.now_ms)
             ctx.appended.append((plog, base + h.last_offset_delta))
             if state:
                 state.update(h, base)
@@ -6295,47 +6363,23 @@ def produce_partition(ctx, topic, partition, records, transactional_id=None):
                                   for i, why in getattr(e, "record_errors", ())])
 
 
-def topic_compression(ctx, topic, records, h):
-    """compression.type on the topic: Kafka stores a batch in that codec,
-    recompressing it when the producer used another. doze can for gzip and
-    "uncompressed" from uncompressed or gzip (the standard library has zlib,
-    nothing for lz4, snappy, zstd: such batches are stored as sent). -> the
-    rewritten batch (a bytearray), or None to store it as it came."""
-    target = ctx.logs.topic_config(topic, "compression.type")
-    codec = h.attributes & ATTR_COMPRESSION
-    if target == "gzip" and codec == 0:
-        level = ctx.logs.topic_config(topic, "compression.gzip.level")
-        return rebuild_batch(records, 1, gzip_deflate(records[BATCH_HEADER_SIZE:], level))
-    if target == "uncompressed" and codec == 1:
-        return rebuild_batch(records, 0, record_payload(records)[1])
-    return None
-
-
-def gzip_deflate(data, level=-1):
-    """gzip bytes as Java's GZIPOutputStream writes them (so byte for byte as
-    Kafka stores them): zlib's deflate, with the header's OS byte 255, unknown."""
-    deflater = zlib.compressobj(level, zlib.DEFLATED, 31)
-    out = bytearray(deflater.compress(data) + deflater.flush())
-    out[9] = 0xFF
-    return out
-
-
-def rebuild_batch(records, codec, payload):
-    """The same batch header over a new payload in another codec (new length, new CRC)."""
-    batch = bytearray(records[:BATCH_HEADER_SIZE]) + payload
-    I32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
-    I16.pack_into(batch, 21, I16.unpack_from(batch, 21)[0] & ~ATTR_COMPRESSION | codec)
-    U32.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
-    return batch
-
-
-def set_log_append_time(batch, now_ms):
-    """message.timestamp.type=LogAppendTime: the broker stamps the batch (attribute
-    bit 3 and max_timestamp) and, since those are inside the CRC, recomputes it."""
-    attributes = I16.unpack_from(batch, 21)[0] | ATTR_LOG_APPEND_TIME
-    I16.pack_into(batch, 21, attributes)
-    I64.pack_into(batch, 35, now_ms)
-    U32.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+def verify_producer(ctx, tp, h, transactional_id):
+    """The producer's side of an append (Kafka's analyzeAndValidateProducerState):
+    -> the partition's producer state (None for a batch without a producer
+    id). A transactional batch's transaction must not be decided, and
+    (KIP-890 part 1) the coordinator is asked whether the partition is in
+    it, unless the partition has it open already; the partition is noted
+    transactional in meta.db before the batch is in the log."""
+    if h.producer_id < 0:
+        return None
+    state = ctx.producer_states.of(tp)
+    if h.attributes & ATTR_TRANSACTIONAL:
+        ctx.txns.check_not_decided(transactional_id)
+        if not state.has_open_txn(h.producer_id, h.producer_epoch):
+            state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence)
+            ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
+        ctx.producer_states.mark_transactional([tp])
+    return state
 
 
 # --- Fetch (1) ------------------------------------------------------------------
