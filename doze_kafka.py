@@ -6251,17 +6251,7 @@ def handle_produce(ctx, req):
     TOPIC_AUTHORIZATION_FAILED (WRITE on the topic); transactional batches need
     WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, everywhere).
     """
-    code = transactional_request_error(req)
-    if code is None and req.transactional_id is not None and transactional_batches(req) and \
-            not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
-        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    if req.acks not in (0, 1, -1) and code != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-        code = ErrorCode.INVALID_REQUIRED_ACKS
-    if code is None and req.transactional_id is not None:    # one meta.db commit for all
-        try:
-            ctx.producer_states.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
-        except StoreFailed:
-            code = ErrorCode.KAFKA_STORAGE_ERROR
+    code = produce_request_error(ctx, req)
     work = produce_all(ctx, req, code)
     if req.acks != 0 and sum(len(t.partition_data) for t in req.topic_data) > PARTITIONS_PER_STEP:
         return in_steps(wide_produce(ctx, work))        # thousands of partitions: in steps
@@ -6308,6 +6298,25 @@ def wide_produce(ctx, work):
 
 def produce_response(results):
     return Msg(responses=by_topic(results, parts="partition_responses"))
+
+
+def produce_request_error(ctx, req):
+    """The request-wide checks -> the error every partition gets, or None:
+    transactional batches need a transactional id, one producer id, and WRITE
+    on the id; acks is 0, 1 or -1; the partitions of transactional batches are
+    noted in meta.db (one commit for the whole request)."""
+    code = transactional_request_error(req)
+    if code is None and req.transactional_id is not None and transactional_batches(req) and \
+            not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if req.acks not in (0, 1, -1) and code != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        code = ErrorCode.INVALID_REQUIRED_ACKS
+    if code is None and req.transactional_id is not None:
+        try:
+            ctx.producer_states.mark_transactional([tp for tp in transactional_partitions(req) if tp in ctx.logs.logs])
+        except StoreFailed:
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+    return code
 
 
 def transactional_request_error(req):
@@ -6660,6 +6669,16 @@ def handle_metadata(ctx, req):
         return metadata_error(req, ErrorCode.INVALID_REQUEST)
     if any(t.name is None and t.topic_id == UUID_ZERO for t in req.topics or ()):
         return metadata_error(req, ErrorCode.UNKNOWN_SERVER_ERROR)    # Kafka 4.3.1 fails so
+    return Msg(brokers=[Msg(node_id=node_id, host=host, port=port)],
+               cluster_id=ctx.store.get_setting("cluster_id"), controller_id=node_id,
+               topics=metadata_topics(ctx, req, node_id),
+               cluster_authorized_operations=cluster_operations(ctx)
+               if req.include_cluster_authorized_operations else -2147483648)
+
+
+def metadata_topics(ctx, req, node_id):
+    """The topics of a Metadata answer: those asked for (null: every topic
+    the principal may DESCRIBE), auto-created where allowed, in Kafka's order."""
     if req.topics is None or (ctx.version == 0 and not req.topics):
         wanted = [Msg(name=name, topic_id=UUID_ZERO) for name in sorted(ctx.logs.topics)
                   if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False)]
@@ -6676,10 +6695,7 @@ def handle_metadata(ctx, req):
         topics.sort(key=lambda t: 0 if t.error_code == ErrorCode.UNKNOWN_TOPIC_ID else
                     1 if t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED else
                     2 if any(t is d for d in create_denied) else 3)
-    return Msg(brokers=[Msg(node_id=node_id, host=host, port=port)],
-               cluster_id=ctx.store.get_setting("cluster_id"), controller_id=node_id, topics=topics,
-               cluster_authorized_operations=cluster_operations(ctx)
-               if req.include_cluster_authorized_operations else -2147483648)
+    return topics
 
 
 def cluster_operations(ctx):
@@ -7199,34 +7215,33 @@ DescribeGroups  key=15  versions=0-6  flexible=5+
 def handle_describe_groups(ctx, req):
     """DescribeGroups: state, protocol and members of each group. An unknown
     group is described as Dead; from v6 also with GROUP_ID_NOT_FOUND (KIP-1043)."""
-    out = []
-    for group_id in req.groups:
-        g = ctx.groups.get(group_id)
-        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            out.append(Msg(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_state="",
-                           protocol_type="", protocol_data=""))
-            continue
-        if g is None:
-            missing = Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data="")
-            if ctx.version >= 6:
-                missing.error_code = ErrorCode.GROUP_ID_NOT_FOUND
-                missing.error_message = f"Group {group_id} not found."
-            elif req.include_authorized_operations:
-                missing.authorized_operations = ctx.operations(ResourceType.GROUP, group_id)
-            out.append(missing)
-            continue
-        stable = g.state == GroupState.STABLE
-        out.append(Msg(group_id=group_id, group_state=g.state.value,
-                       protocol_type=g.protocol_type or "",
-                       protocol_data=(g.protocol_name or "") if stable else "",
-                       members=[Msg(member_id=m.member_id, group_instance_id=m.instance_id,
-                                    client_id=m.client_id, client_host=m.client_host,
-                                    member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                                    member_assignment=m.assignment)
-                                for m in g.members.values()],
-                       authorized_operations=ctx.operations(ResourceType.GROUP, group_id)
-                       if req.include_authorized_operations else -2147483648))
-    return Msg(groups=out)
+    return Msg(groups=[describe_group(ctx, group_id, req.include_authorized_operations) for group_id in req.groups])
+
+
+def describe_group(ctx, group_id, include_operations):
+    """One group of a DescribeGroups -> its answer."""
+    g = ctx.groups.get(group_id)
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return Msg(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_state="",
+                   protocol_type="", protocol_data="")
+    if g is None:
+        missing = Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data="")
+        if ctx.version >= 6:
+            missing.error_code = ErrorCode.GROUP_ID_NOT_FOUND
+            missing.error_message = f"Group {group_id} not found."
+        elif include_operations:
+            missing.authorized_operations = ctx.operations(ResourceType.GROUP, group_id)
+        return missing
+    stable = g.state == GroupState.STABLE
+    return Msg(group_id=group_id, group_state=g.state.value, protocol_type=g.protocol_type or "",
+               protocol_data=(g.protocol_name or "") if stable else "",
+               members=[Msg(member_id=m.member_id, group_instance_id=m.instance_id,
+                            client_id=m.client_id, client_host=m.client_host,
+                            member_metadata=m.metadata(g.protocol_name) if stable else b"",
+                            member_assignment=m.assignment)
+                        for m in g.members.values()],
+               authorized_operations=ctx.operations(ResourceType.GROUP, group_id)
+               if include_operations else -2147483648)
 
 
 # --- ListGroups (16) ------------------------------------------------------------
@@ -7503,34 +7518,35 @@ def handle_delete_topics(ctx, req):
     wanted = req.topics if ctx.version >= 6 else [Msg(name=n, topic_id=UUID_ZERO)
                                                    for n in req.topic_names]
     cluster_delete = ctx.allowed(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
-    results = []
-    for t in wanted:
-        name = t.name
-        if name is None:
-            name = next((n for n, m in ctx.logs.topics.items() if m.topic_id == t.topic_id), None)
-        res = Msg(name=name, topic_id=t.topic_id)
-        results.append(res)
-        if name is None:
-            res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
-        elif not (cluster_delete or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
-            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
-            res.name = t.name                           # by id: the name stays unsaid
-        elif name not in ctx.logs.topics:
-            res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            res.error_message = "This server does not host this topic-partition."
-        elif not (cluster_delete or ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, name)):
-            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
-        elif not ctx.config["delete.topic.enable"]:
-            res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-        else:
-            res.topic_id = ctx.logs.topics[name].topic_id
-            ctx.logs.delete_topic(name)
-            ctx.producer_states.forget_topic(name)
-            if name == CONSUMER_OFFSETS:
-                log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka",
-                            name)
-                ctx.groups.forget_all_offsets()
-    return Msg(responses=results)
+    return Msg(responses=[delete_topic(ctx, t, cluster_delete) for t in wanted])
+
+
+def delete_topic(ctx, t, cluster_delete):
+    """One topic of a DeleteTopics, by name or by id -> its answer."""
+    name = t.name
+    if name is None:
+        name = next((n for n, m in ctx.logs.topics.items() if m.topic_id == t.topic_id), None)
+    res = Msg(name=name, topic_id=t.topic_id)
+    if name is None:
+        res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+    elif not (cluster_delete or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
+        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
+        res.name = t.name                           # by id: the name stays unsaid
+    elif name not in ctx.logs.topics:
+        res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        res.error_message = "This server does not host this topic-partition."
+    elif not (cluster_delete or ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, name)):
+        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
+    elif not ctx.config["delete.topic.enable"]:
+        res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+    else:
+        res.topic_id = ctx.logs.topics[name].topic_id
+        ctx.logs.delete_topic(name)
+        ctx.producer_states.forget_topic(name)
+        if name == CONSUMER_OFFSETS:
+            log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka", name)
+            ctx.groups.forget_all_offsets()
+    return res
 
 
 # --- DeleteRecords (21) ---------------------------------------------------------
@@ -8108,20 +8124,21 @@ def handle_delete_acls(ctx, req):
     except KafkaError as e:
         return Msg(filter_results=[Msg(error_code=e.code, error_message=e.detail, matching_acls=[])
                                    for _ in req.filters])
-    results, gone = [], []
-    for f in req.filters:
-        try:
-            matched = ctx.authorizer.matching(acl_filter(f))
-        except KafkaError as e:
-            results.append(Msg(error_code=e.code, error_message=e.detail, matching_acls=[]))
-            continue
-        gone += matched
-        results.append(Msg(error_code=ErrorCode.NONE, matching_acls=[Msg(
-            error_code=ErrorCode.NONE, resource_type=a.resource_type, resource_name=a.name, pattern_type=a.pattern,
-            principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission)
-            for a in matched]))
-    ctx.authorizer.remove(gone)
-    return Msg(filter_results=results)
+    matches = [acls_matching(ctx, f) for f in req.filters]
+    ctx.authorizer.remove([acl for _, matched in matches for acl in matched])
+    return Msg(filter_results=[result for result, _ in matches])
+
+
+def acls_matching(ctx, f):
+    """One filter of a DeleteAcls -> (its answer, the ACLs it matched)."""
+    try:
+        matched = ctx.authorizer.matching(acl_filter(f))
+    except KafkaError as e:
+        return Msg(error_code=e.code, error_message=e.detail, matching_acls=[]), []
+    return Msg(error_code=ErrorCode.NONE, matching_acls=[Msg(
+        error_code=ErrorCode.NONE, resource_type=a.resource_type, resource_name=a.name, pattern_type=a.pattern,
+        principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission)
+        for a in matched]), matched
 
 
 # --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
@@ -8406,27 +8423,31 @@ def handle_describe_configs(ctx, req):
             refused.append(out)
             continue
         results.append(out)
-        keys = set(res.configuration_keys or ())         # null or []: every config
         try:
-            if res.resource_type == RESOURCE_TOPIC:
-                if res.resource_name not in ctx.logs.topics:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                     "The topic does not exist.")
-                out.configs = topic_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
-            elif res.resource_type == RESOURCE_BROKER:
-                check_broker_resource(ctx, res.resource_name)
-                out.configs = broker_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
-            elif res.resource_type == RESOURCE_GROUP:
-                if not res.resource_name:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
-                out.configs = group_config_entries(ctx, res.resource_name, keys, req.include_synonyms)
-            else:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a "
-                                 "request being malformed by the client library or the message "
-                                 "was sent to an incompatible broker. See the broker logs for more details.")
+            out.configs = config_entries(ctx, res, req.include_synonyms)
         except KafkaError as e:
             out.error_code, out.error_message = e.code, e.detail or None
     return Msg(results=results + refused)
+
+
+def config_entries(ctx, res, include_synonyms):
+    """One resource of a DescribeConfigs: its entries (configuration_keys
+    null or []: every config) -> [Msg]; raises KafkaError for the resource."""
+    keys = set(res.configuration_keys or ())
+    if res.resource_type == RESOURCE_TOPIC:
+        if res.resource_name not in ctx.logs.topics:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
+        return topic_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    if res.resource_type == RESOURCE_BROKER:
+        check_broker_resource(ctx, res.resource_name)
+        return broker_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    if res.resource_type == RESOURCE_GROUP:
+        if not res.resource_name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        return group_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a request being malformed by "
+                     "the client library or the message was sent to an incompatible broker. See the broker "
+                     "logs for more details.")
 
 
 CONFIG_RESOURCE_ACL = {RESOURCE_TOPIC: ResourceType.TOPIC, RESOURCE_BROKER: ResourceType.CLUSTER,
@@ -8961,6 +8982,20 @@ def handle_alter_user_scram_credentials(ctx, req):
     except KafkaError as e:                       # each user once, sorted (getErrorResponse)
         return Msg(results=[Msg(user=name, error_code=e.code, error_message=e.detail)
                             for name in sorted({op.name for op in list(req.deletions) + list(req.upsertions)})])
+    errors, deletions, upsertions = scram_alterations(ctx, req)
+    ctx.store.alter_scram_credentials(
+        [(d.name, SCRAM_OF_TYPE[d.mechanism]) for d in deletions.values()],
+        [(u.name, SCRAM_OF_TYPE[u.mechanism], (u.salt, *scram_keys(SCRAM_OF_TYPE[u.mechanism],
+                                                                  bytes(u.salted_password)), u.iterations))
+         for u in upsertions.values()])
+    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)      # Kafka's HashMaps'
+                        for n in java_hash_order(deletions) + java_hash_order(upsertions)] +   # order
+               [Msg(user=n, error_code=errors[n][0], error_message=errors[n][1]) for n in java_hash_order(errors)])
+
+
+def scram_alterations(ctx, req):
+    """-> ({user: (code, message)} refused, {user: deletion}, {user: upsertion})
+    valid: a user named twice is DUPLICATE_RESOURCE, the rest per scram_alteration_error."""
     errors, deletions, upsertions = {}, {}, {}
     for op, kind in [(d, "delete") for d in req.deletions] + [(u, "upsert") for u in req.upsertions]:
         if op.name in errors:
@@ -8974,14 +9009,7 @@ def handle_alter_user_scram_credentials(ctx, req):
             errors[op.name] = error
         else:
             (deletions if kind == "delete" else upsertions)[op.name] = op
-    ctx.store.alter_scram_credentials(
-        [(d.name, SCRAM_OF_TYPE[d.mechanism]) for d in deletions.values()],
-        [(u.name, SCRAM_OF_TYPE[u.mechanism], (u.salt, *scram_keys(SCRAM_OF_TYPE[u.mechanism],
-                                                                  bytes(u.salted_password)), u.iterations))
-         for u in upsertions.values()])
-    return Msg(results=[Msg(user=n, error_code=ErrorCode.NONE, error_message=None)      # Kafka's HashMaps'
-                        for n in java_hash_order(deletions) + java_hash_order(upsertions)] +   # order
-               [Msg(user=n, error_code=errors[n][0], error_message=errors[n][1]) for n in java_hash_order(errors)])
+    return errors, deletions, upsertions
 
 
 def scram_alteration_error(ctx, op, kind):
@@ -9071,28 +9099,27 @@ def handle_describe_producers(ctx, req):
     Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
     (READ, not DESCRIBE, on the topic; checked after the name).
     """
-    results = []
     readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics if TOPIC_NAME.fullmatch(t.name)))
-    for t in req.topics:
-        for p in t.partition_indexes:
-            part = Msg(partition_index=p, active_producers=[])
-            results.append((t.name, part))
-            if not TOPIC_NAME.fullmatch(t.name):
-                part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                continue
-            if t.name not in readable:
-                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                continue
-            if (t.name, p) not in ctx.logs.logs:
-                part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            table = ctx.producer_states.of((t.name, p))
-            part.active_producers = [
-                Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
-                    last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
-                    current_txn_start_offset=e.txn_first_offset)
-                for pid, e in sorted(table.producers.items())]
-    return Msg(topics=by_topic(results))
+    return Msg(topics=by_topic([(t.name, partition_producers(ctx, t.name, p, t.name in readable))
+                                for t in req.topics for p in t.partition_indexes]))
+
+
+def partition_producers(ctx, topic, partition, readable):
+    """One partition of a DescribeProducers -> its answer."""
+    part = Msg(partition_index=partition, active_producers=[])
+    if not TOPIC_NAME.fullmatch(topic):
+        part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+    elif not readable:
+        part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif (topic, partition) not in ctx.logs.logs:
+        part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        part.active_producers = [
+            Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                current_txn_start_offset=e.txn_first_offset)
+            for pid, e in sorted(ctx.producer_states.of((topic, partition)).producers.items())]
+    return part
 
 
 # --- DescribeTransactions (65) --------------------------------------------------
@@ -9133,34 +9160,32 @@ def handle_describe_transactions(ctx, req):
     Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id),
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED (DESCRIBE on the id); the topics
     without DESCRIBE are left out of the partitions listed."""
-    out = []
-    for transactional_id in req.transactional_ids:
-        meta = ctx.txns.txns.get(transactional_id)
-        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            out.append(Msg(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                           transactional_id=transactional_id, transaction_state=""))
-            continue
-        if not transactional_id or meta is None:
-            out.append(Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
-                           else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                           transactional_id=transactional_id, transaction_state=""))
-            continue
-        left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
-            if meta.state in DECIDED else meta.partitions
-        topics = {}
-        for topic, p in sorted(left):
-            topics.setdefault(topic, []).append(p)
-        if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
-            n = ctx.config["offsets.topic.num.partitions"]
-            for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
-                topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
-        out.append(Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
-                       transaction_timeout_ms=meta.timeout_ms,
-                       transaction_start_time_ms=meta.txn_start_ms, producer_id=meta.producer_id,
-                       producer_epoch=meta.producer_epoch,
-                       topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()
-                               if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)]))
-    return Msg(transaction_states=out)
+    return Msg(transaction_states=[describe_transaction(ctx, i) for i in req.transactional_ids])
+
+
+def describe_transaction(ctx, transactional_id):
+    """One id of a DescribeTransactions -> its answer."""
+    meta = ctx.txns.txns.get(transactional_id)
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return Msg(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                   transactional_id=transactional_id, transaction_state="")
+    if not transactional_id or meta is None:
+        return Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
+                   else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id, transaction_state="")
+    left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
+        if meta.state in DECIDED else meta.partitions
+    topics = {}
+    for topic, p in sorted(left):
+        topics.setdefault(topic, []).append(p)
+    if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
+        n = ctx.config["offsets.topic.num.partitions"]
+        for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
+            topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
+    return Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
+               transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.txn_start_ms,
+               producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+               topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()
+                       if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)])
 
 
 # --- ListTransactions (66) ------------------------------------------------------
@@ -9251,17 +9276,22 @@ def handle_describe_topic_partitions(ctx, req):
     if req.cursor and (not everything and req.cursor.topic_name not in names or req.cursor.partition_index < 0):
         return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=UUID_ZERO,
                                partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
-    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
-    node_id, topics, cursor = ctx.node(ctx.conn)[0], [], None
     described = topics_allowed(ctx, AclOperation.DESCRIBE, names)
     refused = [] if everything else [
         Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=UUID_ZERO, is_internal=False,
             partitions=[]) for n in names if n not in described]
-    names = [n for n in names if n in described]
+    topics, cursor = topic_partitions_page(ctx, req, [n for n in names if n in described], everything)
+    return Msg(topics=topics + refused, next_cursor=cursor)
+
+
+def topic_partitions_page(ctx, req, names, everything):
+    """The page: from the cursor on, at most the partition limit -> (topics, the next cursor or None)."""
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
+    after = req.cursor.topic_name if req.cursor else ""
+    node_id, topics = ctx.node(ctx.conn)[0], []
     for name in names:
         if remaining == 0:
-            cursor = Msg(topic_name=name, partition_index=0)
-            break
+            return topics, Msg(topic_name=name, partition_index=0)
         topic = ctx.logs.topics.get(name)
         if topic is None:
             if not everything:
@@ -9275,10 +9305,9 @@ def handle_describe_topic_partitions(ctx, req):
         upper = min(topic.partitions, start + remaining)
         topics.append(partitions_page(topic, range(start, upper), node_id, ctx.operations(ResourceType.TOPIC, name)))
         if upper < topic.partitions:
-            cursor = Msg(topic_name=name, partition_index=upper)
-            break
+            return topics, Msg(topic_name=name, partition_index=upper)
         remaining -= max(0, upper - start)
-    return Msg(topics=topics + refused, next_cursor=cursor)
+    return topics, None
 
 
 def partitions_page(topic, indexes, node_id, operations):
