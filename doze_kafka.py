@@ -878,6 +878,73 @@ def convert_setting(name, value):
     return value
 
 
+# --- server.properties, as Java reads it ----------------------------------------
+
+PROPERTIES_WHITESPACE = " \t\f"
+PROPERTIES_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|u|.)", re.DOTALL)
+
+
+def read_java_properties(data):
+    """A .properties file -> {key: value}, as java.util.Properties.load reads it.
+
+    bytes are read as load(InputStream) reads them -- one ISO-8859-1 char a
+    byte, never UTF-8 -- which is what Kafka's Utils.loadProps does with
+    server.properties; a str is read as load(Reader). The rules (JDK 17):
+    natural lines end at \\n, \\r or \\r\\n; one ending in an odd number of
+    backslashes goes on (that backslash dropped) with the next, its leading
+    spaces, tabs and form feeds skipped. A logical line that starts, after
+    such whitespace, with # or ! is a comment (its trailing backslash
+    continues nothing); a blank one is skipped. The key ends at the first
+    unescaped =, : or whitespace; then whitespace, at most one = or :, and
+    whitespace again separate it from the value, whose trailing whitespace is
+    kept. In keys and values \\t \\n \\r \\f and \\uXXXX are decoded, and a
+    backslash before any other character gives that character; a malformed
+    \\uXXXX raises ValueError (Java: IllegalArgumentException). A key
+    given twice keeps its last value."""
+    text = data.decode("latin-1") if isinstance(data, bytes) else data
+    props, logical, start = {}, "", 0
+    naturals = re.split(r"\r\n|\r|\n", text)
+    # Java's quirk: a continuation cut short by the end of the file, or by a
+    # last \n or \r (not \r\n), ends a logical line even if it is empty
+    last = len(naturals) - (naturals[-1] == "" and not text.endswith("\r\n"))
+    for number, natural in enumerate(naturals, 1):
+        natural = natural.lstrip(PROPERTIES_WHITESPACE)
+        if not logical and (not natural or natural[0] in "#!"):
+            continue                                # blank line or comment
+        start = start if logical else number
+        logical += natural
+        if (len(natural) - len(natural.rstrip("\\"))) % 2:
+            logical = logical[:-1]                  # continued on the next line
+            if number < last:
+                continue
+        key, value = split_java_property(logical, start)
+        props[key] = value
+        logical = ""
+    return props
+
+
+def split_java_property(line, number):
+    end = 0                                         # the key: up to =, : or whitespace
+    while end < len(line) and line[end] not in "=:" + PROPERTIES_WHITESPACE:
+        end += 2 if line[end] == "\\" else 1
+    value = line[end:].lstrip(PROPERTIES_WHITESPACE)
+    if value[:1] in ("=", ":"):
+        value = value[1:].lstrip(PROPERTIES_WHITESPACE)
+    return (java_unescape(line[:end], number), java_unescape(value, number))
+
+
+def java_unescape(text, number):
+    def one(m):
+        c = m.group(1)
+        if c == "u":
+            raise ValueError(f"line {number}: Malformed \\uxxxx encoding in {text!r}")
+        if c[0] == "u":
+            return chr(int(c[1:], 16))
+        return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
+    out = PROPERTIES_ESCAPE.sub(one, text)          # \uD83D\uDE00 -> one character:
+    return out.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
 class Config:
     """The broker's settings: Kafka's names, Kafka's defaults, plus doze's own
     (data_dir, host, port, clock). Build from a server.properties file and/or
@@ -975,18 +1042,11 @@ class Config:
 
     @classmethod
     def from_properties(cls, path, **kw):
-        """Read a Java .properties file (key=value or key: value, # comments)."""
-        settings = {}
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line or line[0] in "#!":
-                    continue
-                m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
-                if m:
-                    settings[m.group(1)] = m.group(2).strip()
-        kw_settings = kw.pop("settings", None) or {}
-        settings.update(kw_settings)
+        """A server.properties file, read as Kafka reads it (read_java_properties
+        of its bytes), under the settings given (which win)."""
+        with open(path, "rb") as f:
+            settings = read_java_properties(f.read())
+        settings.update(kw.pop("settings", None) or {})
         return cls(settings, **kw)
 
 

@@ -7896,6 +7896,56 @@ def test_cli_apis_lists_every_handler(capsys):
     assert "v0-v2 advertised, refused" in out
 
 
+PROPERTIES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance", "configs", "properties")
+
+
+def properties_corpus():
+    with open(os.path.join(PROPERTIES_DIR, "expected.json"), encoding="utf-8") as f:
+        return sorted(json.load(f)["files"].items())
+
+
+@pytest.mark.parametrize("name, java", properties_corpus(), ids=lambda x: x if isinstance(x, str) else "")
+def test_config_properties_read_as_java_reads_them(name, java):
+    """server.properties as java.util.Properties.load reads it (Kafka's
+    Utils.loadProps): every corpus file against what Java 17 gave for it
+    (expected.json, written only by conformance/configs/properties/check.py
+    --record from Java's output): continuations, escapes, separators, comments."""
+    with open(os.path.join(PROPERTIES_DIR, "corpus", name), "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == java["sha256"], "the corpus changed: record expected.json again"
+    if "error" in java:
+        with pytest.raises(ValueError, match="Malformed"):
+            doze.read_java_properties(data)
+    else:
+        assert doze.read_java_properties(data) == java["props"]
+
+
+def test_config_a_jaas_line_continued_as_kafkas_docs_write_it_starts_a_sasl_listener(tmp_path):
+    """Kafka's docs write sasl.jaas.config over several lines ending in a
+    backslash: read as Java reads it, the PLAIN users are all there."""
+    path = tmp_path / "server.properties"
+    path.write_bytes(b"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\n"
+                     b"sasl.enabled.mechanisms=PLAIN\n"
+                     b"num.partitions=\\\n    4\n"
+                     b"listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                     b"org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+                     b'    username="admin" \\\n    password="admin-secret" \\\n'
+                     b'    user_admin="admin-secret" \\\n    user_alice="alice-secret";\n')
+    config = doze.Config.from_properties(str(path), data_dir=str(tmp_path / "data"), port=0)
+    assert config["num.partitions"] == 4 and "user_alice" not in config.given
+    broker = doze.Broker(config)
+    thread = threading.Thread(target=broker.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with RawClient(sasl_port(broker)) as c:
+            [answer] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+            assert answer.error_code == 0
+            assert c.call(ApiKey.METADATA, 12, topics=None).brokers
+    finally:
+        broker.stop()
+        thread.join(5)
+
+
 def test_cli_bad_flag_exits_non_zero(capsys):
     with pytest.raises(SystemExit) as e:
         doze.main(["--no-such-flag"])
