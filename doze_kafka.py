@@ -14,7 +14,7 @@ DeleteRecords, configs, the classic consumer-group protocol with committed
 offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
-versions: the HANDLERS table in section 10, or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table (filled by @api in §10-§13), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
@@ -23,49 +23,64 @@ v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
 served exactly as the producer sent them; doze never decompresses on the
 produce or fetch path.
 
-Reading guide -- the file reads top to bottom; nothing refers to a later section:
+Reading guide -- the file reads top to bottom; nothing refers to a later chapter
+(but Appendix A, Kafka's own config tables, generated, read last on purpose):
   §1 imports
-  §2 config: doze's settings, then Kafka 4.3.1's own table of every topic config
-     and broker setting (generated from Kafka), and how Kafka parses and checks a value
-  §3 API keys and error codes
+  §2 config: doze's settings, how Kafka parses and checks a value,
+     server.properties read as java.util.Properties reads it, the listeners
+  §3 protocol vocabulary: API keys, error codes, the errors raised
   §4 wire codec: readers that refuse what Kafka's generated code refuses
-  §5 schemas, with each field's nullability per version
+  §5 schemas, with each field's nullability per version; request and
+     response headers and frames, both sides
   §6 record batches and CRC-32C; what Produce checks inside a batch (framing,
-     keys of compacted topics, timestamps) and a record reader that trusts nothing
+     keys of compacted topics, timestamps), a record reader that trusts
+     nothing, and the two rewrites a broker makes (recompression, LogAppendTime)
   §7 storage: every change to the disk through one layer (Files), what happens
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
-  §8 coordinators (producer state, groups, transactions)
+  §8 coordinators: the journal, producer state (idempotence, the LSO), the
+     group coordinator (the classic protocol), the transaction coordinator
   §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
-  §10 request handlers; long ones run in steps (in_steps) so none holds the loop
-  §11 console: a read-only web console on the same loop (HTML and JSON twins of
-     the transactions, producers, LSOs, topics and groups the broker holds), its
-     safety, its login against the broker's SASL users, and its ACL filtering
-  §12 server loop: listeners, TLS on the loop (PEM stores, client certificates'
-     principals), connections, their limits, back-pressure, the protocol trace
-     (--trace: each request and answer, and the broker's own actions), group commit
-  §13 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+  §10 requests and the data path: how an API is declared (@api), what a
+     handler may touch (RequestContext), requests that wait (Park, Purgatory)
+     or run in steps (in_steps); Produce, Fetch, ListOffsets, Metadata, ...
+  §11 group and transaction apis: the coordinators' protocols
+  §12 config resources: what DescribeConfigs shows and AlterConfigs changes
+  §13 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
+  §14 connections: frames in and answers out in order, TLS on the loop (PEM
+     stores, client certificates' principals), the Dispatcher (request ->
+     handler -> response), the limits and back-pressure, the listeners
+  §15 console: what it shows: HTML and JSON twins of the transactions,
+     producers, LSOs, topics and groups the broker holds, as each viewer's
+     ACLs let it see them
+  §16 console: http, login and its listener: its safety, its login against
+     the broker's SASL users
+  §17 the loop: the protocol trace (--trace: each request and answer, and the
+     broker's own actions), the timers, the group commit, the Broker
+  §18 embedding doze: running() for tests, and a small Client
+  §19 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (InitProducerId, idempotence, a transaction, commit, abort, fencing, the
-     timeout, a crash between decision and markers) with a small client of its own
-  §14 CLI
+     timeout, a crash between decision and markers)
+  §20 cli
+  §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
   1 InitProducerId      handle_init_producer_id -> TransactionCoordinator.init_producer
-  2 idempotence         produce_partition -> ProducerStateTable.check, .update
+  2 idempotence         produce_partition -> verify_producer, ProducerStateTable.check_append, .update
   3 a transaction       handle_add_partitions_to_txn -> TransactionCoordinator.add_partitions;
                         handle_produce (transactional batches); handle_add_offsets_to_txn,
-                        handle_txn_offset_commit -> .stage_offsets; last_stable_offset
+                        handle_txn_offset_commit -> .stage_offsets; ProducerStates.last_stable_offset
   4 commit              handle_end_txn -> .end_txn -> ._write_markers -> .progress, ._complete
   5 abort, as consumers see it    the same; fetch_partitions -> ProducerStateTable.aborted_between
   6 fencing             .init_producer -> ._bump, ._fence_and_abort; .for_producer (PRODUCER_FENCED)
   7 the timeout         .tick -> ._fence_and_abort
   8 a crash, restarted  .load (a stored decision is carried out); rebuild_producer_state
-Hostile input and overload: §4's Reader, §6's check_records, §12's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §14's Limits comment.
 Failing disks and crashes: §7's "When the disk fails", LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
-and .sync, coordinator_store; §12's Broker._group_commit and Connection.push.
+and .sync, coordinator_store; §17's GroupCommit and §14's Connection.push.
 """
 
 ###############################################################################
@@ -143,7 +158,7 @@ log.addFilter(_OneLine())
 
 
 ###############################################################################
-# 2. CONSTANTS AND CONFIG
+# 2. CONFIG -- doze's settings, a value read as Kafka reads it, server.properties, listeners
 ###############################################################################
 # Every setting has Kafka's own name and Kafka's own default, so a
 # server.properties written for Apache Kafka configures doze the same way.
@@ -201,13 +216,13 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
-    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §11)
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §15)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
-    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §12)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §17)
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §12)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §14)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -219,510 +234,6 @@ INTERNAL_TOPICS = {CONSUMER_OFFSETS, TRANSACTION_STATE, "__share_group_state"}
 SEGMENT_HEADROOM = 64                           # bytes a segment may overshoot by
 
 
-# --- Kafka's config definitions ----------------------------------------------
-# Every topic config and broker setting Kafka 4.3.1 has, with its type, its
-# default, the check its validator makes and how it may change, taken from
-# Kafka itself. doze acts on the settings of BROKER_DEFAULTS above and on the
-# topic configs TOPIC_CONFIGS_USED below; every other name is accepted, checked,
-# stored and described as Kafka does, and not acted on (a log line says so).
-
-# ==== generated by conformance/configs/extract.py from Kafka 4.3.1 -- do not edit by hand ====
-# Regenerate: python3 conformance/configs/extract.py --emit-python
-# Kafka's own config definitions (commit 26b251a451ce941d): LogConfig's ConfigDef for
-# topics; KafkaConfig's (AbstractKafkaConfig.CONFIG_DEF) and the dynamic-only
-# quota configs for the broker; DynamicBrokerConfig for what may change while
-# the broker runs. One line a config:
-#
-#     name: (type, default, check, synonyms | mode)
-#
-# type     Kafka's ConfigDef.Type in lower case (DescribeConfigs' config_type).
-# default  the text DescribeConfigs shows; None: null (Kafka has none, or derives
-#          it: log.retention.ms from log.retention.hours); ...: none at all,
-#          server.properties must give it.
-# check    what Kafka's validator allows of the parsed value; None: any value of the type.
-#            ("range", lo, hi)      lo <= v <= hi; None is open on that side
-#            ("in", s, ...)         one of these strings, exactly
-#            ("in_ci", s, ...)      one of these strings, in any case
-#            ("list", s, ...)       no empty member, no member but s, ... (none named: any); may be empty
-#            ("list_nonempty", s, ...)   the same, and not an empty list
-#            ("non_empty",)         a string that is not ""
-#            ("non_null",)          any value, but one must be given
-#            ("or", c1, c2)         c1 or c2;  ("value", v): exactly v
-#            ("replicas",)          "*", or "partition:broker,partition:broker,..."
-#            ("custom", "Name")     Kafka's own check (controller quorum addresses)
-# synonyms (topic configs) the broker settings it inherits from, the first set
-#          one wins; KAFKA_MS_PER_UNIT converts those not in ms.
-# mode     (broker configs) how Kafka 4.3.1 lets it change while running:
-#          "read-only"; "cluster-wide" (broker "" or the broker's id);
-#          "per-broker" (the broker's id only); "per-listener" (only as
-#          listener.name.<listener>.<name>).
-
-KAFKA_TOPIC_CONFIGS = {
-    "cleanup.policy": ("list", "delete", ("list", "compact", "delete"), ("log.cleanup.policy",)),
-    "compression.gzip.level": ("int", "-1", ("or", ("range", 1, 9), ("value", -1)), ("compression.gzip.level",)),
-    "compression.lz4.level": ("int", "9", ("range", 1, 17), ("compression.lz4.level",)),
-    "compression.type": ("string", "producer", ("in", "uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), ("compression.type",)),
-    "compression.zstd.level": ("int", "3", ("range", -131072, 22), ("compression.zstd.level",)),
-    "delete.retention.ms": ("long", "86400000", ("range", 0, None), ("log.cleaner.delete.retention.ms",)),
-    "file.delete.delay.ms": ("long", "60000", ("range", 0, None), ("log.segment.delete.delay.ms",)),
-    "flush.messages": ("long", "9223372036854775807", ("range", 1, None), ("log.flush.interval.messages",)),
-    "flush.ms": ("long", "9223372036854775807", ("range", 0, None), ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")),
-    "follower.replication.throttled.replicas": ("list", "", ("replicas",), ()),
-    "index.interval.bytes": ("int", "4096", ("range", 0, None), ("log.index.interval.bytes",)),
-    "leader.replication.throttled.replicas": ("list", "", ("replicas",), ()),
-    "local.retention.bytes": ("long", "-2", ("range", -2, None), ("log.local.retention.bytes",)),
-    "local.retention.ms": ("long", "-2", ("range", -2, None), ("log.local.retention.ms",)),
-    "max.compaction.lag.ms": ("long", "9223372036854775807", ("range", 1, None), ("log.cleaner.max.compaction.lag.ms",)),
-    "max.message.bytes": ("int", "1048588", ("range", 0, None), ("message.max.bytes",)),
-    "message.timestamp.after.max.ms": ("long", "3600000", ("range", 0, None), ("log.message.timestamp.after.max.ms",)),
-    "message.timestamp.before.max.ms": ("long", "9223372036854775807", ("range", 0, None), ("log.message.timestamp.before.max.ms",)),
-    "message.timestamp.type": ("string", "CreateTime", ("in", "CreateTime", "LogAppendTime"), ("log.message.timestamp.type",)),
-    "min.cleanable.dirty.ratio": ("double", "0.5", ("range", 0, 1), ("log.cleaner.min.cleanable.ratio",)),
-    "min.compaction.lag.ms": ("long", "0", ("range", 0, None), ("log.cleaner.min.compaction.lag.ms",)),
-    "min.insync.replicas": ("int", "1", ("range", 1, None), ("min.insync.replicas",)),
-    "preallocate": ("boolean", "false", None, ("log.preallocate",)),
-    "remote.log.copy.disable": ("boolean", "false", None, ()),
-    "remote.log.delete.on.disable": ("boolean", "false", None, ()),
-    "remote.storage.enable": ("boolean", "false", None, ()),
-    "retention.bytes": ("long", "-1", None, ("log.retention.bytes",)),
-    "retention.ms": ("long", "604800000", ("range", -1, None), ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
-    "segment.bytes": ("int", "1073741824", ("range", 1048576, None), ("log.segment.bytes",)),
-    "segment.index.bytes": ("int", "10485760", ("range", 4, None), ("log.index.size.max.bytes",)),
-    "segment.jitter.ms": ("long", "0", ("range", 0, None), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
-    "segment.ms": ("long", "604800000", ("range", 1, None), ("log.roll.ms", "log.roll.hours")),
-    "unclean.leader.election.enable": ("boolean", "false", None, ("unclean.leader.election.enable",)),
-    # internal (Kafka's defineInternal): accepted, described only when set
-    "internal.segment.bytes": ("int", None, None, ()),
-}
-KAFKA_MS_PER_UNIT = {"log.retention.hours": 3600000, "log.retention.minutes": 60000, "log.roll.hours": 3600000, "log.roll.jitter.hours": 3600000}
-
-KAFKA_BROKER_CONFIGS = {
-    # --- AddPartitionsToTxnConfig ---
-    "add.partitions.to.txn.retry.backoff.max.ms": ("int", "100", ("range", 0, None), "read-only"),
-    "add.partitions.to.txn.retry.backoff.ms": ("int", "20", ("range", 1, None), "read-only"),
-    # --- BrokerSecurityConfigs ---
-    "connections.max.reauth.ms": ("long", "0", None, "read-only"),
-    "principal.builder.class": ("class", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder", None, "per-broker"),
-    "sasl.client.callback.handler.class": ("class", None, None, "read-only"),
-    "sasl.enabled.mechanisms": ("list", "GSSAPI", ("list",), "per-broker"),
-    "sasl.jaas.config": ("password", None, None, "per-broker"),
-    "sasl.kerberos.kinit.cmd": ("string", "/usr/bin/kinit", None, "per-broker"),
-    "sasl.kerberos.min.time.before.relogin": ("long", "60000", None, "per-broker"),
-    "sasl.kerberos.principal.to.local.rules": ("list", "DEFAULT", ("list",), "per-broker"),
-    "sasl.kerberos.service.name": ("string", None, None, "per-broker"),
-    "sasl.kerberos.ticket.renew.jitter": ("double", "0.05", None, "per-broker"),
-    "sasl.kerberos.ticket.renew.window.factor": ("double", "0.8", None, "per-broker"),
-    "sasl.login.callback.handler.class": ("class", None, None, "read-only"),
-    "sasl.login.class": ("class", None, None, "read-only"),
-    "sasl.login.connect.timeout.ms": ("int", None, None, "read-only"),
-    "sasl.login.read.timeout.ms": ("int", None, None, "read-only"),
-    "sasl.login.refresh.buffer.seconds": ("short", "300", None, "per-broker"),
-    "sasl.login.refresh.min.period.seconds": ("short", "60", None, "per-broker"),
-    "sasl.login.refresh.window.factor": ("double", "0.8", None, "per-broker"),
-    "sasl.login.refresh.window.jitter": ("double", "0.05", None, "per-broker"),
-    "sasl.login.retry.backoff.max.ms": ("long", "10000", None, "read-only"),
-    "sasl.login.retry.backoff.ms": ("long", "100", None, "read-only"),
-    "sasl.mechanism.inter.broker.protocol": ("string", "GSSAPI", None, "per-broker"),
-    "sasl.oauthbearer.assertion.algorithm": ("string", "RS256", ("in_ci", "ES256", "RS256"), "read-only"),
-    "sasl.oauthbearer.assertion.claim.aud": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.claim.exp.seconds": ("int", "300", ("range", 0, 86400), "read-only"),
-    "sasl.oauthbearer.assertion.claim.iss": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.claim.jti.include": ("boolean", "false", None, "read-only"),
-    "sasl.oauthbearer.assertion.claim.nbf.seconds": ("int", "60", ("range", 0, 3600), "read-only"),
-    "sasl.oauthbearer.assertion.claim.sub": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.file": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.private.key.file": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.private.key.passphrase": ("password", None, None, "read-only"),
-    "sasl.oauthbearer.assertion.template.file": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.client.credentials.client.id": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.client.credentials.client.secret": ("password", None, None, "read-only"),
-    "sasl.oauthbearer.clock.skew.seconds": ("int", "30", None, "read-only"),
-    "sasl.oauthbearer.expected.audience": ("list", "", ("list",), "read-only"),
-    "sasl.oauthbearer.expected.issuer": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.jwks.endpoint.refresh.ms": ("long", "3600000", None, "read-only"),
-    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": ("long", "10000", None, "read-only"),
-    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": ("long", "100", None, "read-only"),
-    "sasl.oauthbearer.jwks.endpoint.url": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.jwt.retriever.class": ("class", "org.apache.kafka.common.security.oauthbearer.DefaultJwtRetriever", None, "read-only"),
-    "sasl.oauthbearer.jwt.validator.class": ("class", "org.apache.kafka.common.security.oauthbearer.DefaultJwtValidator", None, "read-only"),
-    "sasl.oauthbearer.scope": ("string", None, None, "read-only"),
-    "sasl.oauthbearer.scope.claim.name": ("string", "scope", None, "read-only"),
-    "sasl.oauthbearer.sub.claim.name": ("string", "sub", None, "read-only"),
-    "sasl.oauthbearer.token.endpoint.url": ("string", None, None, "read-only"),
-    "sasl.server.callback.handler.class": ("class", None, None, "read-only"),
-    "sasl.server.max.receive.size": ("int", "524288", None, "read-only"),
-    "security.providers": ("string", None, None, "read-only"),
-    "ssl.allow.dn.changes": ("boolean", "false", None, "read-only"),
-    "ssl.allow.san.changes": ("boolean", "false", None, "read-only"),
-    "ssl.cipher.suites": ("list", "", ("list",), "per-broker"),
-    "ssl.client.auth": ("string", "none", ("in", "required", "requested", "none"), "per-broker"),
-    "ssl.enabled.protocols": ("list", "TLSv1.2,TLSv1.3", ("list",), "per-broker"),
-    "ssl.endpoint.identification.algorithm": ("string", "https", None, "per-broker"),
-    "ssl.engine.factory.class": ("class", None, None, "per-broker"),
-    "ssl.key.password": ("password", None, None, "per-listener"),
-    "ssl.keymanager.algorithm": ("string", "SunX509", None, "per-broker"),
-    "ssl.keystore.certificate.chain": ("password", None, None, "per-listener"),
-    "ssl.keystore.key": ("password", None, None, "per-listener"),
-    "ssl.keystore.location": ("string", None, None, "per-listener"),
-    "ssl.keystore.password": ("password", None, None, "per-listener"),
-    "ssl.keystore.type": ("string", "JKS", None, "per-listener"),
-    "ssl.principal.mapping.rules": ("string", "DEFAULT", None, "read-only"),
-    "ssl.protocol": ("string", "TLSv1.3", None, "per-broker"),
-    "ssl.provider": ("string", None, None, "per-broker"),
-    "ssl.secure.random.implementation": ("string", None, None, "per-broker"),
-    "ssl.trustmanager.algorithm": ("string", "PKIX", None, "per-broker"),
-    "ssl.truststore.certificates": ("password", None, None, "per-listener"),
-    "ssl.truststore.location": ("string", None, None, "per-listener"),
-    "ssl.truststore.password": ("password", None, None, "per-listener"),
-    "ssl.truststore.type": ("string", "JKS", None, "per-listener"),
-    # --- CleanerConfig ---
-    "log.cleaner.backoff.ms": ("long", "15000", ("range", 0, None), "cluster-wide"),
-    "log.cleaner.dedupe.buffer.size": ("long", "134217728", None, "cluster-wide"),
-    "log.cleaner.delete.retention.ms": ("long", "86400000", ("range", 0, None), "cluster-wide"),
-    "log.cleaner.enable": ("boolean", "true", None, "read-only"),
-    "log.cleaner.io.buffer.load.factor": ("double", "0.9", None, "cluster-wide"),
-    "log.cleaner.io.buffer.size": ("int", "524288", ("range", 0, None), "cluster-wide"),
-    "log.cleaner.io.max.bytes.per.second": ("double", "1.7976931348623157E308", None, "cluster-wide"),
-    "log.cleaner.max.compaction.lag.ms": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
-    "log.cleaner.min.cleanable.ratio": ("double", "0.5", ("range", 0, 1), "cluster-wide"),
-    "log.cleaner.min.compaction.lag.ms": ("long", "0", ("range", 0, None), "cluster-wide"),
-    "log.cleaner.threads": ("int", "1", ("range", 0, None), "cluster-wide"),
-    # --- DelegationTokenManagerConfigs ---
-    "delegation.token.expiry.check.interval.ms": ("long", "3600000", ("range", 1, None), "read-only"),
-    "delegation.token.expiry.time.ms": ("long", "86400000", ("range", 1, None), "read-only"),
-    "delegation.token.max.lifetime.ms": ("long", "604800000", ("range", 1, None), "read-only"),
-    "delegation.token.secret.key": ("password", None, None, "read-only"),
-    # --- GroupCoordinatorConfig ---
-    "group.consumer.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
-    "group.consumer.assignors": ("list", "uniform,range", ("list_nonempty",), "read-only"),
-    "group.consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.consumer.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
-    "group.consumer.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
-    "group.consumer.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
-    "group.consumer.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
-    "group.consumer.migration.policy": ("string", "bidirectional", ("in_ci", "BIDIRECTIONAL", "DISABLED", "DOWNGRADE", "UPGRADE"), "read-only"),
-    "group.consumer.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
-    "group.consumer.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.consumer.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "group.consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "group.coordinator.append.linger.ms": ("int", "-1", ("range", -1, None), "read-only"),
-    "group.coordinator.background.threads": ("int", "2", ("range", 1, None), "read-only"),
-    "group.coordinator.cached.buffer.max.bytes": ("int", "1048588", ("range", 524288, None), "cluster-wide"),
-    "group.coordinator.rebalance.protocols": ("list", "classic,consumer,streams", ("list_nonempty", "consumer", "classic", "share", "streams"), "read-only"),
-    "group.coordinator.threads": ("int", "4", ("range", 1, None), "read-only"),
-    "group.initial.rebalance.delay.ms": ("int", "3000", None, "read-only"),
-    "group.max.session.timeout.ms": ("int", "1800000", None, "read-only"),
-    "group.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
-    "group.min.session.timeout.ms": ("int", "6000", None, "read-only"),
-    "group.share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
-    "group.share.assignors": ("list", "simple", ("list_nonempty",), "read-only"),
-    "group.share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.share.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
-    "group.share.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
-    "group.share.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
-    "group.share.max.size": ("int", "200", ("range", 1, 1000), "read-only"),
-    "group.share.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
-    "group.share.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.share.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "group.share.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "group.streams.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
-    "group.streams.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.streams.initial.rebalance.delay.ms": ("int", "3000", ("range", 0, None), "read-only"),
-    "group.streams.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
-    "group.streams.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
-    "group.streams.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
-    "group.streams.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
-    "group.streams.max.standby.replicas": ("int", "2", ("range", 0, None), "read-only"),
-    "group.streams.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
-    "group.streams.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "group.streams.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "group.streams.num.standby.replicas": ("int", "0", ("range", 0, None), "read-only"),
-    "group.streams.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
-    "offset.metadata.max.bytes": ("int", "4096", None, "read-only"),
-    "offsets.commit.timeout.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    "offsets.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
-    "offsets.retention.check.interval.ms": ("long", "600000", ("range", 1, None), "read-only"),
-    "offsets.retention.minutes": ("int", "10080", ("range", 1, None), "read-only"),
-    "offsets.topic.compression.codec": ("int", "0", None, "read-only"),
-    "offsets.topic.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
-    "offsets.topic.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
-    "offsets.topic.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
-    # --- KRaftConfigs ---
-    "broker.heartbeat.interval.ms": ("int", "2000", None, "read-only"),
-    "broker.session.timeout.ms": ("int", "9000", None, "read-only"),
-    "controller.listener.names": ("list", ..., ("list_nonempty",), "read-only"),
-    "initial.broker.registration.timeout.ms": ("int", "60000", None, "read-only"),
-    "node.id": ("int", ..., ("range", 0, None), "read-only"),
-    "process.roles": ("list", ..., ("list_nonempty", "broker", "controller"), "read-only"),
-    "sasl.mechanism.controller.protocol": ("string", "GSSAPI", None, "read-only"),
-    # --- LogConfig ---
-    "alter.config.policy.class.name": ("class", None, None, "read-only"),
-    "auto.create.topics.enable": ("boolean", "true", None, "read-only"),
-    "cordoned.log.dirs": ("list", "", ("list",), "per-broker"),
-    "create.topic.policy.class.name": ("class", None, None, "read-only"),
-    "log.cleanup.policy": ("list", "delete", ("list", "compact", "delete"), "cluster-wide"),
-    "log.dir": ("list", "/tmp/kafka-logs", ("list_nonempty",), "read-only"),
-    "log.dir.failure.timeout.ms": ("long", "30000", ("range", 1, None), "read-only"),
-    "log.dirs": ("list", None, ("list_nonempty",), "read-only"),
-    "log.flush.interval.messages": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
-    "log.flush.interval.ms": ("long", None, None, "cluster-wide"),
-    "log.flush.offset.checkpoint.interval.ms": ("int", "60000", ("range", 0, None), "read-only"),
-    "log.flush.scheduler.interval.ms": ("long", "9223372036854775807", None, "read-only"),
-    "log.flush.start.offset.checkpoint.interval.ms": ("int", "60000", ("range", 0, None), "read-only"),
-    "log.index.interval.bytes": ("int", "4096", ("range", 0, None), "cluster-wide"),
-    "log.index.size.max.bytes": ("int", "10485760", ("range", 4, None), "cluster-wide"),
-    "log.message.timestamp.after.max.ms": ("long", "3600000", ("range", 0, None), "cluster-wide"),
-    "log.message.timestamp.before.max.ms": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
-    "log.message.timestamp.type": ("string", "CreateTime", ("in", "CreateTime", "LogAppendTime"), "cluster-wide"),
-    "log.preallocate": ("boolean", "false", None, "cluster-wide"),
-    "log.retention.bytes": ("long", "-1", None, "cluster-wide"),
-    "log.retention.check.interval.ms": ("long", "300000", ("range", 1, None), "read-only"),
-    "log.retention.hours": ("int", "168", None, "read-only"),
-    "log.retention.minutes": ("int", None, None, "read-only"),
-    "log.retention.ms": ("long", None, None, "cluster-wide"),
-    "log.roll.hours": ("int", "168", ("range", 1, None), "read-only"),
-    "log.roll.jitter.hours": ("int", "0", ("range", 0, None), "read-only"),
-    "log.roll.jitter.ms": ("long", None, None, "cluster-wide"),
-    "log.roll.ms": ("long", None, None, "cluster-wide"),
-    "log.segment.bytes": ("int", "1073741824", ("range", 1048576, None), "cluster-wide"),
-    "log.segment.delete.delay.ms": ("long", "60000", ("range", 0, None), "cluster-wide"),
-    "min.insync.replicas": ("int", "1", ("range", 1, None), "cluster-wide"),
-    "num.partitions": ("int", "1", ("range", 1, None), "read-only"),
-    "num.recovery.threads.per.data.dir": ("int", "2", ("range", 1, None), "cluster-wide"),
-    # --- MetadataLogConfig ---
-    "metadata.log.dir": ("string", None, None, "read-only"),
-    "metadata.log.max.record.bytes.between.snapshots": ("long", "20971520", ("range", 1, None), "read-only"),
-    "metadata.log.max.snapshot.interval.ms": ("long", "3600000", ("range", 0, None), "read-only"),
-    "metadata.log.segment.bytes": ("int", "1073741824", ("range", 8388608, None), "read-only"),
-    "metadata.log.segment.ms": ("long", "604800000", None, "read-only"),
-    "metadata.max.idle.interval.ms": ("int", "500", ("range", 0, None), "read-only"),
-    "metadata.max.retention.bytes": ("long", "104857600", None, "read-only"),
-    "metadata.max.retention.ms": ("long", "604800000", None, "read-only"),
-    # --- MetricConfigs ---
-    "kafka.metrics.polling.interval.secs": ("int", "10", ("range", 1, None), "read-only"),
-    "kafka.metrics.reporters": ("list", "", ("list",), "read-only"),
-    "metric.reporters": ("list", "org.apache.kafka.common.metrics.JmxReporter", ("list",), "cluster-wide"),
-    "metrics.num.samples": ("int", "2", ("range", 1, None), "read-only"),
-    "metrics.recording.level": ("string", "INFO", None, "read-only"),
-    "metrics.sample.window.ms": ("long", "30000", ("range", 1, None), "read-only"),
-    "telemetry.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
-    # --- QuorumConfig ---
-    "controller.quorum.append.linger.ms": ("int", "25", ("range", 0, None), "read-only"),
-    "controller.quorum.auto.join.enable": ("boolean", "false", None, "read-only"),
-    "controller.quorum.bootstrap.servers": ("list", "", ("custom", "ControllerQuorumBootstrapServersValidator"), "read-only"),
-    "controller.quorum.election.backoff.max.ms": ("int", "1000", ("range", 0, None), "read-only"),
-    "controller.quorum.election.timeout.ms": ("int", "1000", ("range", 0, None), "read-only"),
-    "controller.quorum.fetch.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
-    "controller.quorum.fetch.snapshot.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
-    "controller.quorum.fetch.timeout.ms": ("int", "2000", ("range", 0, None), "read-only"),
-    "controller.quorum.request.timeout.ms": ("int", "2000", ("range", 0, None), "read-only"),
-    "controller.quorum.retry.backoff.ms": ("int", "20", ("range", 0, None), "read-only"),
-    "controller.quorum.voters": ("list", "", ("custom", "ControllerQuorumVotersValidator"), "read-only"),
-    # --- QuotaConfig ---
-    "alter.log.dirs.replication.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "alter.log.dirs.replication.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    "client.quota.callback.class": ("class", None, None, "read-only"),
-    "controller.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "controller.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    "quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    "replication.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "replication.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    # --- RemoteLogManagerConfig ---
-    "log.local.retention.bytes": ("long", "-2", ("range", -2, None), "cluster-wide"),
-    "log.local.retention.ms": ("long", "-2", ("range", -2, None), "cluster-wide"),
-    "remote.fetch.max.wait.ms": ("int", "500", ("range", 1, None), "cluster-wide"),
-    "remote.list.offsets.request.timeout.ms": ("long", "30000", ("range", 1, None), "cluster-wide"),
-    "remote.log.index.file.cache.total.size.bytes": ("long", "1073741824", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.copier.thread.pool.size": ("int", "10", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.copy.max.bytes.per.second": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.copy.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "remote.log.manager.copy.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    "remote.log.manager.expiration.thread.pool.size": ("int", "10", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.fetch.max.bytes.per.second": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.fetch.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
-    "remote.log.manager.fetch.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
-    "remote.log.manager.follower.thread.pool.size": ("int", "2", ("range", 1, None), "cluster-wide"),
-    "remote.log.manager.task.interval.ms": ("long", "30000", ("range", 1, None), "read-only"),
-    "remote.log.manager.thread.pool.size": ("int", "2", ("range", 1, None), "read-only"),
-    "remote.log.metadata.custom.metadata.max.bytes": ("int", "128", ("range", 0, None), "read-only"),
-    "remote.log.metadata.manager.class.name": ("string", "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", ("non_empty",), "read-only"),
-    "remote.log.metadata.manager.class.path": ("string", None, None, "read-only"),
-    "remote.log.metadata.manager.impl.prefix": ("string", "rlmm.config.", ("non_empty",), "read-only"),
-    "remote.log.metadata.manager.listener.name": ("string", None, ("non_empty",), "read-only"),
-    "remote.log.reader.max.pending.tasks": ("int", "100", ("range", 1, None), "read-only"),
-    "remote.log.reader.threads": ("int", "10", ("range", 1, None), "cluster-wide"),
-    "remote.log.storage.manager.class.name": ("string", None, ("non_empty",), "read-only"),
-    "remote.log.storage.manager.class.path": ("string", None, None, "read-only"),
-    "remote.log.storage.manager.impl.prefix": ("string", "rsm.config.", ("non_empty",), "read-only"),
-    "remote.log.storage.system.enable": ("boolean", "false", None, "read-only"),
-    # --- ReplicationConfigs ---
-    "auto.leader.rebalance.enable": ("boolean", "true", None, "read-only"),
-    "controller.socket.timeout.ms": ("int", "30000", None, "read-only"),
-    "default.replication.factor": ("int", "1", None, "read-only"),
-    "delete.records.purgatory.purge.interval.requests": ("int", "1", None, "read-only"),
-    "fetch.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
-    "follower.fetch.last.tiered.offset.enable": ("boolean", "false", None, "cluster-wide"),
-    "inter.broker.listener.name": ("string", None, None, "read-only"),
-    "leader.imbalance.check.interval.seconds": ("long", "300", ("range", 1, None), "read-only"),
-    "num.replica.fetchers": ("int", "1", ("range", 1, None), "cluster-wide"),
-    "producer.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
-    "replica.fetch.backoff.ms": ("int", "1000", ("range", 0, None), "read-only"),
-    "replica.fetch.max.bytes": ("int", "1048576", ("range", 0, None), "read-only"),
-    "replica.fetch.min.bytes": ("int", "1", None, "read-only"),
-    "replica.fetch.response.max.bytes": ("int", "10485760", ("range", 0, None), "read-only"),
-    "replica.fetch.wait.max.ms": ("int", "500", None, "read-only"),
-    "replica.high.watermark.checkpoint.interval.ms": ("long", "5000", None, "read-only"),
-    "replica.lag.time.max.ms": ("long", "30000", None, "read-only"),
-    "replica.selector.class": ("string", None, None, "read-only"),
-    "replica.socket.receive.buffer.bytes": ("int", "65536", None, "read-only"),
-    "replica.socket.timeout.ms": ("int", "30000", None, "read-only"),
-    "security.inter.broker.protocol": ("string", "PLAINTEXT", ("in", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), "read-only"),
-    "unclean.leader.election.enable": ("boolean", "false", None, "cluster-wide"),
-    # --- ServerConfigs ---
-    "authorizer.class.name": ("string", "", ("non_null",), "read-only"),
-    "background.threads": ("int", "10", ("range", 1, None), "cluster-wide"),
-    "broker.id": ("int", "-1", None, "read-only"),
-    "broker.rack": ("string", None, None, "read-only"),
-    "compression.gzip.level": ("int", "-1", ("or", ("range", 1, 9), ("value", -1)), "cluster-wide"),
-    "compression.lz4.level": ("int", "9", ("range", 1, 17), "cluster-wide"),
-    "compression.type": ("string", "producer", ("in", "uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "cluster-wide"),
-    "compression.zstd.level": ("int", "3", ("range", -131072, 22), "cluster-wide"),
-    "config.providers": ("list", "", ("list",), "cluster-wide"),
-    "controlled.shutdown.enable": ("boolean", "true", None, "read-only"),
-    "delete.topic.enable": ("boolean", "true", None, "read-only"),
-    "early.start.listeners": ("list", None, ("list",), "read-only"),
-    "fetch.max.bytes": ("int", "57671680", ("range", 1024, None), "read-only"),
-    "max.incremental.fetch.session.cache.slots": ("int", "1000", ("range", 0, None), "read-only"),
-    "max.request.partition.size.limit": ("int", "2000", ("range", 1, None), "read-only"),
-    "message.max.bytes": ("int", "1048588", ("range", 0, None), "cluster-wide"),
-    "num.io.threads": ("int", "8", ("range", 1, None), "cluster-wide"),
-    "num.replica.alter.log.dirs.threads": ("int", None, None, "read-only"),
-    "request.timeout.ms": ("int", "30000", None, "read-only"),
-    "socket.connection.setup.timeout.max.ms": ("long", "30000", None, "read-only"),
-    "socket.connection.setup.timeout.ms": ("long", "10000", None, "read-only"),
-    # --- ShareCoordinatorConfig ---
-    "share.coordinator.append.linger.ms": ("int", "-1", ("range", -1, None), "read-only"),
-    "share.coordinator.cached.buffer.max.bytes": ("int", "1048588", ("range", 524288, None), "cluster-wide"),
-    "share.coordinator.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
-    "share.coordinator.snapshot.update.records.per.snapshot": ("int", "500", ("range", 0, 500), "read-only"),
-    "share.coordinator.state.topic.compression.codec": ("int", "0", None, "read-only"),
-    "share.coordinator.state.topic.min.isr": ("short", "2", ("range", 1, None), "read-only"),
-    "share.coordinator.state.topic.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
-    "share.coordinator.state.topic.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
-    "share.coordinator.state.topic.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
-    "share.coordinator.threads": ("int", "1", ("range", 1, None), "read-only"),
-    "share.coordinator.write.timeout.ms": ("int", "5000", ("range", 1, None), "read-only"),
-    # --- ShareGroupConfig ---
-    "group.share.delivery.count.limit": ("int", "5", ("range", 2, 10), "read-only"),
-    "group.share.max.delivery.count.limit": ("int", "10", ("range", 5, 25), "read-only"),
-    "group.share.max.partition.max.record.locks": ("int", "4000", ("range", 2000, 10000), "read-only"),
-    "group.share.max.record.lock.duration.ms": ("int", "60000", ("range", 30000, 3600000), "read-only"),
-    "group.share.max.share.sessions": ("int", "2000", ("range", 1, None), "read-only"),
-    "group.share.min.delivery.count.limit": ("int", "2", ("range", 2, 5), "read-only"),
-    "group.share.min.partition.max.record.locks": ("int", "100", ("range", 100, 2000), "read-only"),
-    "group.share.min.record.lock.duration.ms": ("int", "15000", ("range", 1000, 30000), "read-only"),
-    "group.share.partition.max.record.locks": ("int", "2000", ("range", 100, 10000), "read-only"),
-    "group.share.record.lock.duration.ms": ("int", "30000", ("range", 1000, 3600000), "read-only"),
-    "share.fetch.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
-    # --- SocketServerConfigs ---
-    "advertised.listeners": ("list", None, ("list_nonempty",), "read-only"),
-    "connection.failed.authentication.delay.ms": ("int", "100", ("range", 0, None), "read-only"),
-    "connections.max.idle.ms": ("long", "600000", None, "read-only"),
-    "listener.security.protocol.map": ("string", "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None, "per-broker"),
-    "listeners": ("list", "PLAINTEXT://:9092", ("list_nonempty",), "per-broker"),
-    "max.connection.creation.rate": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
-    "max.connections": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
-    "max.connections.per.ip": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
-    "max.connections.per.ip.overrides": ("string", "", None, "cluster-wide"),
-    "num.network.threads": ("int", "3", ("range", 1, None), "cluster-wide"),
-    "queued.max.request.bytes": ("long", "-1", None, "read-only"),
-    "queued.max.requests": ("int", "500", ("range", 1, None), "read-only"),
-    "socket.listen.backlog.size": ("int", "50", ("range", 1, None), "read-only"),
-    "socket.receive.buffer.bytes": ("int", "102400", None, "read-only"),
-    "socket.request.max.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
-    "socket.send.buffer.bytes": ("int", "102400", None, "read-only"),
-    # --- TransactionLogConfig ---
-    "producer.id.expiration.ms": ("int", "86400000", ("range", 1, None), "cluster-wide"),
-    "transaction.partition.verification.enable": ("boolean", "true", None, "cluster-wide"),
-    "transaction.state.log.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
-    "transaction.state.log.min.isr": ("int", "2", ("range", 1, None), "read-only"),
-    "transaction.state.log.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
-    "transaction.state.log.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
-    "transaction.state.log.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
-    # --- TransactionStateManagerConfig ---
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": ("int", "10000", ("range", 1, None), "read-only"),
-    "transaction.max.timeout.ms": ("int", "900000", ("range", 1, None), "read-only"),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": ("int", "3600000", ("range", 1, None), "read-only"),
-    "transaction.two.phase.commit.enable": ("boolean", "false", None, "read-only"),
-    "transactional.id.expiration.ms": ("int", "604800000", ("range", 1, None), "read-only"),
-    # --- dynamic only (QuotaConfig.brokerQuotaConfigs): not read from server.properties, described only when set ---
-    "follower.replication.throttled.rate": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
-    "leader.replication.throttled.rate": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
-    "replica.alter.log.dirs.io.max.bytes.per.second": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
-    # --- internal (Kafka's defineInternal): accepted, not listed by DescribeConfigs unless set ---
-    "controller.performance.always.log.threshold.ms": ("long", "2000", ("range", 0, None), "read-only"),
-    "controller.performance.sample.period.ms": ("long", "60000", ("range", 100, None), "read-only"),
-    "group.consumer.regex.refresh.interval.ms": ("int", "600000", ("range", 10000, None), "read-only"),
-    "group.share.initialize.retry.interval.ms": ("int", "30000", ("range", 1, None), "read-only"),
-    "group.share.persister.class.name": ("string", "org.apache.kafka.server.share.persister.DefaultStatePersister", None, "read-only"),
-    "internal.metadata.delete.delay.millis": ("long", "60000", None, "read-only"),
-    "internal.metadata.log.segment.bytes": ("int", None, None, "read-only"),
-    "internal.metadata.max.batch.size.in.bytes": ("int", "8388608", None, "read-only"),
-    "log.initial.task.delay.ms": ("long", "30000", ("range", 0, None), "read-only"),
-    "producer.id.expiration.check.interval.ms": ("int", "600000", ("range", 1, None), "read-only"),
-    "remote.log.index.file.cache.ttl.ms": ("long", "900000", ("range", -1, None), "read-only"),
-    "remote.log.manager.task.retry.backoff.max.ms": ("long", "30000", ("range", 1, None), "read-only"),
-    "remote.log.manager.task.retry.backoff.ms": ("long", "500", ("range", 1, None), "read-only"),
-    "remote.log.manager.task.retry.jitter": ("double", "0.2", ("range", 0, 0.5), "read-only"),
-    "server.max.startup.time.ms": ("long", "9223372036854775807", ("range", 0, None), "read-only"),
-    "share.coordinator.cold.partition.snapshot.interval.ms": ("int", "300000", ("range", 1, None), "read-only"),
-    "share.coordinator.state.topic.prune.interval.ms": ("int", "300000", ("range", 1, None), "read-only"),
-    "unclean.leader.election.interval.ms": ("long", "300000", ("range", 1, None), "read-only"),
-    "unstable.api.versions.enable": ("boolean", "false", None, "read-only"),
-    "unstable.feature.versions.enable": ("boolean", "false", None, "read-only"),
-}
-# Group configs (config resources of type GROUP, KIP-848): name: (type, default, check,
-# the broker setting a group without its own value takes)
-KAFKA_GROUP_CONFIGS = {
-    "consumer.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.consumer.assignment.interval.ms"),
-    "consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.consumer.heartbeat.interval.ms"),
-    "consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.consumer.session.timeout.ms"),
-    "share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.share.assignment.interval.ms"),
-    "share.auto.offset.reset": ("string", "latest", ("custom", "ShareGroupAutoOffsetResetStrategy.Validator"), None),
-    "share.delivery.count.limit": ("int", "5", ("range", 2, None), "group.share.delivery.count.limit"),
-    "share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.share.heartbeat.interval.ms"),
-    "share.isolation.level": ("string", "read_uncommitted", ("in", "read_committed", "read_uncommitted"), None),
-    "share.partition.max.record.locks": ("int", "2000", ("range", 100, None), "group.share.partition.max.record.locks"),
-    "share.record.lock.duration.ms": ("int", "30000", ("range", 1000, None), "group.share.record.lock.duration.ms"),
-    "share.renew.acknowledge.enable": ("boolean", "true", None, None),
-    "share.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.share.session.timeout.ms"),
-    "streams.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.streams.assignment.interval.ms"),
-    "streams.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.streams.heartbeat.interval.ms"),
-    "streams.initial.rebalance.delay.ms": ("int", "3000", ("range", 0, None), "group.streams.initial.rebalance.delay.ms"),
-    "streams.num.standby.replicas": ("int", "0", ("range", 0, None), "group.streams.num.standby.replicas"),
-    "streams.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.streams.session.timeout.ms"),
-}
-# The broker settings DescribeConfigs lists as synonyms of each other (besides
-# listener.name.<listener>.<name> overrides, synonyms of <name>):
-KAFKA_BROKER_SYNONYMS = {
-    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-    "log.retention.hours": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "log.retention.minutes": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "log.roll.hours": ("log.roll.ms", "log.roll.hours"),
-    "log.roll.jitter.hours": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
-}
-# ==== end of the generated block ====
-
-KAFKA_INTERNAL_BROKER_CONFIGS = set(list(KAFKA_BROKER_CONFIGS)[
-    list(KAFKA_BROKER_CONFIGS).index("controller.performance.always.log.threshold.ms"):])
-KAFKA_QUOTA_BROKER_CONFIGS = {"follower.replication.throttled.rate", "leader.replication.throttled.rate",
-                              "replica.alter.log.dirs.io.max.bytes.per.second"}
-TOPIC_CONFIGS = {name: spec for name, spec in KAFKA_TOPIC_CONFIGS.items()
-                 if not name.startswith("internal.")}     # described; internal ones only when set
 TOPIC_CONFIGS_USED = {"cleanup.policy", "max.message.bytes", "message.timestamp.type",
                       "retention.bytes", "retention.ms", "segment.bytes", "segment.ms"}
 
@@ -1265,8 +776,8 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below §10; a handler (or the
-    dispatcher) turns it into an error_code in the response."""
+    """A protocol-level failure. Raised anywhere below the handlers (§10-§13);
+    a handler (or the Dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
         super().__init__(f"{code.name}: {detail}" if detail else code.name)
@@ -2738,6 +2249,7 @@ def raise_descriptor_limit():
         return 1024
 
 
+# --- Segment: one file of a partition's log, and its index -------------------
 # The in-memory index of a segment: four parallel arrays, one entry per batch.
 # Kafka keeps a sparse .index (offset -> position) and .timeindex on disk; doze
 # keeps every batch in memory (32 bytes each) and caches the arrays in a
@@ -2940,6 +2452,8 @@ class Segment:
         return os.pread(self.read_handle().fd, self.end_position(i) - self.positions[i],
                         self.positions[i])
 
+
+# --- PartitionLog: one partition's segments, its offsets, its appends --------
 
 class PartitionLog:
     """One partition: its segments, its log start offset, its end offset, and
@@ -3313,6 +2827,10 @@ class StoreFailed(KafkaError):
     """meta.db refused a change (full, read-only, locked, failing): nothing of
     it was kept. KAFKA_STORAGE_ERROR, which the coordinators answer as Kafka's
     do when their log refuses an append: NOT_COORDINATOR."""
+
+
+# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §9's Authorizer decides with them.
+Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
 class MetadataStore:
@@ -5885,9 +5403,6 @@ AUTHORIZATION_FAILED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 KAFKA_ERROR_MESSAGES = {29: "Topic authorization failed.", 30: "Group authorization failed.",   # Errors.java
                         31: "Cluster authorization failed.", 53: "Transactional Id authorization failed."}
-Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
-
-
 class Authorizer:
     """ACLs in memory (a list per resource type: a single node has few) and in
     meta.db; decisions as StandardAuthorizerData.authorize."""
@@ -5994,7 +5509,7 @@ def acl_filter_matches(f, acl):
 
 
 ###############################################################################
-# 10. REQUEST HANDLERS -- one block per API, in API-key order
+# 10. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -6301,7 +5816,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §12).
+    connection of a client that sends one (see §14).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -6834,6 +6349,257 @@ def auto_create(ctx, name, internal):
     return describe_topic(ctx, Msg(name=name, topic_id=UUID_ZERO), False, ctx.node(ctx.conn)[0])
 
 
+# --- ApiVersions (18) -----------------------------------------------------------
+
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+@api("""
+ApiVersions  key=18  versions=0-4  flexible=3+
+  request
+    client_software_name  string  v3+
+    client_software_version  string  v3+
+  response
+    error_code  int16
+    api_keys  []
+      api_key  int16
+      min_version  int16
+      max_version  int16
+    throttle_time_ms  int32  v1+
+""")
+def handle_api_versions(ctx, req):
+    """ApiVersions: which versions of which APIs doze speaks, built from HANDLERS.
+
+    No features are advertised -- in particular no `transaction.version`, so
+    every client uses the classic transaction protocol, not KIP-890's v2.
+    A request version doze does not know is answered by the dispatcher with
+    UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
+
+    Errors: INVALID_REQUEST (v3+: a client software name or version that is not
+    letters, digits, '.' and '-', as KIP-511 requires).
+    """
+    if ctx.version >= 3 and not (SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
+                                 and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)):
+        return Msg(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
+    if ctx.conn.sasl is not None:
+        ctx.conn.sasl.versions_answered()
+    return Msg(api_keys=api_versions_list())
+
+
+def api_versions_list():
+    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.max_version)
+            for key, (spec, _) in sorted(HANDLERS.items())]
+
+
+# --- DeleteRecords (21) ---------------------------------------------------------
+
+@api("""
+DeleteRecords  key=21  versions=0-2  flexible=2+
+  request
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        offset  int64                          # -1: the high watermark
+    timeout_ms  int32
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        low_watermark  int64
+        error_code  int16
+""")
+def handle_delete_records(ctx, req):
+    """DeleteRecords: raise the log start offset; whole segments below it go.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
+    POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records),
+    TOPIC_AUTHORIZATION_FAILED (DELETE on the topic).
+    In steps: each partition's segment files are work for the loop.
+    """
+    return in_steps(delete_records(ctx, req))
+
+
+def delete_records(ctx, req):
+    results, moves = [], []
+    deletable = topics_allowed(ctx, AclOperation.DELETE, (t.name for t in req.topics))
+    for t in req.topics:
+        for p in t.partitions:
+            part = Msg(partition_index=p.partition_index, low_watermark=-1)
+            results.append((t.name, part))
+            if t.name not in deletable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            try:
+                plog = ctx.logs.get(t.name, p.partition_index)
+                if t.name in INTERNAL_TOPICS:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot delete records of internal topic {t.name}")
+                if "delete" not in ctx.logs.topic_config(t.name, "cleanup.policy"):
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION, "a compacted topic keeps its records")
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > plog.high_watermark:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                moves.append((plog, offset, part))
+            except KafkaError as e:
+                part.error_code = e.code
+            yield
+    moved = yield from ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])
+    for plog, offset, part in moves:
+        if plog not in moved:               # a DeleteTopics came between two steps
+            part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        part.low_watermark = max(plog.log_start_offset, offset)
+    return Msg(topics=by_topic(results))
+
+
+# --- DescribeCluster (60) -------------------------------------------------------
+
+@api("""
+DescribeCluster  key=60  versions=0-1  flexible=0+
+  request
+    include_cluster_authorized_operations  bool
+    endpoint_type  int8 = 1  v1+               # 1 brokers, 2 controllers
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    error_message  string? = null
+    endpoint_type  int8 = 1  v1+
+    cluster_id  string
+    controller_id  int32 = -1
+    brokers  []
+      broker_id  int32
+      host  string
+      port  int32
+      rack  string? = null
+    cluster_authorized_operations  int32 = -2147483648
+""")
+def handle_describe_cluster(ctx, req):
+    """DescribeCluster (KIP-700): this broker, which is also the controller.
+    Errors: UNSUPPORTED_ENDPOINT_TYPE for an endpoint type other than brokers or controllers."""
+    if req.endpoint_type == 2:                  # controllers: not this (broker) listener
+        return Msg(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE, endpoint_type=1,
+                   cluster_id=ctx.store.get_setting("cluster_id"), controller_id=-1,
+                   error_message="The request was sent to an endpoint of type BROKER, but we "
+                                 "wanted an endpoint of type CONTROLLER")
+    if req.endpoint_type != 1:
+        raise KafkaError(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"endpoint type {req.endpoint_type}")
+    node_id, host, port = ctx.node(ctx.conn)
+    return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
+               controller_id=node_id, brokers=[Msg(broker_id=node_id, host=host, port=port)],
+               cluster_authorized_operations=cluster_operations(ctx)
+               if req.include_cluster_authorized_operations else -2147483648)
+
+
+# --- DescribeTopicPartitions (75) -----------------------------------------------
+
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000    # Kafka's max.request.partition.size.limit
+
+
+@api("""
+DescribeTopicPartitions  key=75  versions=0-0  flexible=0+     # KIP-966: kafka-topics --describe
+  request
+    topics  []
+      name  string
+    response_partition_limit  int32 = 2000
+    cursor  {}? = null
+      topic_name  string
+      partition_index  int32
+  response
+    throttle_time_ms  int32 = 0
+    topics  []
+      error_code  int16
+      name  string?
+      topic_id  uuid
+      is_internal  bool = false
+      partitions  []
+        error_code  int16
+        partition_index  int32
+        leader_id  int32
+        leader_epoch  int32 = -1
+        replica_nodes  []int32
+        isr_nodes  []int32
+        eligible_leader_replicas  []int32? = null
+        last_known_elr  []int32? = null
+        offline_replicas  []int32
+      topic_authorized_operations  int32 = -2147483648
+    next_cursor  {}? = null
+      topic_name  string
+      partition_index  int32
+""")
+def handle_describe_topic_partitions(ctx, req):
+    """DescribeTopicPartitions: Metadata's partitions, paged. Topics sorted by
+    name from the cursor's, at most response_partition_limit partitions (and
+    2000) an answer; next_cursor says where the next page starts -- the order
+    and the edge cases of Kafka's KRaftMetadataCache.describeTopicResponse.
+    No topics named: every topic, unknown ones left out. Topics without
+    DESCRIBE are left out, or, named, answered TOPIC_AUTHORIZATION_FAILED last.
+
+    Errors (per topic): INVALID_REQUEST (for every named topic: a cursor topic
+    not among them, or a negative cursor partition), UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_TOPIC_EXCEPTION.
+    """
+    everything = not req.topics
+    after = req.cursor.topic_name if req.cursor else ""
+    names = sorted({n for n in (ctx.logs.topics if everything else (t.name for t in req.topics)) if n >= after})
+    if req.cursor and (not everything and req.cursor.topic_name not in names or req.cursor.partition_index < 0):
+        return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=UUID_ZERO,
+                               partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
+    described = topics_allowed(ctx, AclOperation.DESCRIBE, names)
+    refused = [] if everything else [
+        Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=UUID_ZERO, is_internal=False,
+            partitions=[]) for n in names if n not in described]
+    topics, cursor = topic_partitions_page(ctx, req, [n for n in names if n in described], everything)
+    return Msg(topics=topics + refused, next_cursor=cursor)
+
+
+def topic_partitions_page(ctx, req, names, everything):
+    """The page: from the cursor on, at most the partition limit -> (topics, the next cursor or None)."""
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
+    after = req.cursor.topic_name if req.cursor else ""
+    node_id, topics = ctx.node(ctx.conn)[0], []
+    for name in names:
+        if remaining == 0:
+            return topics, Msg(topic_name=name, partition_index=0)
+        topic = ctx.logs.topics.get(name)
+        if topic is None:
+            if not everything:
+                bad = not TOPIC_NAME.fullmatch(name) or name in (".", "..")
+                topics.append(Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION if bad else
+                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=UUID_ZERO,
+                                  is_internal=name in INTERNAL_TOPICS, partitions=[],
+                                  topic_authorized_operations=ctx.operations(ResourceType.TOPIC, name)))
+            continue
+        start = req.cursor.partition_index if req.cursor and name == after else 0
+        upper = min(topic.partitions, start + remaining)
+        topics.append(partitions_page(topic, range(start, upper), node_id, ctx.operations(ResourceType.TOPIC, name)))
+        if upper < topic.partitions:
+            return topics, Msg(topic_name=name, partition_index=upper)
+        remaining -= max(0, upper - start)
+    return topics, None
+
+
+def partitions_page(topic, indexes, node_id, operations):
+    """One topic of a DescribeTopicPartitions answer: these partitions, all led here."""
+    return Msg(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
+               is_internal=topic.name in INTERNAL_TOPICS, topic_authorized_operations=operations,
+               partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id, leader_epoch=0,
+                               replica_nodes=[node_id], isr_nodes=[node_id], eligible_leader_replicas=[],
+                               last_known_elr=[], offline_replicas=[]) for p in indexes])
+
+
+###############################################################################
+# 11. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+###############################################################################
+# The handlers of the APIs a consumer group and a transactional producer
+# speak. Each checks authorization and the request's shape, then hands the
+# step to its coordinator (§8: GroupCoordinator, TransactionCoordinator),
+# which knows nothing of sockets; a request that must wait (a JoinGroup until
+# the group's members are in, an EndTxn until its markers are durable) is a
+# Park its coordinator wakes.
+
 # --- OffsetCommit (8) -----------------------------------------------------------
 
 @api("""
@@ -7333,346 +7099,6 @@ def handle_list_groups(ctx, req):
         and (everything or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False))])
 
 
-# --- SaslHandshake (17) ---------------------------------------------------------
-
-@api("""
-SaslHandshake  key=17  versions=0-1  flexible=none
-  request
-    mechanism  string
-  response
-    error_code  int16
-    mechanisms  []string
-""")
-def handle_sasl_handshake(ctx, req):
-    """SaslHandshake: the mechanism a SASL connection will authenticate with.
-    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §9).
-
-    Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
-    with the enabled ones after the failure delay, then the connection closes),
-    ILLEGAL_SASL_STATE (not a SASL listener, or already authenticated).
-    """
-    sasl = ctx.conn.sasl
-    if sasl is None or sasl.complete and not sasl.may_reauthenticate(ctx.now_ms):
-        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
-    if sasl.handshake(req.mechanism, ctx.version, ctx.now_ms):
-        return Msg(error_code=ErrorCode.NONE, mechanisms=sasl.mechanisms)
-    return AuthenticationFailure(Msg(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=sasl.mechanisms),
-                                 f"SASL mechanism {req.mechanism!r} is not enabled on listener {sasl.listener}")
-
-
-# --- ApiVersions (18) -----------------------------------------------------------
-
-SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
-
-
-@api("""
-ApiVersions  key=18  versions=0-4  flexible=3+
-  request
-    client_software_name  string  v3+
-    client_software_version  string  v3+
-  response
-    error_code  int16
-    api_keys  []
-      api_key  int16
-      min_version  int16
-      max_version  int16
-    throttle_time_ms  int32  v1+
-""")
-def handle_api_versions(ctx, req):
-    """ApiVersions: which versions of which APIs doze speaks, built from HANDLERS.
-
-    No features are advertised -- in particular no `transaction.version`, so
-    every client uses the classic transaction protocol, not KIP-890's v2.
-    A request version doze does not know is answered by the dispatcher with
-    UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
-
-    Errors: INVALID_REQUEST (v3+: a client software name or version that is not
-    letters, digits, '.' and '-', as KIP-511 requires).
-    """
-    if ctx.version >= 3 and not (SOFTWARE_NAME_VERSION.fullmatch(req.client_software_name)
-                                 and SOFTWARE_NAME_VERSION.fullmatch(req.client_software_version)):
-        return Msg(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
-    if ctx.conn.sasl is not None:
-        ctx.conn.sasl.versions_answered()
-    return Msg(api_keys=api_versions_list())
-
-
-def api_versions_list():
-    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.max_version)
-            for key, (spec, _) in sorted(HANDLERS.items())]
-
-
-# --- CreateTopics (19) ----------------------------------------------------------
-
-@api("""
-CreateTopics  key=19  versions=2-7  flexible=5+
-  request
-    topics  []
-      name  string
-      num_partitions  int32                    # -1: num.partitions
-      replication_factor  int16                # -1: default.replication.factor
-      assignments  []
-        partition_index  int32
-        broker_ids  []int32
-      configs  []
-        name  string
-        value  string?
-    timeout_ms  int32 = 60000
-    validate_only  bool = false
-  response
-    throttle_time_ms  int32
-    topics  []
-      name  string
-      topic_id  uuid  v7+
-      error_code  int16
-      error_message  string?
-      num_partitions  int32 = -1  v5+
-      replication_factor  int16 = -1  v5+
-      configs  []?  v5+
-        name  string
-        value  string?
-        read_only  bool
-        config_source  int8 = -1
-        is_sensitive  bool
-      topic_config_error_code  int16 = 0  v5+  tag=0     # no DESCRIBE_CONFIGS: 29, configs not shown
-""")
-def handle_create_topics(ctx, req):
-    """CreateTopics: new topics, their partition directories and meta.db rows,
-    made in steps (thousands of directories take a while).
-
-    Errors per topic: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
-    INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (anything but 1 or -1: one
-    broker), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST
-    (a topic named twice in one request), POLICY_VIOLATION (over Kafka's
-    10,000 partitions a request, or doze.max.partitions in all),
-    UNKNOWN_SERVER_ERROR (the directories could not be made), TOPIC_AUTHORIZATION_FAILED
-    (CREATE on the cluster or on the topic; answered after the others, as Kafka's
-    controller does). A topic made without DESCRIBE_CONFIGS on it is answered
-    with topic_config_error_code 29 and no configs.
-    """
-    return in_steps(create_topics(ctx, req))
-
-
-def create_topics(ctx, req):
-    counts = collections.Counter(t.name for t in req.topics)
-    request_error = create_topics_limit(ctx, req.topics)
-    if ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
-        creatable = set(counts)
-    else:
-        creatable = topics_allowed(ctx, AclOperation.CREATE, (n for n in counts if counts[n] == 1))
-    results = []
-    for t in req.topics:
-        if counts[t.name] > 1 or t.name not in creatable:
-            continue
-        res = Msg(name=t.name, error_message=None)
-        results.append(res)
-        try:
-            if request_error:
-                raise request_error
-            if t.name == "__cluster_metadata":
-                raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 "Creation of internal topic __cluster_metadata is prohibited.")
-            partitions, replication = check_assignments(ctx, t)
-            partitions, configs = ctx.logs.check_new_topic(
-                t.name, partitions, replication, {c.name: c.value for c in t.configs})
-            res.topic_id = uuid.uuid4().bytes if req.validate_only else \
-                (yield from ctx.logs.create_topic(t.name, partitions, configs))
-            if ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name, log_denial=False):
-                res.num_partitions, res.replication_factor = partitions, 1
-                res.configs = [describe_new_topic_config(ctx, name, configs)
-                               for name in sorted(set(TOPIC_CONFIGS) | set(configs))]
-            else:
-                res.topic_config_error_code, res.configs = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
-        except KafkaError as e:
-            res.error_code, res.error_message = e.code, e.detail or None
-        except OSError as e:
-            log.error("creating topic %s failed: %s; nothing of it is left", t.name, e)
-            res.error_code, res.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, f"storage: {e}"
-    results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
-                for name, n in counts.items() if n > 1]          # Kafka: one entry each, last
-    results += [Msg(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
-                for name in java_hash_order(n for n in counts if counts[n] == 1 and n not in creatable)]
-    return Msg(topics=results)
-
-
-# Kafka 4.3.1's controller makes a request's changes as one batch of metadata
-# records: CreateTopics may hold 10,000 partitions in all (summed in Java's
-# int), and no request more than 10,000 records (a topic, each partition and
-# each config is one). What it answers past them, recorded (partition-limits):
-MAX_PARTITIONS_PER_REQUEST = 10000        # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
-MAX_RECORDS_PER_REQUEST = 10000           # QuorumController.MAX_RECORDS_PER_USER_OP
-
-
-def java_int(n):
-    return (n + (1 << 31)) % (1 << 32) - (1 << 31)
-
-
-def create_topics_limit(ctx, topics):
-    """The request-wide refusal Kafka gives a CreateTopics too big for one batch, or None."""
-    total = records = exact = 0
-    for t in topics:
-        n = len(t.assignments) if t.assignments else \
-            ctx.config["num.partitions"] if t.num_partitions == -1 else max(t.num_partitions, 0)
-        total, exact = java_int(total + n), exact + n
-        records += 1 + n + len(t.configs)
-    if total > MAX_PARTITIONS_PER_REQUEST:
-        return KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
-    if records > MAX_RECORDS_PER_REQUEST:
-        if exact > INT32_MAX:           # the Java sum wrapped: Kafka runs out of memory here
-            return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
-        return KafkaError(ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
-    return None
-
-
-def check_assignments(ctx, t):
-    """Manual replica assignments: allowed only onto this broker, one replica each."""
-    if not t.assignments:
-        return t.num_partitions, t.replication_factor
-    if t.num_partitions != -1 or t.replication_factor != -1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                         "Both cannot be used at the same time.")
-    node_id = ctx.node(ctx.conn)[0]
-    for i, a in enumerate(sorted(t.assignments, key=lambda a: a.partition_index)):
-        if a.partition_index != i or not a.broker_ids:
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..n-1")
-        if a.broker_ids != [node_id]:
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT
-                             if any(b != node_id for b in a.broker_ids)
-                             else ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"replicas {a.broker_ids}: this cluster is broker {node_id} alone")
-    return len(t.assignments), 1
-
-
-def describe_new_topic_config(ctx, name, overrides):
-    """One config of a topic CreateTopics made (or would make), v5+."""
-    value, source, _ = describe_topic_config(ctx, overrides, name)
-    return Msg(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
-
-
-# --- DeleteTopics (20) ----------------------------------------------------------
-
-@api("""
-DeleteTopics  key=20  versions=1-6  flexible=4+
-  request
-    topics  []  v6+
-      name  string? = null
-      topic_id  uuid
-    topic_names  []string  v1-5
-    timeout_ms  int32
-  response
-    throttle_time_ms  int32
-    responses  []
-      name  string?6+
-      topic_id  uuid  v6+
-      error_code  int16
-      error_message  string? = null  v5+
-""")
-def handle_delete_topics(ctx, req):
-    """DeleteTopics: the meta.db row goes first, then the partition directories.
-
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_DELETION_DISABLED,
-    TOPIC_AUTHORIZATION_FAILED (DESCRIBE on the topic, asked before whether it
-    exists; then DELETE on the cluster or the topic).
-    """
-    wanted = req.topics if ctx.version >= 6 else [Msg(name=n, topic_id=UUID_ZERO)
-                                                   for n in req.topic_names]
-    cluster_delete = ctx.allowed(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
-    return Msg(responses=[delete_topic(ctx, t, cluster_delete) for t in wanted])
-
-
-def delete_topic(ctx, t, cluster_delete):
-    """One topic of a DeleteTopics, by name or by id -> its answer."""
-    name = t.name
-    if name is None:
-        name = next((n for n, m in ctx.logs.topics.items() if m.topic_id == t.topic_id), None)
-    res = Msg(name=name, topic_id=t.topic_id)
-    if name is None:
-        res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
-    elif not (cluster_delete or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
-        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
-        res.name = t.name                           # by id: the name stays unsaid
-    elif name not in ctx.logs.topics:
-        res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        res.error_message = "This server does not host this topic-partition."
-    elif not (cluster_delete or ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, name)):
-        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
-    elif not ctx.config["delete.topic.enable"]:
-        res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
-    else:
-        res.topic_id = ctx.logs.topics[name].topic_id
-        ctx.logs.delete_topic(name)
-        ctx.producer_states.forget_topic(name)
-        if name == CONSUMER_OFFSETS:
-            log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka", name)
-            ctx.groups.forget_all_offsets()
-    return res
-
-
-# --- DeleteRecords (21) ---------------------------------------------------------
-
-@api("""
-DeleteRecords  key=21  versions=0-2  flexible=2+
-  request
-    topics  []
-      name  string
-      partitions  []
-        partition_index  int32
-        offset  int64                          # -1: the high watermark
-    timeout_ms  int32
-  response
-    throttle_time_ms  int32
-    topics  []
-      name  string
-      partitions  []
-        partition_index  int32
-        low_watermark  int64
-        error_code  int16
-""")
-def handle_delete_records(ctx, req):
-    """DeleteRecords: raise the log start offset; whole segments below it go.
-
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (beyond the high watermark),
-    POLICY_VIOLATION (cleanup.policy=compact alone: Kafka keeps such records),
-    TOPIC_AUTHORIZATION_FAILED (DELETE on the topic).
-    In steps: each partition's segment files are work for the loop.
-    """
-    return in_steps(delete_records(ctx, req))
-
-
-def delete_records(ctx, req):
-    results, moves = [], []
-    deletable = topics_allowed(ctx, AclOperation.DELETE, (t.name for t in req.topics))
-    for t in req.topics:
-        for p in t.partitions:
-            part = Msg(partition_index=p.partition_index, low_watermark=-1)
-            results.append((t.name, part))
-            if t.name not in deletable:
-                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                continue
-            try:
-                plog = ctx.logs.get(t.name, p.partition_index)
-                if t.name in INTERNAL_TOPICS:
-                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                     f"Cannot delete records of internal topic {t.name}")
-                if "delete" not in ctx.logs.topic_config(t.name, "cleanup.policy"):
-                    raise KafkaError(ErrorCode.POLICY_VIOLATION, "a compacted topic keeps its records")
-                offset = plog.high_watermark if p.offset == -1 else p.offset
-                if offset < 0 or offset > plog.high_watermark:
-                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-                moves.append((plog, offset, part))
-            except KafkaError as e:
-                part.error_code = e.code
-            yield
-    moved = yield from ctx.logs.delete_records([(plog, offset) for plog, offset, _ in moves])
-    for plog, offset, part in moves:
-        if plog not in moved:               # a DeleteTopics came between two steps
-            part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            continue
-        part.low_watermark = max(plog.log_start_offset, offset)
-    return Msg(topics=by_topic(results))
-
-
 # --- InitProducerId (22) --------------------------------------------------------
 
 @api("""
@@ -7996,212 +7422,235 @@ def txn_offsets_verdict(ctx, req):
         return None, e.code
 
 
-# --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------
-# The cluster's DESCRIBE (DescribeAcls) or ALTER (the others) first; then,
-# without an authorizer (authorizer.class.name unset, as by default), Kafka
-# answers every ACL request SECURITY_DISABLED, and so does doze. Filters
-# match as Kafka's AclBindingFilter (acl_filter_matches).
-
-NO_AUTHORIZER = "No Authorizer is configured."
-ANY_CODE = 1                            # ANY of a type, operation or permission: for filters only
-
+# --- DeleteGroups (42) ----------------------------------------------------------
 
 @api("""
-DescribeAcls  key=29  versions=1-3  flexible=2+
+DeleteGroups  key=42  versions=0-2  flexible=2+
   request
-    resource_type_filter  int8
-    resource_name_filter  string?
-    pattern_type_filter  int8 = 3
-    principal_filter  string?
-    host_filter  string?
-    operation  int8
-    permission_type  int8
+    groups_names  []string
   response
-    throttle_time_ms  int32 = 0
-    error_code  int16
-    error_message  string?
-    resources  []
-      resource_type  int8
-      resource_name  string
-      pattern_type  int8 = 3
-      acls  []
-        principal  string
-        host  string
-        operation  int8
-        permission_type  int8
-""")
-def handle_describe_acls(ctx, req):
-    """DescribeAcls: the ACLs the filter matches, grouped by resource pattern.
-
-    Errors: CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED (no authorizer),
-    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
-    """
-    if has_unknown_acl_field(req):
-        return CloseConnection("DescribeAcls: its filter contains UNKNOWN (0) elements")
-    ctx.check_cluster(AclOperation.DESCRIBE)
-    if ctx.authorizer is None:
-        return Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
-                   resources=[])
-    patterns = {}
-    for acl in ctx.authorizer.matching(acl_filter(req)):
-        patterns.setdefault((acl.resource_type, acl.name, acl.pattern), []).append(
-            Msg(principal=acl.principal, host=acl.host, operation=acl.operation, permission_type=acl.permission))
-    return Msg(error_code=ErrorCode.NONE, resources=[
-        Msg(resource_type=t, resource_name=n, pattern_type=p, acls=acls) for (t, n, p), acls in patterns.items()])
-
-
-def has_unknown_acl_field(*items):
-    """Kafka's ACL requests refuse a code 0 (UNKNOWN) in a type, pattern,
-    operation or permission when they are parsed: the connection closes."""
-    return any(0 in (getattr(i, "resource_type", None), getattr(i, "resource_type_filter", None),
-                     getattr(i, "resource_pattern_type", None), getattr(i, "pattern_type_filter", None),
-                     i.operation, i.permission_type) for i in items)
-
-
-def acl_filter(f):
-    """A filter of DescribeAcls or DeleteAcls, checked as AclControlManager.validateFilter."""
-    if 0 in (known_code(ResourceType, f.resource_type_filter), known_code(PatternType, f.pattern_type_filter)):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
-    if 0 in (known_code(AclOperation, f.operation), known_code(AclPermission, f.permission_type)):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown entryFilter.")
-    return f
-
-
-def known_code(enum_type, value):
-    """An ACL enum's member, or its UNKNOWN (0) for a code it does not have (Kafka's fromCode)."""
-    return enum_type(value) if value in enum_type._value2member_map_ else enum_type.UNKNOWN
-
-
-@api("""
-CreateAcls  key=30  versions=1-3  flexible=2+
-  request
-    creations  []
-      resource_type  int8
-      resource_name  string
-      resource_pattern_type  int8 = 3
-      principal  string
-      host  string
-      operation  int8
-      permission_type  int8
-  response
-    throttle_time_ms  int32 = 0
+    throttle_time_ms  int32
     results  []
+      group_id  string
       error_code  int16
-      error_message  string?
 """)
-def handle_create_acls(ctx, req):
-    """CreateAcls: each creation stored (one meta.db commit), or its error; an
-    ACL that exists already is success. In effect from the next request on.
+def handle_delete_groups(ctx, req):
+    """DeleteGroups: remove empty groups and their offsets.
 
-    Errors (per creation): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
-    INVALID_REQUEST (a CLUSTER not named kafka-cluster, an empty name, a type,
-    pattern, operation or permission that is not one an ACL may have).
+    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID.
     """
-    if has_unknown_acl_field(*req.creations):
-        return CloseConnection("CreateAcls: a creation contains UNKNOWN (0) elements")
-    try:
-        check_acl_alteration(ctx)
-        if any(ANY_CODE in (c.resource_type, c.operation, c.permission_type) or
-               c.resource_pattern_type in (PatternType.ANY, PatternType.MATCH) for c in req.creations):
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)   # Kafka's AclBinding throws: the whole request
-    except KafkaError as e:
-        return Msg(results=[Msg(error_code=e.code, error_message=e.detail or None) for _ in req.creations])
-    results, new = [], []
-    for c in req.creations:
-        error = new_acl_error(c)
-        results.append(Msg(error_code=ErrorCode.INVALID_REQUEST if error else ErrorCode.NONE, error_message=error))
-        if error is None:
-            new.append(Acl(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
-                           c.operation, c.permission_type))
-    ctx.authorizer.add(new)
-    return Msg(results=results)
+    return Msg(results=[Msg(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+                            if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
+                            else error_code_of(ctx.groups.delete_group, g) if g else ErrorCode.INVALID_GROUP_ID)
+                        for g in req.groups_names])
 
 
-def check_acl_alteration(ctx):
-    """CreateAcls' and DeleteAcls' first checks: ALTER on the cluster, then an authorizer."""
-    ctx.check_cluster(AclOperation.ALTER)
-    if ctx.authorizer is None:
-        raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-
-
-def new_acl_error(c):
-    """What AclApis and AclControlManager.validateNewAcl refuse in an ACL, or None."""
-    if c.resource_type == ResourceType.CLUSTER and c.resource_name != CLUSTER_NAME:
-        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
-    if not c.resource_name:
-        return "Invalid empty resource name"
-    for value, enum_type, ok, what in (
-            (c.resource_type, ResourceType, lambda v: v not in (ResourceType.UNKNOWN, ResourceType.ANY), "resourceType"),
-            (c.resource_pattern_type, PatternType, lambda v: v in (PatternType.LITERAL, PatternType.PREFIXED),
-             "patternType"),
-            (c.operation, AclOperation, lambda v: v not in (AclOperation.UNKNOWN, AclOperation.ANY), "operation"),
-            (c.permission_type, AclPermission, lambda v: v in (AclPermission.DENY, AclPermission.ALLOW),
-             "permissionType")):
-        known = known_code(enum_type, value)
-        if not ok(known):
-            return f"Invalid {what} {known.name}"
-    return None
-
+# --- OffsetDelete (47) ----------------------------------------------------------
 
 @api("""
-DeleteAcls  key=31  versions=1-3  flexible=2+
+OffsetDelete  key=47  versions=0-0  flexible=none     # KIP-496
   request
-    filters  []
-      resource_type_filter  int8
-      resource_name_filter  string?
-      pattern_type_filter  int8 = 3
-      principal_filter  string?
-      host_filter  string?
-      operation  int8
-      permission_type  int8
+    group_id  string
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
   response
-    throttle_time_ms  int32 = 0
-    filter_results  []
-      error_code  int16
-      error_message  string?
-      matching_acls  []
+    error_code  int16
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
         error_code  int16
-        error_message  string?
-        resource_type  int8
-        resource_name  string
-        pattern_type  int8 = 3
-        principal  string
-        host  string
-        operation  int8
-        permission_type  int8
 """)
-def handle_delete_acls(ctx, req):
-    """DeleteAcls: every ACL any filter matches goes (all filters at once, one
-    meta.db commit); each filter lists what it matched.
+def handle_offset_delete(ctx, req):
+    """OffsetDelete: drop committed offsets of topics the group no longer consumes.
 
-    Errors (per filter): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
-    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
+    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP is not used: a topic the live
+    group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC per partition;
+    GROUP_AUTHORIZATION_FAILED (DELETE on the group), TOPIC_AUTHORIZATION_FAILED
+    (READ on a topic).
     """
-    if has_unknown_acl_field(*req.filters):
-        return CloseConnection("DeleteAcls: a filter contains UNKNOWN (0) elements")
-    try:
-        check_acl_alteration(ctx)
-    except KafkaError as e:
-        return Msg(filter_results=[Msg(error_code=e.code, error_message=e.detail, matching_acls=[])
-                                   for _ in req.filters])
-    matches = [acls_matching(ctx, f) for f in req.filters]
-    ctx.authorizer.remove([acl for _, matched in matches for acl in matched])
-    return Msg(filter_results=[result for result, _ in matches])
+    ctx.require(AclOperation.DELETE, ResourceType.GROUP, req.group_id)
+    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics))
+    g = ctx.groups.get(req.group_id)
+    if g is None:
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
+    subscribed = ctx.groups.subscribed_topics(g)
+    results, deletable = [], []
+    for t in req.topics:
+        for p in t.partitions:
+            code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
+            if t.name not in readable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif (t.name, p.partition_index) not in ctx.logs.logs:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
+            if code == ErrorCode.NONE:
+                deletable.append((t.name, p.partition_index))
+    ctx.groups.delete_offsets(req.group_id, deletable)
+    return Msg(topics=by_topic(results))
 
 
-def acls_matching(ctx, f):
-    """One filter of a DeleteAcls -> (its answer, the ACLs it matched)."""
-    try:
-        matched = ctx.authorizer.matching(acl_filter(f))
-    except KafkaError as e:
-        return Msg(error_code=e.code, error_message=e.detail, matching_acls=[]), []
-    return Msg(error_code=ErrorCode.NONE, matching_acls=[Msg(
-        error_code=ErrorCode.NONE, resource_type=a.resource_type, resource_name=a.name, pattern_type=a.pattern,
-        principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission)
-        for a in matched]), matched
+# --- DescribeProducers (61) -----------------------------------------------------
+
+@api("""
+DescribeProducers  key=61  versions=0-0  flexible=0+
+  request
+    topics  []
+      name  string
+      partition_indexes  []int32
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      partitions  []
+        partition_index  int32
+        error_code  int16
+        error_message  string? = null
+        active_producers  []
+          producer_id  int64
+          producer_epoch  int32
+          last_sequence  int32 = -1
+          last_timestamp  int64 = -1
+          coordinator_epoch  int32
+          current_txn_start_offset  int64 = -1
+""")
+def handle_describe_producers(ctx, req):
+    """DescribeProducers: the idempotent and transactional producers each
+    partition remembers, with their open transaction's first offset (what
+    `kafka-transactions find-hanging` and Flink look at).
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+    (READ, not DESCRIBE, on the topic; checked after the name).
+    """
+    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics if TOPIC_NAME.fullmatch(t.name)))
+    return Msg(topics=by_topic([(t.name, partition_producers(ctx, t.name, p, t.name in readable))
+                                for t in req.topics for p in t.partition_indexes]))
 
 
-# --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
+def partition_producers(ctx, topic, partition, readable):
+    """One partition of a DescribeProducers -> its answer."""
+    part = Msg(partition_index=partition, active_producers=[])
+    if not TOPIC_NAME.fullmatch(topic):
+        part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+    elif not readable:
+        part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif (topic, partition) not in ctx.logs.logs:
+        part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        part.active_producers = [
+            Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                current_txn_start_offset=e.txn_first_offset)
+            for pid, e in sorted(ctx.producer_states.of((topic, partition)).producers.items())]
+    return part
+
+
+# --- DescribeTransactions (65) --------------------------------------------------
+
+def java_string_hash(text):
+    """Java's String.hashCode: Kafka places a group on a __consumer_offsets partition by it."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def internal_partition(key, partitions):
+    """Kafka's partitionFor(groupId or transactionalId): its Java hash, modulo."""
+    h = java_string_hash(key)
+    return 0 if h == -(1 << 31) else abs(h) % partitions
+
+@api("""
+DescribeTransactions  key=65  versions=0-0  flexible=0+
+  request
+    transactional_ids  []string
+  response
+    throttle_time_ms  int32
+    transaction_states  []
+      error_code  int16
+      transactional_id  string
+      transaction_state  string
+      transaction_timeout_ms  int32
+      transaction_start_time_ms  int64
+      producer_id  int64
+      producer_epoch  int16
+      topics  []
+        topic  string
+        partitions  []int32
+""")
+def handle_describe_transactions(ctx, req):
+    """DescribeTransactions: state, producer, timeout and partitions of each id.
+    Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id),
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (DESCRIBE on the id); the topics
+    without DESCRIBE are left out of the partitions listed."""
+    return Msg(transaction_states=[describe_transaction(ctx, i) for i in req.transactional_ids])
+
+
+def describe_transaction(ctx, transactional_id):
+    """One id of a DescribeTransactions -> its answer."""
+    meta = ctx.txns.txns.get(transactional_id)
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return Msg(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                   transactional_id=transactional_id, transaction_state="")
+    if not transactional_id or meta is None:
+        return Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
+                   else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id, transaction_state="")
+    left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
+        if meta.state in DECIDED else meta.partitions
+    topics = {}
+    for topic, p in sorted(left):
+        topics.setdefault(topic, []).append(p)
+    if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
+        n = ctx.config["offsets.topic.num.partitions"]
+        for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
+            topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
+    return Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
+               transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.txn_start_ms,
+               producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+               topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()
+                       if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)])
+
+
+# --- ListTransactions (66) ------------------------------------------------------
+
+@api("""
+ListTransactions  key=66  versions=0-1  flexible=0+
+  request
+    state_filters  []string                    # Kafka's state names: "Ongoing", ...
+    producer_id_filters  []int64
+    duration_filter  int64 = -1  v1+           # KIP-994: running longer than this
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    unknown_state_filters  []string
+    transaction_states  []
+      transactional_id  string
+      producer_id  int64
+      transaction_state  string
+""")
+def handle_list_transactions(ctx, req):
+    """ListTransactions: the transactional ids, filtered by state, producer id
+    and (v1) how long their transaction has run."""
+    names = {s.value for s in TxnState}
+    states = set(req.state_filters)
+    now = ctx.now_ms
+    found = [meta for meta in ctx.txns.txns.values()
+             if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id,
+                            log_denial=False)
+             and (not states or meta.state.value in states)
+             and (not req.producer_id_filters or meta.producer_id in req.producer_id_filters)
+             and (req.duration_filter < 0 or now - meta.txn_start_ms > req.duration_filter)]
+    return Msg(unknown_state_filters=sorted(states - names), transaction_states=[
+        Msg(transactional_id=m.transactional_id, producer_id=m.producer_id,
+            transaction_state=m.state.value) for m in sorted(found, key=lambda m: m.transactional_id)])
+
+
+###############################################################################
+# 12. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+###############################################################################
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
 # or "" for the cluster-wide default), type 32 a group (KIP-848's group
 # configs). Sources are Kafka's ConfigSource codes.
@@ -8436,80 +7885,6 @@ def check_broker_resource(ctx, name, alter=False):
                          f"{'' if alter else ' or empty string'}, but received {name}")
 
 
-@api("""
-DescribeConfigs  key=32  versions=1-4  flexible=4+
-  request
-    resources  []
-      resource_type  int8
-      resource_name  string
-      configuration_keys  []string?            # null: all
-    include_synonyms  bool = false
-    include_documentation  bool = false  v3+
-  response
-    throttle_time_ms  int32
-    results  []
-      error_code  int16
-      error_message  string?
-      resource_type  int8
-      resource_name  string
-      configs  []
-        name  string
-        value  string?
-        read_only  bool
-        config_source  int8 = -1
-        is_sensitive  bool
-        synonyms  []
-          name  string
-          value  string?
-          source  int8
-        config_type  int8 = 0  v3+
-        documentation  string?  v3+
-""")
-def handle_describe_configs(ctx, req):
-    """DescribeConfigs: topic, broker and group configs with their sources and synonyms.
-
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or
-    broker, a group named ""), CLUSTER_, TOPIC_ and GROUP_AUTHORIZATION_FAILED
-    (DESCRIBE_CONFIGS on the cluster for a broker, on the topic, on the group;
-    such answers come after the others, as in Kafka).
-    """
-    results, refused = [], []
-    for res in req.resources:
-        out = Msg(resource_type=res.resource_type, resource_name=res.resource_name,
-                  error_message=None, configs=[])
-        denied = config_resource_denied(ctx, res, AclOperation.DESCRIBE_CONFIGS)
-        if denied:
-            out.error_code, out.error_message = denied, KAFKA_ERROR_MESSAGES[denied]
-            refused.append(out)
-            continue
-        results.append(out)
-        try:
-            out.configs = config_entries(ctx, res, req.include_synonyms)
-        except KafkaError as e:
-            out.error_code, out.error_message = e.code, e.detail or None
-    return Msg(results=results + refused)
-
-
-def config_entries(ctx, res, include_synonyms):
-    """One resource of a DescribeConfigs: its entries (configuration_keys
-    null or []: every config) -> [Msg]; raises KafkaError for the resource."""
-    keys = set(res.configuration_keys or ())
-    if res.resource_type == RESOURCE_TOPIC:
-        if res.resource_name not in ctx.logs.topics:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
-        return topic_config_entries(ctx, res.resource_name, keys, include_synonyms)
-    if res.resource_type == RESOURCE_BROKER:
-        check_broker_resource(ctx, res.resource_name)
-        return broker_config_entries(ctx, res.resource_name, keys, include_synonyms)
-    if res.resource_type == RESOURCE_GROUP:
-        if not res.resource_name:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
-        return group_config_entries(ctx, res.resource_name, keys, include_synonyms)
-    raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a request being malformed by "
-                     "the client library or the message was sent to an incompatible broker. See the broker "
-                     "logs for more details.")
-
-
 CONFIG_RESOURCE_ACL = {RESOURCE_TOPIC: ResourceType.TOPIC, RESOURCE_BROKER: ResourceType.CLUSTER,
                        RESOURCE_GROUP: ResourceType.GROUP}
 
@@ -8653,6 +8028,530 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
                      "4.3.1 or doze; kept, not used")
 
 
+###############################################################################
+# 13. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+###############################################################################
+# The handlers an administrator's tools speak (kafka-topics, kafka-configs,
+# kafka-acls, the AdminClient), and the two SASL steps of a connection, in
+# API-key order. Topics are made and removed by LogManager (§7) in steps;
+# configs are read and changed through the config resources (§12); ACLs go
+# to the Authorizer and SCRAM credentials to meta.db (§9).
+
+# --- SaslHandshake (17) ---------------------------------------------------------
+
+@api("""
+SaslHandshake  key=17  versions=0-1  flexible=none
+  request
+    mechanism  string
+  response
+    error_code  int16
+    mechanisms  []string
+""")
+def handle_sasl_handshake(ctx, req):
+    """SaslHandshake: the mechanism a SASL connection will authenticate with.
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §9).
+
+    Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
+    with the enabled ones after the failure delay, then the connection closes),
+    ILLEGAL_SASL_STATE (not a SASL listener, or already authenticated).
+    """
+    sasl = ctx.conn.sasl
+    if sasl is None or sasl.complete and not sasl.may_reauthenticate(ctx.now_ms):
+        return Msg(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    if sasl.handshake(req.mechanism, ctx.version, ctx.now_ms):
+        return Msg(error_code=ErrorCode.NONE, mechanisms=sasl.mechanisms)
+    return AuthenticationFailure(Msg(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=sasl.mechanisms),
+                                 f"SASL mechanism {req.mechanism!r} is not enabled on listener {sasl.listener}")
+
+
+# --- CreateTopics (19) ----------------------------------------------------------
+
+@api("""
+CreateTopics  key=19  versions=2-7  flexible=5+
+  request
+    topics  []
+      name  string
+      num_partitions  int32                    # -1: num.partitions
+      replication_factor  int16                # -1: default.replication.factor
+      assignments  []
+        partition_index  int32
+        broker_ids  []int32
+      configs  []
+        name  string
+        value  string?
+    timeout_ms  int32 = 60000
+    validate_only  bool = false
+  response
+    throttle_time_ms  int32
+    topics  []
+      name  string
+      topic_id  uuid  v7+
+      error_code  int16
+      error_message  string?
+      num_partitions  int32 = -1  v5+
+      replication_factor  int16 = -1  v5+
+      configs  []?  v5+
+        name  string
+        value  string?
+        read_only  bool
+        config_source  int8 = -1
+        is_sensitive  bool
+      topic_config_error_code  int16 = 0  v5+  tag=0     # no DESCRIBE_CONFIGS: 29, configs not shown
+""")
+def handle_create_topics(ctx, req):
+    """CreateTopics: new topics, their partition directories and meta.db rows,
+    made in steps (thousands of directories take a while).
+
+    Errors per topic: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
+    INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (anything but 1 or -1: one
+    broker), INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST
+    (a topic named twice in one request), POLICY_VIOLATION (over Kafka's
+    10,000 partitions a request, or doze.max.partitions in all),
+    UNKNOWN_SERVER_ERROR (the directories could not be made), TOPIC_AUTHORIZATION_FAILED
+    (CREATE on the cluster or on the topic; answered after the others, as Kafka's
+    controller does). A topic made without DESCRIBE_CONFIGS on it is answered
+    with topic_config_error_code 29 and no configs.
+    """
+    return in_steps(create_topics(ctx, req))
+
+
+def create_topics(ctx, req):
+    counts = collections.Counter(t.name for t in req.topics)
+    request_error = create_topics_limit(ctx, req.topics)
+    if ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        creatable = set(counts)
+    else:
+        creatable = topics_allowed(ctx, AclOperation.CREATE, (n for n in counts if counts[n] == 1))
+    results = []
+    for t in req.topics:
+        if counts[t.name] > 1 or t.name not in creatable:
+            continue
+        res = Msg(name=t.name, error_message=None)
+        results.append(res)
+        try:
+            if request_error:
+                raise request_error
+            if t.name == "__cluster_metadata":
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "Creation of internal topic __cluster_metadata is prohibited.")
+            partitions, replication = check_assignments(ctx, t)
+            partitions, configs = ctx.logs.check_new_topic(
+                t.name, partitions, replication, {c.name: c.value for c in t.configs})
+            res.topic_id = uuid.uuid4().bytes if req.validate_only else \
+                (yield from ctx.logs.create_topic(t.name, partitions, configs))
+            if ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name, log_denial=False):
+                res.num_partitions, res.replication_factor = partitions, 1
+                res.configs = [describe_new_topic_config(ctx, name, configs)
+                               for name in sorted(set(TOPIC_CONFIGS) | set(configs))]
+            else:
+                res.topic_config_error_code, res.configs = ErrorCode.TOPIC_AUTHORIZATION_FAILED, []
+        except KafkaError as e:
+            res.error_code, res.error_message = e.code, e.detail or None
+        except OSError as e:
+            log.error("creating topic %s failed: %s; nothing of it is left", t.name, e)
+            res.error_code, res.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, f"storage: {e}"
+    results += [Msg(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
+                for name, n in counts.items() if n > 1]          # Kafka: one entry each, last
+    results += [Msg(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+                for name in java_hash_order(n for n in counts if counts[n] == 1 and n not in creatable)]
+    return Msg(topics=results)
+
+
+# Kafka 4.3.1's controller makes a request's changes as one batch of metadata
+# records: CreateTopics may hold 10,000 partitions in all (summed in Java's
+# int), and no request more than 10,000 records (a topic, each partition and
+# each config is one). What it answers past them, recorded (partition-limits):
+MAX_PARTITIONS_PER_REQUEST = 10000        # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
+MAX_RECORDS_PER_REQUEST = 10000           # QuorumController.MAX_RECORDS_PER_USER_OP
+
+
+def java_int(n):
+    return (n + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def create_topics_limit(ctx, topics):
+    """The request-wide refusal Kafka gives a CreateTopics too big for one batch, or None."""
+    total = records = exact = 0
+    for t in topics:
+        n = len(t.assignments) if t.assignments else \
+            ctx.config["num.partitions"] if t.num_partitions == -1 else max(t.num_partitions, 0)
+        total, exact = java_int(total + n), exact + n
+        records += 1 + n + len(t.configs)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        return KafkaError(ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+    if records > MAX_RECORDS_PER_REQUEST:
+        if exact > INT32_MAX:           # the Java sum wrapped: Kafka runs out of memory here
+            return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
+        return KafkaError(ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+    return None
+
+
+def check_assignments(ctx, t):
+    """Manual replica assignments: allowed only onto this broker, one replica each."""
+    if not t.assignments:
+        return t.num_partitions, t.replication_factor
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                         "Both cannot be used at the same time.")
+    node_id = ctx.node(ctx.conn)[0]
+    for i, a in enumerate(sorted(t.assignments, key=lambda a: a.partition_index)):
+        if a.partition_index != i or not a.broker_ids:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..n-1")
+        if a.broker_ids != [node_id]:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                             if any(b != node_id for b in a.broker_ids)
+                             else ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"replicas {a.broker_ids}: this cluster is broker {node_id} alone")
+    return len(t.assignments), 1
+
+
+def describe_new_topic_config(ctx, name, overrides):
+    """One config of a topic CreateTopics made (or would make), v5+."""
+    value, source, _ = describe_topic_config(ctx, overrides, name)
+    return Msg(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
+
+
+# --- DeleteTopics (20) ----------------------------------------------------------
+
+@api("""
+DeleteTopics  key=20  versions=1-6  flexible=4+
+  request
+    topics  []  v6+
+      name  string? = null
+      topic_id  uuid
+    topic_names  []string  v1-5
+    timeout_ms  int32
+  response
+    throttle_time_ms  int32
+    responses  []
+      name  string?6+
+      topic_id  uuid  v6+
+      error_code  int16
+      error_message  string? = null  v5+
+""")
+def handle_delete_topics(ctx, req):
+    """DeleteTopics: the meta.db row goes first, then the partition directories.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, TOPIC_DELETION_DISABLED,
+    TOPIC_AUTHORIZATION_FAILED (DESCRIBE on the topic, asked before whether it
+    exists; then DELETE on the cluster or the topic).
+    """
+    wanted = req.topics if ctx.version >= 6 else [Msg(name=n, topic_id=UUID_ZERO)
+                                                   for n in req.topic_names]
+    cluster_delete = ctx.allowed(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
+    return Msg(responses=[delete_topic(ctx, t, cluster_delete) for t in wanted])
+
+
+def delete_topic(ctx, t, cluster_delete):
+    """One topic of a DeleteTopics, by name or by id -> its answer."""
+    name = t.name
+    if name is None:
+        name = next((n for n, m in ctx.logs.topics.items() if m.topic_id == t.topic_id), None)
+    res = Msg(name=name, topic_id=t.topic_id)
+    if name is None:
+        res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+    elif not (cluster_delete or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
+        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
+        res.name = t.name                           # by id: the name stays unsaid
+    elif name not in ctx.logs.topics:
+        res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        res.error_message = "This server does not host this topic-partition."
+    elif not (cluster_delete or ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, name)):
+        res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, KAFKA_ERROR_MESSAGES[29]
+    elif not ctx.config["delete.topic.enable"]:
+        res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+    else:
+        res.topic_id = ctx.logs.topics[name].topic_id
+        ctx.logs.delete_topic(name)
+        ctx.producer_states.forget_topic(name)
+        if name == CONSUMER_OFFSETS:
+            log.warning("%s was deleted: every group's committed offsets are gone, as in Kafka", name)
+            ctx.groups.forget_all_offsets()
+    return res
+
+
+# --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ----------------------
+# The cluster's DESCRIBE (DescribeAcls) or ALTER (the others) first; then,
+# without an authorizer (authorizer.class.name unset, as by default), Kafka
+# answers every ACL request SECURITY_DISABLED, and so does doze. Filters
+# match as Kafka's AclBindingFilter (acl_filter_matches).
+
+NO_AUTHORIZER = "No Authorizer is configured."
+ANY_CODE = 1                            # ANY of a type, operation or permission: for filters only
+
+
+@api("""
+DescribeAcls  key=29  versions=1-3  flexible=2+
+  request
+    resource_type_filter  int8
+    resource_name_filter  string?
+    pattern_type_filter  int8 = 3
+    principal_filter  string?
+    host_filter  string?
+    operation  int8
+    permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    error_code  int16
+    error_message  string?
+    resources  []
+      resource_type  int8
+      resource_name  string
+      pattern_type  int8 = 3
+      acls  []
+        principal  string
+        host  string
+        operation  int8
+        permission_type  int8
+""")
+def handle_describe_acls(ctx, req):
+    """DescribeAcls: the ACLs the filter matches, grouped by resource pattern.
+
+    Errors: CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED (no authorizer),
+    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
+    """
+    if has_unknown_acl_field(req):
+        return CloseConnection("DescribeAcls: its filter contains UNKNOWN (0) elements")
+    ctx.check_cluster(AclOperation.DESCRIBE)
+    if ctx.authorizer is None:
+        return Msg(error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
+                   resources=[])
+    patterns = {}
+    for acl in ctx.authorizer.matching(acl_filter(req)):
+        patterns.setdefault((acl.resource_type, acl.name, acl.pattern), []).append(
+            Msg(principal=acl.principal, host=acl.host, operation=acl.operation, permission_type=acl.permission))
+    return Msg(error_code=ErrorCode.NONE, resources=[
+        Msg(resource_type=t, resource_name=n, pattern_type=p, acls=acls) for (t, n, p), acls in patterns.items()])
+
+
+def has_unknown_acl_field(*items):
+    """Kafka's ACL requests refuse a code 0 (UNKNOWN) in a type, pattern,
+    operation or permission when they are parsed: the connection closes."""
+    return any(0 in (getattr(i, "resource_type", None), getattr(i, "resource_type_filter", None),
+                     getattr(i, "resource_pattern_type", None), getattr(i, "pattern_type_filter", None),
+                     i.operation, i.permission_type) for i in items)
+
+
+def acl_filter(f):
+    """A filter of DescribeAcls or DeleteAcls, checked as AclControlManager.validateFilter."""
+    if 0 in (known_code(ResourceType, f.resource_type_filter), known_code(PatternType, f.pattern_type_filter)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
+    if 0 in (known_code(AclOperation, f.operation), known_code(AclPermission, f.permission_type)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unknown entryFilter.")
+    return f
+
+
+def known_code(enum_type, value):
+    """An ACL enum's member, or its UNKNOWN (0) for a code it does not have (Kafka's fromCode)."""
+    return enum_type(value) if value in enum_type._value2member_map_ else enum_type.UNKNOWN
+
+
+@api("""
+CreateAcls  key=30  versions=1-3  flexible=2+
+  request
+    creations  []
+      resource_type  int8
+      resource_name  string
+      resource_pattern_type  int8 = 3
+      principal  string
+      host  string
+      operation  int8
+      permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    results  []
+      error_code  int16
+      error_message  string?
+""")
+def handle_create_acls(ctx, req):
+    """CreateAcls: each creation stored (one meta.db commit), or its error; an
+    ACL that exists already is success. In effect from the next request on.
+
+    Errors (per creation): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
+    INVALID_REQUEST (a CLUSTER not named kafka-cluster, an empty name, a type,
+    pattern, operation or permission that is not one an ACL may have).
+    """
+    if has_unknown_acl_field(*req.creations):
+        return CloseConnection("CreateAcls: a creation contains UNKNOWN (0) elements")
+    try:
+        check_acl_alteration(ctx)
+        if any(ANY_CODE in (c.resource_type, c.operation, c.permission_type) or
+               c.resource_pattern_type in (PatternType.ANY, PatternType.MATCH) for c in req.creations):
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)   # Kafka's AclBinding throws: the whole request
+    except KafkaError as e:
+        return Msg(results=[Msg(error_code=e.code, error_message=e.detail or None) for _ in req.creations])
+    results, new = [], []
+    for c in req.creations:
+        error = new_acl_error(c)
+        results.append(Msg(error_code=ErrorCode.INVALID_REQUEST if error else ErrorCode.NONE, error_message=error))
+        if error is None:
+            new.append(Acl(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
+                           c.operation, c.permission_type))
+    ctx.authorizer.add(new)
+    return Msg(results=results)
+
+
+def check_acl_alteration(ctx):
+    """CreateAcls' and DeleteAcls' first checks: ALTER on the cluster, then an authorizer."""
+    ctx.check_cluster(AclOperation.ALTER)
+    if ctx.authorizer is None:
+        raise KafkaError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+
+
+def new_acl_error(c):
+    """What AclApis and AclControlManager.validateNewAcl refuse in an ACL, or None."""
+    if c.resource_type == ResourceType.CLUSTER and c.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if not c.resource_name:
+        return "Invalid empty resource name"
+    for value, enum_type, ok, what in (
+            (c.resource_type, ResourceType, lambda v: v not in (ResourceType.UNKNOWN, ResourceType.ANY), "resourceType"),
+            (c.resource_pattern_type, PatternType, lambda v: v in (PatternType.LITERAL, PatternType.PREFIXED),
+             "patternType"),
+            (c.operation, AclOperation, lambda v: v not in (AclOperation.UNKNOWN, AclOperation.ANY), "operation"),
+            (c.permission_type, AclPermission, lambda v: v in (AclPermission.DENY, AclPermission.ALLOW),
+             "permissionType")):
+        known = known_code(enum_type, value)
+        if not ok(known):
+            return f"Invalid {what} {known.name}"
+    return None
+
+
+@api("""
+DeleteAcls  key=31  versions=1-3  flexible=2+
+  request
+    filters  []
+      resource_type_filter  int8
+      resource_name_filter  string?
+      pattern_type_filter  int8 = 3
+      principal_filter  string?
+      host_filter  string?
+      operation  int8
+      permission_type  int8
+  response
+    throttle_time_ms  int32 = 0
+    filter_results  []
+      error_code  int16
+      error_message  string?
+      matching_acls  []
+        error_code  int16
+        error_message  string?
+        resource_type  int8
+        resource_name  string
+        pattern_type  int8 = 3
+        principal  string
+        host  string
+        operation  int8
+        permission_type  int8
+""")
+def handle_delete_acls(ctx, req):
+    """DeleteAcls: every ACL any filter matches goes (all filters at once, one
+    meta.db commit); each filter lists what it matched.
+
+    Errors (per filter): CLUSTER_AUTHORIZATION_FAILED, SECURITY_DISABLED,
+    INVALID_REQUEST (an UNKNOWN pattern or entry filter).
+    """
+    if has_unknown_acl_field(*req.filters):
+        return CloseConnection("DeleteAcls: a filter contains UNKNOWN (0) elements")
+    try:
+        check_acl_alteration(ctx)
+    except KafkaError as e:
+        return Msg(filter_results=[Msg(error_code=e.code, error_message=e.detail, matching_acls=[])
+                                   for _ in req.filters])
+    matches = [acls_matching(ctx, f) for f in req.filters]
+    ctx.authorizer.remove([acl for _, matched in matches for acl in matched])
+    return Msg(filter_results=[result for result, _ in matches])
+
+
+def acls_matching(ctx, f):
+    """One filter of a DeleteAcls -> (its answer, the ACLs it matched)."""
+    try:
+        matched = ctx.authorizer.matching(acl_filter(f))
+    except KafkaError as e:
+        return Msg(error_code=e.code, error_message=e.detail, matching_acls=[]), []
+    return Msg(error_code=ErrorCode.NONE, matching_acls=[Msg(
+        error_code=ErrorCode.NONE, resource_type=a.resource_type, resource_name=a.name, pattern_type=a.pattern,
+        principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission)
+        for a in matched]), matched
+
+
+# --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ------
+
+@api("""
+DescribeConfigs  key=32  versions=1-4  flexible=4+
+  request
+    resources  []
+      resource_type  int8
+      resource_name  string
+      configuration_keys  []string?            # null: all
+    include_synonyms  bool = false
+    include_documentation  bool = false  v3+
+  response
+    throttle_time_ms  int32
+    results  []
+      error_code  int16
+      error_message  string?
+      resource_type  int8
+      resource_name  string
+      configs  []
+        name  string
+        value  string?
+        read_only  bool
+        config_source  int8 = -1
+        is_sensitive  bool
+        synonyms  []
+          name  string
+          value  string?
+          source  int8
+        config_type  int8 = 0  v3+
+        documentation  string?  v3+
+""")
+def handle_describe_configs(ctx, req):
+    """DescribeConfigs: topic, broker and group configs with their sources and synonyms.
+
+    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (unknown resource type or
+    broker, a group named ""), CLUSTER_, TOPIC_ and GROUP_AUTHORIZATION_FAILED
+    (DESCRIBE_CONFIGS on the cluster for a broker, on the topic, on the group;
+    such answers come after the others, as in Kafka).
+    """
+    results, refused = [], []
+    for res in req.resources:
+        out = Msg(resource_type=res.resource_type, resource_name=res.resource_name,
+                  error_message=None, configs=[])
+        denied = config_resource_denied(ctx, res, AclOperation.DESCRIBE_CONFIGS)
+        if denied:
+            out.error_code, out.error_message = denied, KAFKA_ERROR_MESSAGES[denied]
+            refused.append(out)
+            continue
+        results.append(out)
+        try:
+            out.configs = config_entries(ctx, res, req.include_synonyms)
+        except KafkaError as e:
+            out.error_code, out.error_message = e.code, e.detail or None
+    return Msg(results=results + refused)
+
+
+def config_entries(ctx, res, include_synonyms):
+    """One resource of a DescribeConfigs: its entries (configuration_keys
+    null or []: every config) -> [Msg]; raises KafkaError for the resource."""
+    keys = set(res.configuration_keys or ())
+    if res.resource_type == RESOURCE_TOPIC:
+        if res.resource_name not in ctx.logs.topics:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist.")
+        return topic_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    if res.resource_type == RESOURCE_BROKER:
+        check_broker_resource(ctx, res.resource_name)
+        return broker_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    if res.resource_type == RESOURCE_GROUP:
+        if not res.resource_name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        return group_config_entries(ctx, res.resource_name, keys, include_synonyms)
+    raise KafkaError(ErrorCode.INVALID_REQUEST, "This most likely occurs because of a request being malformed by "
+                     "the client library or the message was sent to an incompatible broker. See the broker "
+                     "logs for more details.")
+
+
 @api("""
 AlterConfigs  key=33  versions=0-2  flexible=2+
   request
@@ -8676,6 +8575,31 @@ def handle_alter_configs(ctx, req):
     older, non-incremental form). Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG,
     INVALID_REQUEST."""
     return alter_configs(ctx, req.resources, req.validate_only, incremental=False)
+
+
+@api("""
+IncrementalAlterConfigs  key=44  versions=0-1  flexible=1+
+  request
+    resources  []
+      resource_type  int8
+      resource_name  string
+      configs  []
+        name  string
+        config_operation  int8                 # 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
+        value  string?
+    validate_only  bool
+  response
+    throttle_time_ms  int32
+    responses  []
+      error_code  int16
+      error_message  string?
+      resource_type  int8
+      resource_name  string
+""")
+def handle_incremental_alter_configs(ctx, req):
+    """IncrementalAlterConfigs (KIP-339): set, delete, append to or subtract from
+    individual configs. Errors: as AlterConfigs."""
+    return alter_configs(ctx, req.resources, req.validate_only, incremental=True)
 
 
 # --- SaslAuthenticate (36) ------------------------------------------------------
@@ -8795,102 +8719,6 @@ def check_new_partitions(ctx, t):
                          f"partition(s), but only {len(t.assignments)} assignment(s) "
                          "were specified, or they name other brokers.")
     return t.count - topic.partitions
-
-
-# --- DeleteGroups (42) ----------------------------------------------------------
-
-@api("""
-DeleteGroups  key=42  versions=0-2  flexible=2+
-  request
-    groups_names  []string
-  response
-    throttle_time_ms  int32
-    results  []
-      group_id  string
-      error_code  int16
-""")
-def handle_delete_groups(ctx, req):
-    """DeleteGroups: remove empty groups and their offsets.
-
-    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID.
-    """
-    return Msg(results=[Msg(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
-                            if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, g)
-                            else error_code_of(ctx.groups.delete_group, g) if g else ErrorCode.INVALID_GROUP_ID)
-                        for g in req.groups_names])
-
-
-@api("""
-IncrementalAlterConfigs  key=44  versions=0-1  flexible=1+
-  request
-    resources  []
-      resource_type  int8
-      resource_name  string
-      configs  []
-        name  string
-        config_operation  int8                 # 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT
-        value  string?
-    validate_only  bool
-  response
-    throttle_time_ms  int32
-    responses  []
-      error_code  int16
-      error_message  string?
-      resource_type  int8
-      resource_name  string
-""")
-def handle_incremental_alter_configs(ctx, req):
-    """IncrementalAlterConfigs (KIP-339): set, delete, append to or subtract from
-    individual configs. Errors: as AlterConfigs."""
-    return alter_configs(ctx, req.resources, req.validate_only, incremental=True)
-
-
-# --- OffsetDelete (47) ----------------------------------------------------------
-
-@api("""
-OffsetDelete  key=47  versions=0-0  flexible=none     # KIP-496
-  request
-    group_id  string
-    topics  []
-      name  string
-      partitions  []
-        partition_index  int32
-  response
-    error_code  int16
-    throttle_time_ms  int32
-    topics  []
-      name  string
-      partitions  []
-        partition_index  int32
-        error_code  int16
-""")
-def handle_offset_delete(ctx, req):
-    """OffsetDelete: drop committed offsets of topics the group no longer consumes.
-
-    Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP is not used: a topic the live
-    group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC per partition;
-    GROUP_AUTHORIZATION_FAILED (DELETE on the group), TOPIC_AUTHORIZATION_FAILED
-    (READ on a topic).
-    """
-    ctx.require(AclOperation.DELETE, ResourceType.GROUP, req.group_id)
-    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics))
-    g = ctx.groups.get(req.group_id)
-    if g is None:
-        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
-    subscribed = ctx.groups.subscribed_topics(g)
-    results, deletable = [], []
-    for t in req.topics:
-        for p in t.partitions:
-            code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
-            if t.name not in readable:
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif (t.name, p.partition_index) not in ctx.logs.logs:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            results.append((t.name, Msg(partition_index=p.partition_index, error_code=code)))
-            if code == ErrorCode.NONE:
-                deletable.append((t.name, p.partition_index))
-    ctx.groups.delete_offsets(req.group_id, deletable)
-    return Msg(topics=by_topic(results))
 
 
 # --- DescribeClientQuotas (48) --------------------------------------------------
@@ -9089,298 +8917,1088 @@ def scram_alteration_error(ctx, op, kind):
     return None
 
 
-# --- DescribeCluster (60) -------------------------------------------------------
+###############################################################################
+# 14. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+###############################################################################
+# A Kafka connection carries frames: int32 size, then a request (header +
+# body); each request gets exactly one response frame with the same
+# correlation id (Produce with acks=0 gets none), in the order the requests
+# came. doze decodes every complete frame as soon as it arrives and queues a
+# response slot for it; a slot is filled now, after the next fsync, or when a
+# parked request's wait ends. Slots leave in order, so pipelined requests are
+# answered in order; a long-poll parks the connection (Kafka "mutes" it)
+# until it is answered.
+#
+# What Kafka 4.3.1 does with bad input, and doze with it: an unknown API key,
+# a version outside the advertised range (also Produce v0-2, which Kafka
+# advertises but refuses) or a body that does not decode closes that one
+# connection, with a log line; an unknown ApiVersions version is answered in
+# the v0 format with UNSUPPORTED_VERSION and ApiVersions' own range (KIP-511).
+#
+# Limits, so that no client reaches past its own connection (Kafka's settings
+# where Kafka has them, with what Kafka does):
+#   max.connections.per.ip (and .overrides): a connection past it is accepted
+#     and closed at once, with Kafka's log line.
+#   max.connections: at it, the listener stops accepting; new connections wait
+#     in the kernel's backlog until one closes (Kafka blocks its acceptor). doze
+#     also stops short of the descriptors it has (RLIMIT_NOFILE, less the
+#     segment files' share), so descriptors cannot run out.
+#   connections.max.idle.ms: a connection with no byte in or out that long is
+#     closed -- also one that sends requests and never reads the answers, since
+#     doze stops reading it (below) and it goes quiet.
+#   queued.max.requests: at most this many requests are taken in per pass of
+#     the loop, across all connections, TURNS_PER_CONNECTION at a time, in
+#     turn; the rest wait, so a pass stays short and fair whoever pipelines.
+#   A connection stops being read while it has MAX_QUEUED answers pending, or
+#     MAX_QUEUED_BYTES of answers its client has not read (Kafka reads the next
+#     request only once the answer is written): back-pressure, not memory.
+#   doze.frame.timeout.ms: a frame must arrive whole within this from its first
+#     byte (Kafka has no such deadline; a client that drips a frame a byte at a
+#     time holds a connection only that long).
 
-@api("""
-DescribeCluster  key=60  versions=0-1  flexible=0+
-  request
-    include_cluster_authorized_operations  bool
-    endpoint_type  int8 = 1  v1+               # 1 brokers, 2 controllers
-  response
-    throttle_time_ms  int32
-    error_code  int16
-    error_message  string? = null
-    endpoint_type  int8 = 1  v1+
-    cluster_id  string
-    controller_id  int32 = -1
-    brokers  []
-      broker_id  int32
-      host  string
-      port  int32
-      rack  string? = null
-    cluster_authorized_operations  int32 = -2147483648
-""")
-def handle_describe_cluster(ctx, req):
-    """DescribeCluster (KIP-700): this broker, which is also the controller.
-    Errors: UNSUPPORTED_ENDPOINT_TYPE for an endpoint type other than brokers or controllers."""
-    if req.endpoint_type == 2:                  # controllers: not this (broker) listener
-        return Msg(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE, endpoint_type=1,
-                   cluster_id=ctx.store.get_setting("cluster_id"), controller_id=-1,
-                   error_message="The request was sent to an endpoint of type BROKER, but we "
-                                 "wanted an endpoint of type CONTROLLER")
-    if req.endpoint_type != 1:
-        raise KafkaError(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"endpoint type {req.endpoint_type}")
-    node_id, host, port = ctx.node(ctx.conn)
-    return Msg(endpoint_type=req.endpoint_type, cluster_id=ctx.store.get_setting("cluster_id"),
-               controller_id=node_id, brokers=[Msg(broker_id=node_id, host=host, port=port)],
-               cluster_authorized_operations=cluster_operations(ctx)
-               if req.include_cluster_authorized_operations else -2147483648)
-
-
-# --- DescribeProducers (61) -----------------------------------------------------
-
-@api("""
-DescribeProducers  key=61  versions=0-0  flexible=0+
-  request
-    topics  []
-      name  string
-      partition_indexes  []int32
-  response
-    throttle_time_ms  int32
-    topics  []
-      name  string
-      partitions  []
-        partition_index  int32
-        error_code  int16
-        error_message  string? = null
-        active_producers  []
-          producer_id  int64
-          producer_epoch  int32
-          last_sequence  int32 = -1
-          last_timestamp  int64 = -1
-          coordinator_epoch  int32
-          current_txn_start_offset  int64 = -1
-""")
-def handle_describe_producers(ctx, req):
-    """DescribeProducers: the idempotent and transactional producers each
-    partition remembers, with their open transaction's first offset (what
-    `kafka-transactions find-hanging` and Flink look at).
-
-    Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
-    (READ, not DESCRIBE, on the topic; checked after the name).
-    """
-    readable = topics_allowed(ctx, AclOperation.READ, (t.name for t in req.topics if TOPIC_NAME.fullmatch(t.name)))
-    return Msg(topics=by_topic([(t.name, partition_producers(ctx, t.name, p, t.name in readable))
-                                for t in req.topics for p in t.partition_indexes]))
+READ_CHUNK = 256 * 1024
+MAX_QUEUED = 64                 # responses queued on one connection before it stops reading
+MAX_QUEUED_BYTES = 1 << 20      # ... or answer bytes its client has not read yet
+TURNS_PER_CONNECTION = 16       # requests one connection may have handled at a time in a pass
+PASS_REQUESTS_S = 0.05          # loop time a pass may spend taking requests in (at least one)
+SWEEP_S = 1.0                   # how often idle connections and late frames are looked for
 
 
-def partition_producers(ctx, topic, partition, readable):
-    """One partition of a DescribeProducers -> its answer."""
-    part = Msg(partition_index=partition, active_producers=[])
-    if not TOPIC_NAME.fullmatch(topic):
-        part.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-    elif not readable:
-        part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    elif (topic, partition) not in ctx.logs.logs:
-        part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    else:
-        part.active_producers = [
-            Msg(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
-                last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
-                current_txn_start_offset=e.txn_first_offset)
-            for pid, e in sorted(ctx.producer_states.of((topic, partition)).producers.items())]
-    return part
+# --- TLS --------------------------------------------------------------------------
+# An SSL listener's connections are wrapped in the standard library's ssl,
+# non-blocking: the handshake advances as its bytes come, on the loop, and must
+# be done within doze.frame.timeout.ms (a stalled handshake holds a connection
+# no longer than a dripped frame). Settings are Kafka's (KIP-651 PEM stores),
+# each also per listener as listener.name.<name>.ssl.*. The standard library
+# reads PEM only: another ssl.keystore.type stops the start with a message.
+# Fetch cannot sendfile() through TLS: file slices are read and encrypted.
+
+PRINCIPAL_ANONYMOUS = "User:ANONYMOUS"
 
 
-# --- DescribeTransactions (65) --------------------------------------------------
-
-def java_string_hash(text):
-    """Java's String.hashCode: Kafka places a group on a __consumer_offsets partition by it."""
-    h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def internal_partition(key, partitions):
-    """Kafka's partitionFor(groupId or transactionalId): its Java hash, modulo."""
-    h = java_string_hash(key)
-    return 0 if h == -(1 << 31) else abs(h) % partitions
-
-@api("""
-DescribeTransactions  key=65  versions=0-0  flexible=0+
-  request
-    transactional_ids  []string
-  response
-    throttle_time_ms  int32
-    transaction_states  []
-      error_code  int16
-      transactional_id  string
-      transaction_state  string
-      transaction_timeout_ms  int32
-      transaction_start_time_ms  int64
-      producer_id  int64
-      producer_epoch  int16
-      topics  []
-        topic  string
-        partitions  []int32
-""")
-def handle_describe_transactions(ctx, req):
-    """DescribeTransactions: state, producer, timeout and partitions of each id.
-    Errors: TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST (an empty id),
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (DESCRIBE on the id); the topics
-    without DESCRIBE are left out of the partitions listed."""
-    return Msg(transaction_states=[describe_transaction(ctx, i) for i in req.transactional_ids])
+def java_host_address(ip):
+    """An address as Java's InetAddress.getHostAddress prints it (what an ACL's
+    host is compared with): IPv6 in full groups without leading zeros."""
+    if ":" not in ip:
+        return ip
+    with contextlib.suppress(ValueError):
+        return ":".join(format(int(g, 16), "x") for g in ipaddress.IPv6Address(ip.split("%")[0]).exploded.split(":"))
+    return ip
 
 
-def describe_transaction(ctx, transactional_id):
-    """One id of a DescribeTransactions -> its answer."""
-    meta = ctx.txns.txns.get(transactional_id)
-    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return Msg(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                   transactional_id=transactional_id, transaction_state="")
-    if not transactional_id or meta is None:
-        return Msg(error_code=ErrorCode.INVALID_REQUEST if not transactional_id
-                   else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id, transaction_state="")
-    left = meta.markers_needed | {tp for tp, off in meta.marker_offsets.items()} \
-        if meta.state in DECIDED else meta.partitions
-    topics = {}
-    for topic, p in sorted(left):
-        topics.setdefault(topic, []).append(p)
-    if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
-        n = ctx.config["offsets.topic.num.partitions"]
-        for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
-            topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
-    return Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
-               transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.txn_start_ms,
-               producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-               topics=[Msg(topic=t, partitions=ps) for t, ps in topics.items()
-                       if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)])
+TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
+TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
+RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
+                    "stateOrProvinceName": "ST", "organizationName": "O",
+                    "organizationalUnitName": "OU", "streetAddress": "STREET",
+                    "domainComponent": "DC", "userId": "UID"}
+OTHER_DN_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
+                 "title": ("2.5.4.12", 0x0C), "surname": ("2.5.4.4", 0x0C), "givenName": ("2.5.4.42", 0x0C)}
 
 
-# --- ListTransactions (66) ------------------------------------------------------
-
-@api("""
-ListTransactions  key=66  versions=0-1  flexible=0+
-  request
-    state_filters  []string                    # Kafka's state names: "Ongoing", ...
-    producer_id_filters  []int64
-    duration_filter  int64 = -1  v1+           # KIP-994: running longer than this
-  response
-    throttle_time_ms  int32
-    error_code  int16
-    unknown_state_filters  []string
-    transaction_states  []
-      transactional_id  string
-      producer_id  int64
-      transaction_state  string
-""")
-def handle_list_transactions(ctx, req):
-    """ListTransactions: the transactional ids, filtered by state, producer id
-    and (v1) how long their transaction has run."""
-    names = {s.value for s in TxnState}
-    states = set(req.state_filters)
-    now = ctx.now_ms
-    found = [meta for meta in ctx.txns.txns.values()
-             if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id,
-                            log_denial=False)
-             and (not states or meta.state.value in states)
-             and (not req.producer_id_filters or meta.producer_id in req.producer_id_filters)
-             and (req.duration_filter < 0 or now - meta.txn_start_ms > req.duration_filter)]
-    return Msg(unknown_state_filters=sorted(states - names), transaction_states=[
-        Msg(transactional_id=m.transactional_id, producer_id=m.producer_id,
-            transaction_state=m.state.value) for m in sorted(found, key=lambda m: m.transactional_id)])
-
-
-# --- DescribeTopicPartitions (75) -----------------------------------------------
-
-MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000    # Kafka's max.request.partition.size.limit
+def tls_context(config, listener):
+    """The server SSLContext of an SSL listener, from Kafka's settings, with
+    the checks and messages of Kafka's DefaultSslEngineFactory."""
+    if ssl is None:
+        raise ValueError(f"listener {listener.name}: this Python has no ssl module")
+    get = functools.partial(listener_setting, config, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _load_keystore(ctx, listener.name, get)
+    _load_truststore(ctx, listener.name, get)
+    auth = (get("ssl.client.auth") or "none").lower()
+    prefixed = config.settings.get(f"listener.name.{listener.name.lower()}.ssl.client.auth")
+    if listener.protocol == "SASL_SSL" and prefixed is None:   # Kafka's ChannelBuilders: only prefixed
+        if auth != "none":
+            log.warning("Broker configuration 'ssl.client.auth' is applied only to SSL listeners. "
+                        "Listener-prefixed configuration can be used to enable SSL client authentication "
+                        "for SASL_SSL listeners (listener %s).", listener.name)
+        auth = "none"
+    if auth not in ("none", "requested", "required"):
+        raise ValueError(f"listener {listener.name}: ssl.client.auth {auth!r} is not none, requested or required")
+    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                       "required": ssl.CERT_REQUIRED}[auth]
+    versions = [v.strip() for v in (get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
+    unknown = [v for v in versions if v not in TLS_VERSIONS]
+    if unknown or not versions:
+        raise ValueError(f"listener {listener.name}: ssl.enabled.protocols {','.join(unknown) or '(none)'}: "
+                         f"doze serves {', '.join(TLS_VERSIONS)}")
+    ordered = sorted(versions)
+    ctx.minimum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[0]])
+    ctx.maximum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[-1]])
+    ciphers = get("ssl.cipher.suites")
+    if ciphers:
+        ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",")))   # TLS 1.2 suites only
+    return ctx
 
 
-@api("""
-DescribeTopicPartitions  key=75  versions=0-0  flexible=0+     # KIP-966: kafka-topics --describe
-  request
-    topics  []
-      name  string
-    response_partition_limit  int32 = 2000
-    cursor  {}? = null
-      topic_name  string
-      partition_index  int32
-  response
-    throttle_time_ms  int32 = 0
-    topics  []
-      error_code  int16
-      name  string?
-      topic_id  uuid
-      is_internal  bool = false
-      partitions  []
-        error_code  int16
-        partition_index  int32
-        leader_id  int32
-        leader_epoch  int32 = -1
-        replica_nodes  []int32
-        isr_nodes  []int32
-        eligible_leader_replicas  []int32? = null
-        last_known_elr  []int32? = null
-        offline_replicas  []int32
-      topic_authorized_operations  int32 = -2147483648
-    next_cursor  {}? = null
-      topic_name  string
-      partition_index  int32
-""")
-def handle_describe_topic_partitions(ctx, req):
-    """DescribeTopicPartitions: Metadata's partitions, paged. Topics sorted by
-    name from the cursor's, at most response_partition_limit partitions (and
-    2000) an answer; next_cursor says where the next page starts -- the order
-    and the edge cases of Kafka's KRaftMetadataCache.describeTopicResponse.
-    No topics named: every topic, unknown ones left out. Topics without
-    DESCRIBE are left out, or, named, answered TOPIC_AUTHORIZATION_FAILED last.
-
-    Errors (per topic): INVALID_REQUEST (for every named topic: a cursor topic
-    not among them, or a negative cursor partition), UNKNOWN_TOPIC_OR_PARTITION,
-    INVALID_TOPIC_EXCEPTION.
-    """
-    everything = not req.topics
-    after = req.cursor.topic_name if req.cursor else ""
-    names = sorted({n for n in (ctx.logs.topics if everything else (t.name for t in req.topics)) if n >= after})
-    if req.cursor and (not everything and req.cursor.topic_name not in names or req.cursor.partition_index < 0):
-        return Msg(topics=[Msg(error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=UUID_ZERO,
-                               partitions=[]) for t in req.topics])           # Kafka's getErrorResponse
-    described = topics_allowed(ctx, AclOperation.DESCRIBE, names)
-    refused = [] if everything else [
-        Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=UUID_ZERO, is_internal=False,
-            partitions=[]) for n in names if n not in described]
-    topics, cursor = topic_partitions_page(ctx, req, [n for n in names if n in described], everything)
-    return Msg(topics=topics + refused, next_cursor=cursor)
+def _load_keystore(ctx, name, get):
+    kind, path = (get("ssl.keystore.type") or "JKS").upper(), get("ssl.keystore.location")
+    key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
+    if key is not None and kind != "PEM":
+        raise ValueError(f"SSL private key can be specified only for PEM, but key store type is {kind}.")
+    if key is not None and chain is None:
+        raise ValueError("SSL private key is specified, but certificate chain is not specified.")
+    if chain is not None and key is None:
+        raise ValueError("SSL certificate chain is specified, but private key is not specified")
+    if key is not None and path is not None:
+        raise ValueError("Both SSL key store location and separate private key are specified.")
+    if (key is not None or path is not None) and kind == "PEM" and get("ssl.keystore.password") is not None:
+        raise ValueError("SSL key store password cannot be specified with PEM format, only key password "
+                         "may be specified.")
+    if key is None and path is None:
+        raise ValueError(f"listener {name}: an SSL listener needs a key and certificate: "
+                         f"ssl.keystore.location (PEM), or ssl.keystore.key and ssl.keystore.certificate.chain")
+    if kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.keystore.type {kind}: doze reads PEM keystores only "
+                         f"(KIP-651, ssl.keystore.type=PEM); convert it with keytool -importkeystore "
+                         f"to PKCS12 and openssl pkcs12 -nodes to PEM")
+    password = get("ssl.key.password")
+    try:
+        if path is not None:
+            ctx.load_cert_chain(path, password=password)
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:    # ssl loads keys from files only
+            os.chmod(f.name, 0o600)
+            f.write(key.strip() + "\n" + chain.strip() + "\n")
+            f.flush()
+            ctx.load_cert_chain(f.name, password=password)
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Failed to load PEM SSL keystore {path or '(ssl.keystore.key)'}: {e}") from None
 
 
-def topic_partitions_page(ctx, req, names, everything):
-    """The page: from the cursor on, at most the partition limit -> (topics, the next cursor or None)."""
-    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
-    after = req.cursor.topic_name if req.cursor else ""
-    node_id, topics = ctx.node(ctx.conn)[0], []
-    for name in names:
-        if remaining == 0:
-            return topics, Msg(topic_name=name, partition_index=0)
-        topic = ctx.logs.topics.get(name)
-        if topic is None:
-            if not everything:
-                bad = not TOPIC_NAME.fullmatch(name) or name in (".", "..")
-                topics.append(Msg(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION if bad else
-                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, topic_id=UUID_ZERO,
-                                  is_internal=name in INTERNAL_TOPICS, partitions=[],
-                                  topic_authorized_operations=ctx.operations(ResourceType.TOPIC, name)))
-            continue
-        start = req.cursor.partition_index if req.cursor and name == after else 0
-        upper = min(topic.partitions, start + remaining)
-        topics.append(partitions_page(topic, range(start, upper), node_id, ctx.operations(ResourceType.TOPIC, name)))
-        if upper < topic.partitions:
-            return topics, Msg(topic_name=name, partition_index=upper)
-        remaining -= max(0, upper - start)
-    return topics, None
+def _load_truststore(ctx, name, get):
+    kind, path, certs = (get("ssl.truststore.type") or "JKS").upper(), get("ssl.truststore.location"), \
+        get("ssl.truststore.certificates")
+    if certs is not None and kind != "PEM":
+        raise ValueError(f"SSL trust store certs can be specified only for PEM, but trust store type is {kind}.")
+    if certs is not None and path is not None:
+        raise ValueError("Both SSL trust store location and separate trust certificates are specified.")
+    if kind == "PEM" and (certs or path) and get("ssl.truststore.password") is not None:
+        raise ValueError("SSL trust store password cannot be specified for PEM format.")
+    if path is not None and kind != "PEM":
+        raise ValueError(f"listener {name}: ssl.truststore.type {kind}: doze reads PEM truststores only "
+                         f"(ssl.truststore.type=PEM)")
+    try:
+        if certs is not None:
+            ctx.load_verify_locations(cadata=certs)
+        elif path is not None:
+            ctx.load_verify_locations(cafile=path)
+        else:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)     # as Java's default truststore
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"Invalid PEM truststore configs ({path or 'ssl.truststore.certificates'}): {e}") \
+            from None
 
 
-def partitions_page(topic, indexes, node_id, operations):
-    """One topic of a DescribeTopicPartitions answer: these partitions, all led here."""
-    return Msg(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-               is_internal=topic.name in INTERNAL_TOPICS, topic_authorized_operations=operations,
-               partitions=[Msg(error_code=ErrorCode.NONE, partition_index=p, leader_id=node_id, leader_epoch=0,
-                               replica_nodes=[node_id], isr_nodes=[node_id], eligible_leader_replicas=[],
-                               last_known_elr=[], offline_replicas=[]) for p in indexes])
+def parse_principal_rules(text):
+    """ssl.principal.mapping.rules -> [None (DEFAULT) or (regex, replacement,
+    case)], split and parsed as Kafka's SslPrincipalMapper does."""
+    rule = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    rules = []
+    for m in re.finditer(r"\s*(" + rule + r")\s*(?:,\s*|$)", ("DEFAULT" if text is None else text).strip()):
+        one = m.group(1)
+        p = re.match(rule, one)
+        if p.end() != len(one):
+            raise ValueError(f"ssl.principal.mapping.rules: Invalid rule: `{one}`, unmatched substring: "
+                             f"`{one[p.end():]}`")
+        if p.group(1):
+            rules.append(None)
+        elif p.group(2) is not None:
+            rules.append((re.compile(p.group(2)), p.group(3), p.group(4)))
+    return rules
+
+
+def map_principal(rules, dn):
+    """A certificate's RFC 2253 name -> the principal's name by the first rule
+    that matches it whole (Java's replaceAll: $n are groups). None: no rule."""
+    for r in rules:
+        if r is None:
+            return dn
+        pattern, replacement, case = r
+        if pattern.fullmatch(dn):
+            out = pattern.sub(lambda m: re.sub(r"\$(\d)", lambda g: m.group(int(g.group(1)))
+                                              if int(g.group(1)) <= pattern.groups else g.group(0),
+                                              replacement), dn)
+            return out.lower() if case == "L" else out.upper() if case == "U" else out
+    return None
+
+
+def rfc2253(subject):
+    """getpeercert()'s subject -> the name as Java's X500Principal.getName()
+    prints it (RFC 2253): most specific part first, specials escaped."""
+    def value(v):
+        v = re.sub(r'([,+"\\<>;])', r"\\\1", v)
+        if v[:1] in ("#", " "):
+            v = "\\" + v
+        return v[:-1] + "\\ " if v.endswith(" ") and len(v) > 1 else v
+
+    def part(k, v):
+        if k in RFC2253_KEYWORDS:
+            return f"{RFC2253_KEYWORDS[k]}={value(v)}"
+        oid, tag = OTHER_DN_OIDS.get(k, (k, 0x0C))
+        raw = v.encode()
+        length = bytes([len(raw)]) if len(raw) < 128 else bytes([0x81, len(raw)]) if len(raw) < 256 \
+            else bytes([0x82]) + len(raw).to_bytes(2, "big")
+        return f"{oid}=#{(bytes([tag]) + length + raw).hex()}"
+    return ",".join("+".join(part(k, v) for k, v in rdn) for rdn in reversed(subject))
+
+
+WOULD_BLOCK = (BlockingIOError, InterruptedError) + ((ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ())
+
+
+class TlsServer:
+    """TLS for one SSL listener: its context, and each connection's handshake
+    and principal. Connection calls handshake() until it returns True."""
+
+    def __init__(self, config, listener):
+        self.context = tls_context(config, listener)
+        self.rules = parse_principal_rules(listener_setting(config, listener, "ssl.principal.mapping.rules"))
+
+    def wrap(self, sock):
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+    def handshake(self, sock):
+        """One step of the handshake -> (done, the event it waits for while
+        not, the principal of the client's certificate once done, or None)."""
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return False, selectors.EVENT_READ, None
+        except ssl.SSLWantWriteError:
+            return False, selectors.EVENT_WRITE, None
+        cert = sock.getpeercert()
+        if not (cert and cert.get("subject")):
+            return True, 0, None
+        dn = rfc2253(cert["subject"])
+        name = map_principal(self.rules, dn)
+        if name is None:
+            raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
+        return True, 0, f"User:{name}"
+
+
+# --- Connection: one client socket, its frames and its answers in order ------
+
+class Slot:
+    """One request's place in its connection's response order."""
+    __slots__ = ("chunks",)
+
+    def __init__(self):
+        self.chunks = None          # the encoded response frame, once ready
+
+
+class Connection:
+    """One client socket: bytes in, frames out, in order."""
+
+    def __init__(self, sock, addr, room, listener, tls=None, sasl=None):
+        self.sock = sock
+        self.addr = addr
+        self.listener = listener         # the Listener it came in on
+        self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.host = java_host_address(addr[0]) if isinstance(addr, tuple) else str(addr)   # for ACLs' hosts
+        self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
+        self.room = room                 # Connections: the rest of the broker, as a connection sees it
+        self.clock, self.config = room.clock, room.config
+        self.inbuf = bytearray()
+        self.slots = collections.deque()
+        self.out = collections.deque()   # chunks being written: bytes or FileSlice
+        self.out_pos = 0
+        self.out_bytes = 0               # bytes of the chunks in self.out
+        self.parked = 0                  # muting parks outstanding
+        self.early_park = None           # ... the one the next request ends (a Fetch's long-poll)
+        self.unflushed = 0               # answers waiting for the group commit (Produce)
+        self.closed = False
+        self.closing = None              # why it closes once the answers owed are written
+        self.events = 0                  # what the selector watches for (0: unregistered)
+        self.last_active = self.clock()  # a byte in or out: connections.max.idle.ms
+        self.frame_started = None        # when the first byte of an incomplete frame came
+        self.principal = PRINCIPAL_ANONYMOUS
+        self.sasl = sasl                 # SaslSession on a SASL listener
+        self.failing = False             # authentication failed: answered after the delay, then closed
+        self.tls = tls                   # TlsServer of an SSL listener, else None
+        self.handshaking = tls is not None
+        self.tls_wants = 0               # the event the TLS handshake waits for
+        if self.handshaking:
+            self.frame_started = self.last_active   # the handshake is due within the frame timeout
+
+    # --- reading ---
+    def on_readable(self):
+        got = False
+        while True:
+            try:
+                data = self.sock.recv(READ_CHUNK)
+            except WOULD_BLOCK:
+                break
+            except OSError as e:
+                self.close("client closed the connection" if ssl and isinstance(e, ssl.SSLZeroReturnError)
+                           else f"read failed: {e}")
+                return
+            if not data:
+                self.close("client closed the connection")
+                return
+            got = True
+            self.inbuf += data
+            if not (self.tls and self.sock.pending()):     # TLS may hold decrypted bytes already read
+                break
+        if got:
+            self.last_active = self.clock()
+            if self.early_park is not None and self._whole_frame_waiting():
+                self.room.end_park_early(self.early_park)         # the next request is here
+            self.process_frames()
+
+    def process_frames(self):
+        """Handle every complete frame in the buffer, unless muted."""
+        buf = self.inbuf
+        pos = taken = 0
+        limit = self.config["socket.request.max.bytes"]
+        if self.sasl is not None and not self.sasl.complete:
+            limit = min(limit, self.config["sasl.server.max.receive.size"])
+        while not self.closed and self.may_read():
+            if len(buf) - pos < 4:
+                break
+            size = I32.unpack_from(buf, pos)[0]
+            if size < 0 or size > limit:
+                self.close_after_answers(f"frame of {size} bytes is larger than socket.request.max.bytes "
+                                         f"({limit}) or negative")
+                break
+            if len(buf) - pos - 4 < size:
+                break
+            if self.unflushed and size >= 2 and I16.unpack_from(buf, pos + 4)[0] != ApiKey.PRODUCE:
+                # A request after a Produce waiting for its fsync must see that
+                # Produce's result (Kafka handles one request at a time per
+                # connection); Produces themselves may pipeline into one fsync.
+                break
+            if taken == TURNS_PER_CONNECTION or not self.room.take_request_turn():
+                self.room.resume_later(self)            # its turn is over: the others, then more
+                break
+            taken += 1
+            frame = buf[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            self.room.dispatch(self, frame)
+        if pos:
+            del buf[:pos]
+            self.frame_started = None
+        if self.inbuf and self.frame_started is None and not self._whole_frame_waiting():
+            self.frame_started = self.clock()
+        self.update_interest()
+
+    def may_read(self):
+        """Take in more requests? Not while muted, nor with answers piling up."""
+        return not self.parked and not self.failing and len(self.slots) < MAX_QUEUED \
+            and self.out_bytes < MAX_QUEUED_BYTES and self.closing is None
+
+    def close_after_answers(self, reason):
+        """A request refused whole (it does not decode, or is not served): the
+        connection closes once the answers owed to the requests before it are
+        written, and reads nothing more. Kafka reads a connection's next
+        request only after answering the last one, so those answers reach the
+        client there too."""
+        self.closing = reason
+        self._close_if_answered()
+
+    def _close_if_answered(self):
+        if self.closing is not None and not self.slots and not self.out and not self.closed:
+            self.close(self.closing)
+
+    def authenticated(self, principal):
+        self.principal = principal
+        log.info("%s authenticated as %s with %s on listener %s", self.name, principal,
+                 self.sasl.mechanism, self.listener.name)
+
+    def fail_authentication(self, reason, chunks=None):
+        """KIP-306: the answer (if any) after connection.failed.authentication.delay.ms, then the close."""
+        self.failing = True
+        log.warning("closing connection %s after the authentication failure delay: %s", self.name, reason)
+
+        def finish():
+            if chunks and not self.closed:
+                self.out.extend(chunks)
+                self.out_bytes += sum(len(c) for c in chunks)
+                self.on_writable()
+            self.close("authentication failed", quiet=True)
+        self.room.call_later(self.config["connection.failed.authentication.delay.ms"] / 1000, finish)
+        self.update_interest()
+
+    def _whole_frame_waiting(self):
+        buf = self.inbuf
+        return len(buf) >= 4 and len(buf) - 4 >= I32.unpack_from(buf, 0)[0]
+
+    # --- the answers' order ---
+    def new_slot(self):
+        """A request taken in: its place in the answers' order."""
+        slot = Slot()
+        self.slots.append(slot)
+        return slot
+
+    def drop_slot(self, slot):
+        """A request that gets no answer (acks=0, or a refusal that closes)."""
+        self.slots.remove(slot)
+
+    def wait_for(self, park):
+        """A request of this connection was parked (Purgatory.add): a muting
+        park holds back the next requests, as Kafka mutes a channel; one
+        waiting for the group commit only keeps later non-Produce requests back."""
+        if park.mute:
+            self.parked += 1
+            if park.early:
+                self.early_park = park
+            self.update_interest()
+        else:
+            self.unflushed += 1
+
+    def waited(self, park):
+        """A parked request's wait is over (answered, or its connection gone)."""
+        if park.mute:
+            self.parked -= 1
+            if self.early_park is park:
+                self.early_park = None
+        else:
+            self.unflushed -= 1
+        if not self.closed:
+            self.update_interest()
+            if self.inbuf:
+                self.room.resume_later(self)
+
+    # --- writing ---
+    def queued_bytes(self):
+        """Bytes of answers waiting to be written (file slices count their size)."""
+        return self.out_bytes - self.out_pos
+
+    def push(self, slot, chunks):
+        """Fill a slot; send every slot at the head of the queue that is ready --
+        unless a meta.db change is not yet durable: then the answers are held
+        until the group commit's fsync of it (GroupCommit.hold), so that no
+        answer runs ahead of what a power cut would keep."""
+        slot.chunks = chunks
+        if not self.room.hold(self):
+            self.send_ready()
+        if self.inbuf and not self.parked:
+            self.room.resume_later(self)           # frames waited while muted or full
+
+    def send_ready(self):
+        while self.slots and self.slots[0].chunks is not None:
+            for chunk in self.slots.popleft().chunks:
+                self.out.append(chunk)
+                self.out_bytes += len(chunk)
+        self.on_writable()
+
+    def on_writable(self):
+        before = self.queued_bytes()
+        try:
+            while self.out:
+                chunk = self.out[0]
+                if isinstance(chunk, FileSlice):
+                    if not self._send_file(chunk):
+                        break
+                else:
+                    view = memoryview(chunk)[self.out_pos:]
+                    self.out_pos += self.sock.send(view) if view else 0
+                    if self.out_pos < len(chunk):
+                        break
+                    self.out_pos = 0
+                self.out.popleft()
+                self.out_bytes -= len(chunk)
+        except WOULD_BLOCK:
+            pass
+        except OSError as e:
+            self.close(f"write failed: {e}")
+            return
+        if self.queued_bytes() != before:
+            self.last_active = self.clock()
+            if self.inbuf and self.may_read():
+                self.room.resume_later(self)            # reading waited for the client to read
+        self._close_if_answered()
+        self.update_interest()
+
+    def _send_file(self, chunk):
+        """sendfile: the kernel copies file pages to the socket. Returns True
+        once the whole chunk is sent."""
+        start = chunk.offset + self.out_pos
+        left = chunk.count - self.out_pos
+        if left > 0:
+            if self.tls:                            # TLS: read, encrypt, send
+                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, TLS_SEND_CHUNK), start))
+            elif hasattr(os, "sendfile"):
+                sent = os.sendfile(self.sock.fileno(), chunk.file.fileno(), start, left)
+            else:                                   # no sendfile: copy through Python
+                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, READ_CHUNK), start))
+            if sent == 0:
+                # The file is shorter than promised (deleted underneath): the
+                # frame cannot be completed, so the connection must go.
+                raise OSError(errno.EIO, "file shrank while being sent")
+            self.out_pos += sent
+            if self.out_pos < chunk.count:
+                return False
+        self.out_pos = 0
+        return True
+
+    def update_interest(self):
+        """Ask the selector for exactly what this connection can use now."""
+        if self.closed:
+            return
+        events = selectors.EVENT_WRITE if self.out else 0
+        if self.handshaking:
+            events = self.tls_wants or selectors.EVENT_READ
+        elif (self.may_read() or self.early_park is not None and self.parked == 1 and not self.failing
+              and self.closing is None) and not self._whole_frame_waiting():   # no more while one waits
+            events |= selectors.EVENT_READ
+        if events == self.events:
+            return
+        selector = self.room.selector
+        if not self.events:
+            selector.register(self.sock, events, self)
+        elif not events:
+            selector.unregister(self.sock)
+        else:
+            selector.modify(self.sock, events, self)
+        self.events = events
+
+    def on_event(self, mask):
+        if self.handshaking:
+            self.step_handshake()
+            return
+        if mask & selectors.EVENT_READ and not self.closed:
+            self.on_readable()
+        if mask & selectors.EVENT_WRITE and not self.closed:
+            self.on_writable()
+
+    def step_handshake(self):
+        try:
+            done, self.tls_wants, principal = self.tls.handshake(self.sock)
+        except (OSError, ValueError) as e:
+            self.close(f"TLS handshake failed: {e}")
+            return
+        if done:
+            self.principal = principal or self.principal
+            log.debug("TLS %s from %s: principal %s", self.sock.version(), self.name, self.principal)
+            self.handshaking = False
+            self.frame_started = None
+            self.last_active = self.clock()
+            self.on_readable()              # the first request may have come with the handshake
+        self.update_interest()
+
+    def close(self, reason, quiet=False):
+        if self.closed:
+            return
+        self.closed = True
+        quiet = quiet or reason in ("client closed the connection", "broker stopping") \
+            or "Connection reset" in reason or "Broken pipe" in reason
+        log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
+                self.name, reason)
+        if self.events:
+            with contextlib.suppress(KeyError, ValueError):
+                self.room.selector.unregister(self.sock)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.room.forget(self)
+
+
+# --- What a request's log line may show --------------------------------------
+
+SECRET_FIELDS = {ApiKey.SASL_AUTHENTICATE: ("auth_bytes",),
+                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("salt", "salted_password")}
+CONFIG_APIS = (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_TOPICS)
+
+
+def loggable(api_key, msg):
+    """A request or response as the DEBUG log may show it: SASL tokens, SCRAM
+    salts and salted passwords, and the values of sensitive settings (the ones
+    DescribeConfigs hides) hidden -- Kafka logs its requests so (loggableRequest)."""
+    fields = SECRET_FIELDS.get(api_key)
+    if fields is None and api_key not in CONFIG_APIS:
+        return msg
+
+    def hide(node):
+        if isinstance(node, list):
+            return [hide(x) for x in node]
+        if not isinstance(node, types.SimpleNamespace):
+            return node
+        out = types.SimpleNamespace(**{k: hide(v) for k, v in vars(node).items()})
+        for name in fields or ():
+            if getattr(out, name, None) is not None:
+                setattr(out, name, f"<hidden: {len(getattr(out, name))} bytes>")
+        if api_key in CONFIG_APIS and isinstance(getattr(out, "name", None), str) and \
+                getattr(out, "value", None) is not None and out.name not in KAFKA_TOPIC_CONFIGS \
+                and broker_config_sensitive(out.name):
+            out.value = "[hidden]"
+        return out
+    return hide(msg)
+
+
+# --- Dispatch: a request to its handler, its answer back ---------------------------
+# Kafka's KafkaApis.handle and RequestChannel in one class: a frame is decoded
+# (header, then body by the API's schema), run by its handler, and whatever
+# the handler returned -- a response, NO_RESPONSE, a Park, a verdict to close
+# -- is carried out. The one place where an exception a handler let out
+# becomes an answer: UNKNOWN_SERVER_ERROR where the response has a top-level
+# error code, else the close of that one connection.
+
+def whole_request_error(spec, version, e, quiet=False):
+    """A whole-request error: a response with just its top-level error_code
+    (and error_message) set, if the response has one; else None (logged)."""
+    names = {f.name for f in spec.response if f.in_version(version)}
+    if "error_code" not in names:
+        if not quiet:
+            log.error("%s v%d: %s, and the response has no error_code to carry it", spec.name, version, e)
+        return None
+    if "error_message" in names:
+        return Msg(error_code=e.code, error_message=e.detail or None)
+    return Msg(error_code=e.code)
+
+
+class Request:
+    """One request in flight: its connection, its place in the answers'
+    order, and how to encode its answer."""
+    __slots__ = ("conn", "slot", "spec", "version", "correlation_id", "traced")
+
+    def __init__(self, conn, spec, version, correlation_id):
+        self.conn, self.spec, self.version, self.correlation_id = conn, spec, version, correlation_id
+        self.slot = conn.new_slot()
+        self.traced = None          # how its answer is traced, when the request was (--trace)
+
+
+class Dispatcher:
+    """Request -> handler -> response, for every connection."""
+
+    def __init__(self, rooms, purgatory, tracer=None):
+        self.rooms, self.purgatory, self.tracer = rooms, purgatory, tracer
+        self.clock = rooms.config.clock
+
+    def handle_frame(self, conn, frame):
+        """Decode one request, run its handler, queue its response."""
+        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
+            self._raw_sasl_token(conn, frame)
+            return
+        decoded = self._decode(conn, frame)
+        if decoded is None:
+            return
+        request, handler, req, client_id = decoded
+        if self.tracer is not None:
+            request.traced = self.tracer.request(conn, request.spec, request.version, client_id, req)
+        ctx = RequestContext(self.rooms, conn, request.spec.key, request.version, client_id)
+        self._settle(request, self.evaluate(request, handler, ctx, req))
+
+    def _decode(self, conn, frame):
+        """-> (Request, its handler, its decoded body, client id); None when it
+        is refused (the connection closes once the answers before it are sent)."""
+        try:
+            api_key, version, correlation_id, client_id, r = parse_request_header(frame)
+        except ProtocolError as e:
+            conn.close_after_answers(f"request header does not decode: {e}")
+            return None
+        if conn.sasl is not None and not self._sasl_admits(conn, api_key):
+            return None
+        entry = HANDLERS.get(api_key)
+        if entry is None:
+            conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
+            return None
+        spec, handler = entry
+        if not spec.min_served <= version <= spec.max_version:
+            if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
+                self._unsupported_api_versions(conn, r, correlation_id)
+            else:
+                conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
+                                         f"v{spec.min_served}-v{spec.max_version})")
+            return None
+        try:
+            if spec.flexible(version):
+                skip_tagged_fields(r)                 # request header v2
+            req = decode_request_body(spec, version, r)
+        except ProtocolError as e:
+            conn.close_after_answers(f"{spec.name} v{version} request (correlation id {correlation_id}) "
+                                     f"does not decode: {e}")
+            return None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
+                      correlation_id, loggable(api_key, req))
+        return Request(conn, spec, version, correlation_id), handler, req, client_id
+
+    def evaluate(self, request, fn, *args):
+        """fn's answer (a handler, or a parked request's poll): a KafkaError
+        becomes the whole request's error; a bug, UNKNOWN_SERVER_ERROR, or
+        None with the connection closed when the response cannot carry it."""
+        try:
+            return fn(*args)
+        except KafkaError as e:
+            return whole_request_error(request.spec, request.version, e)
+        except Exception as e:
+            result = self._handler_failed(request, e)
+            if result is None:
+                request.conn.close(f"{request.spec.name} could not be answered")
+            return result
+
+    def _settle(self, request, result):
+        """Carry out a handler's result: an answer now or later (a Park), none, or a close."""
+        conn = request.conn
+        if result is None:
+            conn.close(f"{request.spec.name} could not be answered")
+        elif result is NO_RESPONSE:
+            conn.drop_slot(request.slot)
+        elif isinstance(result, CloseConnection):
+            conn.drop_slot(request.slot)
+            conn.close_after_answers(result.reason)
+        elif isinstance(result, AuthenticationFailure):
+            conn.drop_slot(request.slot)
+            conn.fail_authentication(result.reason, self._response_chunks(
+                request.spec, request.version, request.correlation_id, result.response))
+        elif isinstance(result, Park):
+            self.purgatory.add(result, request, self)
+        else:
+            self._respond(request, result)
+
+    def reply(self, request, result):
+        """A parked request's answer, once its wait is over (Purgatory)."""
+        if result is not None and not request.conn.closed:
+            self._respond(request, result)
+        elif not request.conn.closed:
+            request.conn.close(f"{request.spec.name} could not be answered")
+
+    def _handler_failed(self, request, e):
+        """An exception a handler should not have let out (a bug): one log line
+        that says where, the traceback only at DEBUG; the request is answered
+        with UNKNOWN_SERVER_ERROR where its response has a top-level error code,
+        else its connection alone is closed (-> None). No other connection sees it."""
+        log.error("%s v%d from %s (correlation id %d) failed: %s: a bug in doze", request.spec.name,
+                  request.version, request.conn.name, request.correlation_id, where(e))
+        log.debug("the traceback", exc_info=e)
+        return whole_request_error(request.spec, request.version, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                    quiet=True)
+
+    def _unsupported_api_versions(self, conn, r, correlation_id):
+        """KIP-511: answer an ApiVersions version we do not know in the v0
+        format, with UNSUPPORTED_VERSION and ApiVersions' own range, so the
+        client can retry with one we do. (Kafka 4.3.1 sends exactly this.)"""
+        try:
+            skip_tagged_fields(r)     # newer versions use request header v2
+        except ProtocolError as e:
+            conn.close_after_answers(f"ApiVersions request of an unknown version does not decode: {e}")
+            return
+        spec = HANDLERS[ApiKey.API_VERSIONS][0]
+        msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            Msg(api_key=int(ApiKey.API_VERSIONS), min_version=spec.min_version,
+                max_version=spec.max_version)])
+        self._respond(Request(conn, spec, 0, correlation_id), msg)
+
+    def _respond(self, request, msg):
+        spec, version, conn = request.spec, request.version, request.conn
+        chunks = self._response_chunks(spec, version, request.correlation_id, msg)
+        if chunks is None:
+            conn.close(f"{spec.name} response could not be encoded")
+            return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, request.correlation_id,
+                      loggable(spec.key, msg))
+        if request.traced is not None:
+            self.tracer.response(request.traced, spec, msg)
+        if not conn.closed:
+            conn.push(request.slot, chunks)
+
+    def _response_chunks(self, spec, version, correlation_id, msg):
+        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
+        try:
+            return encode_response(spec, version, correlation_id, msg)
+        except (TypeError, ValueError, struct.error, AttributeError, OverflowError) as e:
+            log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
+                      spec.name, version, correlation_id, where(e))
+            log.debug("the traceback", exc_info=e)
+            return None
+
+    def _sasl_admits(self, conn, api_key):
+        """May this request of a SASL connection go on? (SaslSession.refusal);
+        if not, the connection is failed or closed here."""
+        refused, expired = conn.sasl.refusal(api_key, self.clock() * 1000)
+        if refused and expired:
+            conn.close(refused)
+        elif refused:
+            conn.fail_authentication(refused)
+        return not refused
+
+    def _raw_sasl_token(self, conn, frame):
+        """After SaslHandshake v0: a bare SASL token in, the server's bare token
+        out; a failure gets no answer, only the delayed close (as in Kafka)."""
+        sasl = conn.sasl
+        try:
+            reply, principal = sasl.token(frame)
+        except AuthenticationFailed as e:
+            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
+            return
+        conn.push(conn.new_slot(), [I32.pack(len(reply)) + reply])
+        if principal is not None:
+            conn.authenticated(principal)
+
+
+# --- Connections: the open ones, their limits, the listeners -----------------------
+
+class Connections:
+    """Every open Kafka connection, and the limits on them (see "Limits"
+    above): max.connections and the descriptors doze has, the connections per
+    IP, the requests taken in per pass (queued.max.requests), the idle and
+    dripped-frame sweep. A Connection reaches the rest of the broker through
+    it: the dispatcher for its frames, the group commit for answers that wait,
+    the purgatory for a long-poll its next request ends, the loop's timers."""
+
+    def __init__(self, config, selector, timers, listeners, dispatcher, group_commit, purgatory, descriptors):
+        self.config, self.selector, self.timers = config, selector, timers
+        self.dispatcher, self.group_commit, self.purgatory = dispatcher, group_commit, purgatory
+        self.clock = config.clock
+        self.open = set()
+        self.ip_counts = collections.Counter()
+        # Connections get what the segment files leave, less some for sqlite,
+        # the listener and the log: then accepting stops rather than failing.
+        self.descriptors = max(16, descriptors // 2 - 64)
+        self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
+        self.accepting = True           # False while at max.connections
+        self.stopping = False
+        self.turns = config["queued.max.requests"]   # requests still to take in this pass
+        self.pass_deadline = float("inf")            # ... and until when
+        self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
+        self.acceptors = [_Listener(self, bound, listeners) for bound in listeners.bound]
+        self.listen(True)
+
+    def __iter__(self):
+        return iter(self.open)
+
+    def __len__(self):
+        return len(self.open)
+
+    def schedule(self, timers):
+        """Start the sweep (connections.max.idle.ms, doze.frame.timeout.ms) on the loop's timers."""
+        timers.call_later(SWEEP_S, self._sweep)
+
+    # --- accepting, within the limits ---
+    @property
+    def max_connections(self):
+        """max.connections (it may change while running), within the descriptors there are."""
+        return min(self.config["max.connections"], self.descriptors)
+
+    def listen(self, on):
+        """Accept on every listener, or on none (at max.connections)."""
+        for acceptor in self.acceptors:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                if on:
+                    self.selector.register(acceptor.sock, selectors.EVENT_READ, acceptor)
+                else:
+                    self.selector.unregister(acceptor.sock)
+
+    def may_accept(self):
+        """Below max.connections? At it, the listeners are unregistered until one closes."""
+        if len(self.open) < self.max_connections:
+            return True
+        if self.accepting:
+            self.accepting = False
+            self.listen(False)
+            log.info("%d connections: not accepting more until one closes (max.connections, "
+                     "or the descriptors doze has)", len(self.open))
+        return False
+
+    def allowed_from(self, ip):
+        """May one more connection come from ip (max.connections.per.ip and its overrides)?"""
+        allowed = self.per_ip.get(ip, self.config["max.connections.per.ip"])
+        if self.ip_counts[ip] < allowed:
+            return True
+        log.info("Rejected connection from /%s, address already has the configured "
+                 "maximum of %d connections.", ip, allowed)
+        return False
+
+    def add(self, conn):
+        """A connection accepted: counted, and watched by the selector."""
+        self.ip_counts[conn.ip] += 1
+        self.open.add(conn)
+        conn.update_interest()
+
+    def forget(self, conn):
+        """A connection closed (Connection.close): uncounted; accepting again below the limit."""
+        self.open.discard(conn)
+        self.resume.pop(conn, None)
+        self.ip_counts[conn.ip] -= 1
+        if not self.ip_counts[conn.ip]:
+            del self.ip_counts[conn.ip]
+        if not self.accepting and len(self.open) < self.max_connections and not self.stopping:
+            self.accepting = True
+            self.listen(True)
+
+    def close_all(self, reason):
+        """The broker stops: every connection closed, nothing more accepted."""
+        self.stopping = True
+        for conn in list(self.open):
+            conn.close(reason)
+        self.listen(False)
+
+    # --- one pass of the loop ---
+    def new_pass(self, began):
+        """A pass begins: queued.max.requests turns again, for PASS_REQUESTS_S at most."""
+        self.turns = self.config["queued.max.requests"]
+        self.pass_deadline = began + PASS_REQUESTS_S
+
+    def take_request_turn(self):
+        """queued.max.requests: may one more request be taken in this pass? Not
+        past that many, nor once the pass has spent PASS_REQUESTS_S on requests
+        (wide ones can take a while each): the rest wait for the next pass."""
+        if self.turns <= 0 or time.perf_counter() > self.pass_deadline:
+            return False
+        self.turns -= 1
+        return True
+
+    def resume_later(self, conn):
+        """conn has frames that waited (muted, full, or out of turns): the next pass takes them."""
+        self.resume[conn] = None
+
+    def waiting(self):
+        """Has a connection frames for the next pass?"""
+        return bool(self.resume)
+
+    def take_waiting(self):
+        """The connections with frames waiting, once a pass: those put back
+        meanwhile wait for the next pass."""
+        waiting, self.resume = self.resume, {}
+        return [conn for conn in waiting if not conn.closed]
+
+    # --- what a Connection reaches through this ---
+    def dispatch(self, conn, frame):
+        """A whole request frame of conn: to its handler (Dispatcher)."""
+        self.dispatcher.handle_frame(conn, frame)
+
+    def hold(self, conn):
+        """Must conn's ready answers wait for meta.db's fsync? (GroupCommit.hold)"""
+        return self.group_commit.hold(conn)
+
+    def end_park_early(self, park):
+        """conn's next request came: its long-poll is answered now (Purgatory.end_early)."""
+        self.purgatory.end_early(park)
+
+    def call_later(self, delay_s, fn):
+        self.timers.call_later(delay_s, fn)
+
+    def _sweep(self):
+        """connections.max.idle.ms, and doze.frame.timeout.ms for frames dripped in."""
+        now = self.clock()
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        frame_s = self.config["doze.frame.timeout.ms"] / 1000
+        self.timers.call_later(SWEEP_S, self._sweep)
+        for conn in list(self.open):
+            if idle_s >= 0 and now - conn.last_active > idle_s:
+                conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
+            elif conn.frame_started is not None and now - conn.frame_started > frame_s:
+                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
+                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
+
+
+BoundListener = collections.namedtuple("BoundListener", "sock listener tls sasl")
+
+
+class Listeners:
+    """The broker's listening sockets, bound at construction (a port 0 becomes
+    the one the system gave, and the listeners setting says so, as --port
+    does), each with its TLS and SASL settings; and the address each
+    advertises to its clients."""
+
+    def __init__(self, config, scram_credential):
+        self.config, self.scram_credential = config, scram_credential
+        listeners = config.listeners
+        tls = [TlsServer(config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
+        sasl = [sasl_setup(config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
+        self.bound = []
+        try:
+            for l, t, a in zip(listeners, tls, sasl):
+                host = l.host or "0.0.0.0"
+                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
+                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                sock.setblocking(False)
+                self.bound.append(BoundListener(sock, l._replace(port=sock.getsockname()[1]), t, a))
+        except OSError:
+            self.close()
+            raise
+        actual = [b.listener for b in self.bound]
+        if actual != config.listeners or "listeners" not in config.given:
+            config.set_static("listeners", format_listeners(actual + config.controller_listeners))
+        self.port = self.bound[0].listener.port
+
+    def node(self, conn):
+        """(node_id, host, port) as clients of the listener conn came in on
+        should reach this broker: its advertised.listeners entry, else its own."""
+        listener = conn.listener if conn is not None else self.bound[0].listener
+        advertised = self.config.advertised.get(listener.name)
+        if advertised:
+            return self.config["node.id"], advertised.host, advertised.port
+        host = listener.host
+        if host in ("", "0.0.0.0", "::") and conn is not None:
+            host = conn.sock.getsockname()[0]
+        return self.config["node.id"], host or "127.0.0.1", listener.port
+
+    def sasl_session(self, bound):
+        """A new connection's SaslSession on a SASL listener, else None."""
+        if not bound.sasl:
+            return None
+        mechanisms, users, max_reauth_ms = bound.sasl
+        return SaslSession(mechanisms, users, self.scram_credential, bound.listener.name, max_reauth_ms)
+
+    def sasl_setups(self):
+        """(mechanisms, PLAIN users, max reauth ms) of each SASL listener (the console's login)."""
+        return [b.sasl for b in self.bound if b.sasl]
+
+    def close(self):
+        for b in self.bound:
+            b.sock.close()
+
+
+class _Listener:
+    """A listening socket's selector callback: accept, within the limits."""
+
+    def __init__(self, connections, bound, listeners):
+        self.connections, self.bound, self.listeners = connections, bound, listeners
+        self.sock, self.listener, self.tls = bound.sock, bound.listener, bound.tls
+
+    def on_event(self, mask):
+        connections = self.connections
+        for _ in range(64):
+            if not connections.may_accept():
+                return
+            try:
+                sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:              # out of descriptors, ...: keep serving the others
+                log.warning("accept failed: %s", e)
+                return
+            ip = addr[0] if isinstance(addr, tuple) else str(addr)
+            if not connections.allowed_from(ip):
+                sock.close()
+                continue
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls:
+                try:
+                    sock = self.tls.wrap(sock)
+                except OSError as e:
+                    log.warning("TLS on a connection from %s failed: %s", ip, e)
+                    sock.close()
+                    continue
+            try:
+                conn = Connection(sock, addr, connections, self.listener, self.tls,
+                                  self.listeners.sasl_session(self.bound))
+            except Exception as e:                # a bug in doze: this one connection is refused
+                log.error("a connection from %s on listener %s: %s: a bug in doze", ip, self.listener.name,
+                          where(e))
+                with contextlib.suppress(OSError):
+                    sock.close()
+                continue
+            connections.add(conn)
+
+
+def parse_connection_overrides(text):
+    """max.connections.per.ip.overrides: "host:count,host:count" -> {ip: count}."""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        host, _, count = item.rpartition(":")
+        try:
+            out[socket.gethostbyname(host)] = int(count)
+        except (OSError, ValueError):
+            raise ValueError(f"max.connections.per.ip.overrides: cannot read {item!r}") from None
+    return out
 
 
 ###############################################################################
-# 11. CONSOLE -- the broker in a browser: read-only HTTP on the same loop
+# 15. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 # doze.console.listener=HOST:PORT serves a small web console on the broker's
 # own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
@@ -10734,6 +11352,13 @@ def browser_pages(d):
     return tag("nav", tag("ul", [tag("li", a) for a in links]), aria_label="Pages of records", class_="pager")
 
 
+###############################################################################
+# 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+###############################################################################
+# The console's sockets: each HTTP connection (one request, then closed), its
+# login against the broker's own SASL users, and the listener that accepts
+# them -- on the broker's loop, with one timer of its own (Console._sweep).
+
 # --- HTTP: one request a connection, on the loop ---------------------------------
 
 class HttpConnection:
@@ -11334,1162 +11959,19 @@ def safe_next(path):
 
 
 ###############################################################################
-# 12. SERVER -- one selectors loop, every connection, every timer
+# 17. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
-# A Kafka connection carries frames: int32 size, then a request (header +
-# body); each request gets exactly one response frame with the same
-# correlation id (Produce with acks=0 gets none), in the order the requests
-# came. doze decodes every complete frame as soon as it arrives and queues a
-# response slot for it; a slot is filled now, after the next fsync, or when a
-# parked request's wait ends. Slots leave in order, so pipelined requests are
-# answered in order; a long-poll parks the connection (Kafka "mutes" it)
-# until it is answered.
-#
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
 #   2. run the timers that are due (parked deadlines, retention); a periodic
 #      one schedules its next run first, and a failure is logged, not fatal
 #   3. group commit: one fsync per dirty log, then answer what waited for it
 #
-# What Kafka 4.3.1 does with bad input, and doze with it: an unknown API key,
-# a version outside the advertised range (also Produce v0-2, which Kafka
-# advertises but refuses) or a body that does not decode closes that one
-# connection, with a log line; an unknown ApiVersions version is answered in
-# the v0 format with UNSUPPORTED_VERSION and ApiVersions' own range (KIP-511).
-#
-# Limits, so that no client reaches past its own connection (Kafka's settings
-# where Kafka has them, with what Kafka does):
-#   max.connections.per.ip (and .overrides): a connection past it is accepted
-#     and closed at once, with Kafka's log line.
-#   max.connections: at it, the listener stops accepting; new connections wait
-#     in the kernel's backlog until one closes (Kafka blocks its acceptor). doze
-#     also stops short of the descriptors it has (RLIMIT_NOFILE, less the
-#     segment files' share), so descriptors cannot run out.
-#   connections.max.idle.ms: a connection with no byte in or out that long is
-#     closed -- also one that sends requests and never reads the answers, since
-#     doze stops reading it (below) and it goes quiet.
-#   queued.max.requests: at most this many requests are taken in per pass of
-#     the loop, across all connections, TURNS_PER_CONNECTION at a time, in
-#     turn; the rest wait, so a pass stays short and fair whoever pipelines.
-#   A connection stops being read while it has MAX_QUEUED answers pending, or
-#     MAX_QUEUED_BYTES of answers its client has not read (Kafka reads the next
-#     request only once the answer is written): back-pressure, not memory.
-#   doze.frame.timeout.ms: a frame must arrive whole within this from its first
-#     byte (Kafka has no such deadline; a client that drips a frame a byte at a
-#     time holds a connection only that long).
+# Broker composes the rooms above and multiplexes their sockets and timers;
+# nothing else. Each room schedules its own chores on Timers (its
+# schedule(timers)); the group commit (GroupCommit) ends every pass.
 
-READ_CHUNK = 256 * 1024
-MAX_QUEUED = 64                 # responses queued on one connection before it stops reading
-MAX_QUEUED_BYTES = 1 << 20      # ... or answer bytes its client has not read yet
-TURNS_PER_CONNECTION = 16       # requests one connection may have handled at a time in a pass
-PASS_REQUESTS_S = 0.05          # loop time a pass may spend taking requests in (at least one)
-SWEEP_S = 1.0                   # how often idle connections and late frames are looked for
 TRIM_S = 10.0                   # how often freed memory is given back to the system
-
-
-# --- Dispatch: a request to its handler, its answer back ---------------------------
-# Kafka's KafkaApis.handle and RequestChannel in one class: a frame is decoded
-# (header, then body by the API's schema), run by its handler, and whatever
-# the handler returned -- a response, NO_RESPONSE, a Park, a verdict to close
-# -- is carried out. The one place where an exception a handler let out
-# becomes an answer: UNKNOWN_SERVER_ERROR where the response has a top-level
-# error code, else the close of that one connection.
-
-def whole_request_error(spec, version, e, quiet=False):
-    """A whole-request error: a response with just its top-level error_code
-    (and error_message) set, if the response has one; else None (logged)."""
-    names = {f.name for f in spec.response if f.in_version(version)}
-    if "error_code" not in names:
-        if not quiet:
-            log.error("%s v%d: %s, and the response has no error_code to carry it", spec.name, version, e)
-        return None
-    if "error_message" in names:
-        return Msg(error_code=e.code, error_message=e.detail or None)
-    return Msg(error_code=e.code)
-
-
-class Request:
-    """One request in flight: its connection, its place in the answers'
-    order, and how to encode its answer."""
-    __slots__ = ("conn", "slot", "spec", "version", "correlation_id", "traced")
-
-    def __init__(self, conn, spec, version, correlation_id):
-        self.conn, self.spec, self.version, self.correlation_id = conn, spec, version, correlation_id
-        self.slot = conn.new_slot()
-        self.traced = None          # how its answer is traced, when the request was (--trace)
-
-
-class Dispatcher:
-    """Request -> handler -> response, for every connection."""
-
-    def __init__(self, rooms, purgatory, tracer=None):
-        self.rooms, self.purgatory, self.tracer = rooms, purgatory, tracer
-        self.clock = rooms.config.clock
-
-    def handle_frame(self, conn, frame):
-        """Decode one request, run its handler, queue its response."""
-        if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
-            self._raw_sasl_token(conn, frame)
-            return
-        decoded = self._decode(conn, frame)
-        if decoded is None:
-            return
-        request, handler, req, client_id = decoded
-        if self.tracer is not None:
-            request.traced = self.tracer.request(conn, request.spec, request.version, client_id, req)
-        ctx = RequestContext(self.rooms, conn, request.spec.key, request.version, client_id)
-        self._settle(request, self.evaluate(request, handler, ctx, req))
-
-    def _decode(self, conn, frame):
-        """-> (Request, its handler, its decoded body, client id); None when it
-        is refused (the connection closes once the answers before it are sent)."""
-        try:
-            api_key, version, correlation_id, client_id, r = parse_request_header(frame)
-        except ProtocolError as e:
-            conn.close_after_answers(f"request header does not decode: {e}")
-            return None
-        if conn.sasl is not None and not self._sasl_admits(conn, api_key):
-            return None
-        entry = HANDLERS.get(api_key)
-        if entry is None:
-            conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
-            return None
-        spec, handler = entry
-        if not spec.min_served <= version <= spec.max_version:
-            if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
-                self._unsupported_api_versions(conn, r, correlation_id)
-            else:
-                conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
-                                         f"v{spec.min_served}-v{spec.max_version})")
-            return None
-        try:
-            if spec.flexible(version):
-                skip_tagged_fields(r)                 # request header v2
-            req = decode_request_body(spec, version, r)
-        except ProtocolError as e:
-            conn.close_after_answers(f"{spec.name} v{version} request (correlation id {correlation_id}) "
-                                     f"does not decode: {e}")
-            return None
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s <- %s v%d #%d %s", conn.name, conn.principal, spec.name, version,
-                      correlation_id, loggable(api_key, req))
-        return Request(conn, spec, version, correlation_id), handler, req, client_id
-
-    def evaluate(self, request, fn, *args):
-        """fn's answer (a handler, or a parked request's poll): a KafkaError
-        becomes the whole request's error; a bug, UNKNOWN_SERVER_ERROR, or
-        None with the connection closed when the response cannot carry it."""
-        try:
-            return fn(*args)
-        except KafkaError as e:
-            return whole_request_error(request.spec, request.version, e)
-        except Exception as e:
-            result = self._handler_failed(request, e)
-            if result is None:
-                request.conn.close(f"{request.spec.name} could not be answered")
-            return result
-
-    def _settle(self, request, result):
-        """Carry out a handler's result: an answer now or later (a Park), none, or a close."""
-        conn = request.conn
-        if result is None:
-            conn.close(f"{request.spec.name} could not be answered")
-        elif result is NO_RESPONSE:
-            conn.drop_slot(request.slot)
-        elif isinstance(result, CloseConnection):
-            conn.drop_slot(request.slot)
-            conn.close_after_answers(result.reason)
-        elif isinstance(result, AuthenticationFailure):
-            conn.drop_slot(request.slot)
-            conn.fail_authentication(result.reason, self._response_chunks(
-                request.spec, request.version, request.correlation_id, result.response))
-        elif isinstance(result, Park):
-            self.purgatory.add(result, request, self)
-        else:
-            self._respond(request, result)
-
-    def reply(self, request, result):
-        """A parked request's answer, once its wait is over (Purgatory)."""
-        if result is not None and not request.conn.closed:
-            self._respond(request, result)
-        elif not request.conn.closed:
-            request.conn.close(f"{request.spec.name} could not be answered")
-
-    def _handler_failed(self, request, e):
-        """An exception a handler should not have let out (a bug): one log line
-        that says where, the traceback only at DEBUG; the request is answered
-        with UNKNOWN_SERVER_ERROR where its response has a top-level error code,
-        else its connection alone is closed (-> None). No other connection sees it."""
-        log.error("%s v%d from %s (correlation id %d) failed: %s: a bug in doze", request.spec.name,
-                  request.version, request.conn.name, request.correlation_id, where(e))
-        log.debug("the traceback", exc_info=e)
-        return whole_request_error(request.spec, request.version, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                    quiet=True)
-
-    def _unsupported_api_versions(self, conn, r, correlation_id):
-        """KIP-511: answer an ApiVersions version we do not know in the v0
-        format, with UNSUPPORTED_VERSION and ApiVersions' own range, so the
-        client can retry with one we do. (Kafka 4.3.1 sends exactly this.)"""
-        try:
-            skip_tagged_fields(r)     # newer versions use request header v2
-        except ProtocolError as e:
-            conn.close_after_answers(f"ApiVersions request of an unknown version does not decode: {e}")
-            return
-        spec = HANDLERS[ApiKey.API_VERSIONS][0]
-        msg = Msg(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-            Msg(api_key=int(ApiKey.API_VERSIONS), min_version=spec.min_version,
-                max_version=spec.max_version)])
-        self._respond(Request(conn, spec, 0, correlation_id), msg)
-
-    def _respond(self, request, msg):
-        spec, version, conn = request.spec, request.version, request.conn
-        chunks = self._response_chunks(spec, version, request.correlation_id, msg)
-        if chunks is None:
-            conn.close(f"{spec.name} response could not be encoded")
-            return
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s -> %s v%d #%d %s", conn.name, spec.name, version, request.correlation_id,
-                      loggable(spec.key, msg))
-        if request.traced is not None:
-            self.tracer.response(request.traced, spec, msg)
-        if not conn.closed:
-            conn.push(request.slot, chunks)
-
-    def _response_chunks(self, spec, version, correlation_id, msg):
-        """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
-        try:
-            return encode_response(spec, version, correlation_id, msg)
-        except (TypeError, ValueError, struct.error, AttributeError, OverflowError) as e:
-            log.error("%s v%d response (correlation id %d) does not encode: %s: a bug in doze",
-                      spec.name, version, correlation_id, where(e))
-            log.debug("the traceback", exc_info=e)
-            return None
-
-    def _sasl_admits(self, conn, api_key):
-        """May this request of a SASL connection go on? (SaslSession.refusal);
-        if not, the connection is failed or closed here."""
-        refused, expired = conn.sasl.refusal(api_key, self.clock() * 1000)
-        if refused and expired:
-            conn.close(refused)
-        elif refused:
-            conn.fail_authentication(refused)
-        return not refused
-
-    def _raw_sasl_token(self, conn, frame):
-        """After SaslHandshake v0: a bare SASL token in, the server's bare token
-        out; a failure gets no answer, only the delayed close (as in Kafka)."""
-        sasl = conn.sasl
-        try:
-            reply, principal = sasl.token(frame)
-        except AuthenticationFailed as e:
-            conn.fail_authentication(f"SASL {sasl.mechanism} authentication failed: {e}")
-            return
-        conn.push(conn.new_slot(), [I32.pack(len(reply)) + reply])
-        if principal is not None:
-            conn.authenticated(principal)
-
-
-# --- Connections: the open ones, their limits, the listeners -----------------------
-
-class Connections:
-    """Every open Kafka connection, and the limits on them (see "Limits"
-    above): max.connections and the descriptors doze has, the connections per
-    IP, the requests taken in per pass (queued.max.requests), the idle and
-    dripped-frame sweep. A Connection reaches the rest of the broker through
-    it: the dispatcher for its frames, the group commit for answers that wait,
-    the purgatory for a long-poll its next request ends, the loop's timers."""
-
-    def __init__(self, config, selector, timers, listeners, dispatcher, group_commit, purgatory, descriptors):
-        self.config, self.selector, self.timers = config, selector, timers
-        self.dispatcher, self.group_commit, self.purgatory = dispatcher, group_commit, purgatory
-        self.clock = config.clock
-        self.open = set()
-        self.ip_counts = collections.Counter()
-        # Connections get what the segment files leave, less some for sqlite,
-        # the listener and the log: then accepting stops rather than failing.
-        self.descriptors = max(16, descriptors // 2 - 64)
-        self.per_ip = parse_connection_overrides(config["max.connections.per.ip.overrides"])
-        self.accepting = True           # False while at max.connections
-        self.stopping = False
-        self.turns = config["queued.max.requests"]   # requests still to take in this pass
-        self.pass_deadline = float("inf")            # ... and until when
-        self.resume = {}                # connections with frames waiting, first come first (a dict as an ordered set)
-        self.acceptors = [_Listener(self, bound, listeners) for bound in listeners.bound]
-        self.listen(True)
-
-    def __iter__(self):
-        return iter(self.open)
-
-    def __len__(self):
-        return len(self.open)
-
-    def schedule(self, timers):
-        """Start the sweep (connections.max.idle.ms, doze.frame.timeout.ms) on the loop's timers."""
-        timers.call_later(SWEEP_S, self._sweep)
-
-    # --- accepting, within the limits ---
-    @property
-    def max_connections(self):
-        """max.connections (it may change while running), within the descriptors there are."""
-        return min(self.config["max.connections"], self.descriptors)
-
-    def listen(self, on):
-        """Accept on every listener, or on none (at max.connections)."""
-        for acceptor in self.acceptors:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                if on:
-                    self.selector.register(acceptor.sock, selectors.EVENT_READ, acceptor)
-                else:
-                    self.selector.unregister(acceptor.sock)
-
-    def may_accept(self):
-        """Below max.connections? At it, the listeners are unregistered until one closes."""
-        if len(self.open) < self.max_connections:
-            return True
-        if self.accepting:
-            self.accepting = False
-            self.listen(False)
-            log.info("%d connections: not accepting more until one closes (max.connections, "
-                     "or the descriptors doze has)", len(self.open))
-        return False
-
-    def allowed_from(self, ip):
-        """May one more connection come from ip (max.connections.per.ip and its overrides)?"""
-        allowed = self.per_ip.get(ip, self.config["max.connections.per.ip"])
-        if self.ip_counts[ip] < allowed:
-            return True
-        log.info("Rejected connection from /%s, address already has the configured "
-                 "maximum of %d connections.", ip, allowed)
-        return False
-
-    def add(self, conn):
-        """A connection accepted: counted, and watched by the selector."""
-        self.ip_counts[conn.ip] += 1
-        self.open.add(conn)
-        conn.update_interest()
-
-    def forget(self, conn):
-        """A connection closed (Connection.close): uncounted; accepting again below the limit."""
-        self.open.discard(conn)
-        self.resume.pop(conn, None)
-        self.ip_counts[conn.ip] -= 1
-        if not self.ip_counts[conn.ip]:
-            del self.ip_counts[conn.ip]
-        if not self.accepting and len(self.open) < self.max_connections and not self.stopping:
-            self.accepting = True
-            self.listen(True)
-
-    def close_all(self, reason):
-        """The broker stops: every connection closed, nothing more accepted."""
-        self.stopping = True
-        for conn in list(self.open):
-            conn.close(reason)
-        self.listen(False)
-
-    # --- one pass of the loop ---
-    def new_pass(self, began):
-        """A pass begins: queued.max.requests turns again, for PASS_REQUESTS_S at most."""
-        self.turns = self.config["queued.max.requests"]
-        self.pass_deadline = began + PASS_REQUESTS_S
-
-    def take_request_turn(self):
-        """queued.max.requests: may one more request be taken in this pass? Not
-        past that many, nor once the pass has spent PASS_REQUESTS_S on requests
-        (wide ones can take a while each): the rest wait for the next pass."""
-        if self.turns <= 0 or time.perf_counter() > self.pass_deadline:
-            return False
-        self.turns -= 1
-        return True
-
-    def resume_later(self, conn):
-        """conn has frames that waited (muted, full, or out of turns): the next pass takes them."""
-        self.resume[conn] = None
-
-    def waiting(self):
-        """Has a connection frames for the next pass?"""
-        return bool(self.resume)
-
-    def take_waiting(self):
-        """The connections with frames waiting, once a pass: those put back
-        meanwhile wait for the next pass."""
-        waiting, self.resume = self.resume, {}
-        return [conn for conn in waiting if not conn.closed]
-
-    # --- what a Connection reaches through this ---
-    def dispatch(self, conn, frame):
-        """A whole request frame of conn: to its handler (Dispatcher)."""
-        self.dispatcher.handle_frame(conn, frame)
-
-    def hold(self, conn):
-        """Must conn's ready answers wait for meta.db's fsync? (GroupCommit.hold)"""
-        return self.group_commit.hold(conn)
-
-    def end_park_early(self, park):
-        """conn's next request came: its long-poll is answered now (Purgatory.end_early)."""
-        self.purgatory.end_early(park)
-
-    def call_later(self, delay_s, fn):
-        self.timers.call_later(delay_s, fn)
-
-    def _sweep(self):
-        """connections.max.idle.ms, and doze.frame.timeout.ms for frames dripped in."""
-        now = self.clock()
-        idle_s = self.config["connections.max.idle.ms"] / 1000
-        frame_s = self.config["doze.frame.timeout.ms"] / 1000
-        self.timers.call_later(SWEEP_S, self._sweep)
-        for conn in list(self.open):
-            if idle_s >= 0 and now - conn.last_active > idle_s:
-                conn.close(f"idle for more than connections.max.idle.ms ({idle_s * 1000:.0f} ms)")
-            elif conn.frame_started is not None and now - conn.frame_started > frame_s:
-                conn.close(f"{'the TLS handshake was not done' if conn.handshaking else 'a frame did not arrive whole'}"
-                           f" within doze.frame.timeout.ms ({frame_s * 1000:.0f} ms)")
-
-
-BoundListener = collections.namedtuple("BoundListener", "sock listener tls sasl")
-
-
-class Listeners:
-    """The broker's listening sockets, bound at construction (a port 0 becomes
-    the one the system gave, and the listeners setting says so, as --port
-    does), each with its TLS and SASL settings; and the address each
-    advertises to its clients."""
-
-    def __init__(self, config, scram_credential):
-        self.config, self.scram_credential = config, scram_credential
-        listeners = config.listeners
-        tls = [TlsServer(config, l) if l.protocol in ("SSL", "SASL_SSL") else None for l in listeners]
-        sasl = [sasl_setup(config, l) if l.protocol.startswith("SASL_") else None for l in listeners]
-        self.bound = []
-        try:
-            for l, t, a in zip(listeners, tls, sasl):
-                host = l.host or "0.0.0.0"
-                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
-                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-                sock.setblocking(False)
-                self.bound.append(BoundListener(sock, l._replace(port=sock.getsockname()[1]), t, a))
-        except OSError:
-            self.close()
-            raise
-        actual = [b.listener for b in self.bound]
-        if actual != config.listeners or "listeners" not in config.given:
-            config.set_static("listeners", format_listeners(actual + config.controller_listeners))
-        self.port = self.bound[0].listener.port
-
-    def node(self, conn):
-        """(node_id, host, port) as clients of the listener conn came in on
-        should reach this broker: its advertised.listeners entry, else its own."""
-        listener = conn.listener if conn is not None else self.bound[0].listener
-        advertised = self.config.advertised.get(listener.name)
-        if advertised:
-            return self.config["node.id"], advertised.host, advertised.port
-        host = listener.host
-        if host in ("", "0.0.0.0", "::") and conn is not None:
-            host = conn.sock.getsockname()[0]
-        return self.config["node.id"], host or "127.0.0.1", listener.port
-
-    def sasl_session(self, bound):
-        """A new connection's SaslSession on a SASL listener, else None."""
-        if not bound.sasl:
-            return None
-        mechanisms, users, max_reauth_ms = bound.sasl
-        return SaslSession(mechanisms, users, self.scram_credential, bound.listener.name, max_reauth_ms)
-
-    def sasl_setups(self):
-        """(mechanisms, PLAIN users, max reauth ms) of each SASL listener (the console's login)."""
-        return [b.sasl for b in self.bound if b.sasl]
-
-    def close(self):
-        for b in self.bound:
-            b.sock.close()
-
-
-# --- TLS --------------------------------------------------------------------------
-# An SSL listener's connections are wrapped in the standard library's ssl,
-# non-blocking: the handshake advances as its bytes come, on the loop, and must
-# be done within doze.frame.timeout.ms (a stalled handshake holds a connection
-# no longer than a dripped frame). Settings are Kafka's (KIP-651 PEM stores),
-# each also per listener as listener.name.<name>.ssl.*. The standard library
-# reads PEM only: another ssl.keystore.type stops the start with a message.
-# Fetch cannot sendfile() through TLS: file slices are read and encrypted.
-
-PRINCIPAL_ANONYMOUS = "User:ANONYMOUS"
-
-
-def java_host_address(ip):
-    """An address as Java's InetAddress.getHostAddress prints it (what an ACL's
-    host is compared with): IPv6 in full groups without leading zeros."""
-    if ":" not in ip:
-        return ip
-    with contextlib.suppress(ValueError):
-        return ":".join(format(int(g, 16), "x") for g in ipaddress.IPv6Address(ip.split("%")[0]).exploded.split(":"))
-    return ip
-
-
-TLS_SEND_CHUNK = 256 * 1024       # bytes of a file slice read for one TLS write
-TLS_VERSIONS = {"TLSv1.2": "TLSv1_2", "TLSv1.3": "TLSv1_3"}
-RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L",
-                    "stateOrProvinceName": "ST", "organizationName": "O",
-                    "organizationalUnitName": "OU", "streetAddress": "STREET",
-                    "domainComponent": "DC", "userId": "UID"}
-OTHER_DN_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
-                 "title": ("2.5.4.12", 0x0C), "surname": ("2.5.4.4", 0x0C), "givenName": ("2.5.4.42", 0x0C)}
-
-
-def tls_context(config, listener):
-    """The server SSLContext of an SSL listener, from Kafka's settings, with
-    the checks and messages of Kafka's DefaultSslEngineFactory."""
-    if ssl is None:
-        raise ValueError(f"listener {listener.name}: this Python has no ssl module")
-    get = functools.partial(listener_setting, config, listener)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _load_keystore(ctx, listener.name, get)
-    _load_truststore(ctx, listener.name, get)
-    auth = (get("ssl.client.auth") or "none").lower()
-    prefixed = config.settings.get(f"listener.name.{listener.name.lower()}.ssl.client.auth")
-    if listener.protocol == "SASL_SSL" and prefixed is None:   # Kafka's ChannelBuilders: only prefixed
-        if auth != "none":
-            log.warning("Broker configuration 'ssl.client.auth' is applied only to SSL listeners. "
-                        "Listener-prefixed configuration can be used to enable SSL client authentication "
-                        "for SASL_SSL listeners (listener %s).", listener.name)
-        auth = "none"
-    if auth not in ("none", "requested", "required"):
-        raise ValueError(f"listener {listener.name}: ssl.client.auth {auth!r} is not none, requested or required")
-    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
-                       "required": ssl.CERT_REQUIRED}[auth]
-    versions = [v.strip() for v in (get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
-    unknown = [v for v in versions if v not in TLS_VERSIONS]
-    if unknown or not versions:
-        raise ValueError(f"listener {listener.name}: ssl.enabled.protocols {','.join(unknown) or '(none)'}: "
-                         f"doze serves {', '.join(TLS_VERSIONS)}")
-    ordered = sorted(versions)
-    ctx.minimum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[0]])
-    ctx.maximum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[ordered[-1]])
-    ciphers = get("ssl.cipher.suites")
-    if ciphers:
-        ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",")))   # TLS 1.2 suites only
-    return ctx
-
-
-def _load_keystore(ctx, name, get):
-    kind, path = (get("ssl.keystore.type") or "JKS").upper(), get("ssl.keystore.location")
-    key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
-    if key is not None and kind != "PEM":
-        raise ValueError(f"SSL private key can be specified only for PEM, but key store type is {kind}.")
-    if key is not None and chain is None:
-        raise ValueError("SSL private key is specified, but certificate chain is not specified.")
-    if chain is not None and key is None:
-        raise ValueError("SSL certificate chain is specified, but private key is not specified")
-    if key is not None and path is not None:
-        raise ValueError("Both SSL key store location and separate private key are specified.")
-    if (key is not None or path is not None) and kind == "PEM" and get("ssl.keystore.password") is not None:
-        raise ValueError("SSL key store password cannot be specified with PEM format, only key password "
-                         "may be specified.")
-    if key is None and path is None:
-        raise ValueError(f"listener {name}: an SSL listener needs a key and certificate: "
-                         f"ssl.keystore.location (PEM), or ssl.keystore.key and ssl.keystore.certificate.chain")
-    if kind != "PEM":
-        raise ValueError(f"listener {name}: ssl.keystore.type {kind}: doze reads PEM keystores only "
-                         f"(KIP-651, ssl.keystore.type=PEM); convert it with keytool -importkeystore "
-                         f"to PKCS12 and openssl pkcs12 -nodes to PEM")
-    password = get("ssl.key.password")
-    try:
-        if path is not None:
-            ctx.load_cert_chain(path, password=password)
-            return
-        with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:    # ssl loads keys from files only
-            os.chmod(f.name, 0o600)
-            f.write(key.strip() + "\n" + chain.strip() + "\n")
-            f.flush()
-            ctx.load_cert_chain(f.name, password=password)
-    except (ssl.SSLError, OSError) as e:
-        raise ValueError(f"Failed to load PEM SSL keystore {path or '(ssl.keystore.key)'}: {e}") from None
-
-
-def _load_truststore(ctx, name, get):
-    kind, path, certs = (get("ssl.truststore.type") or "JKS").upper(), get("ssl.truststore.location"), \
-        get("ssl.truststore.certificates")
-    if certs is not None and kind != "PEM":
-        raise ValueError(f"SSL trust store certs can be specified only for PEM, but trust store type is {kind}.")
-    if certs is not None and path is not None:
-        raise ValueError("Both SSL trust store location and separate trust certificates are specified.")
-    if kind == "PEM" and (certs or path) and get("ssl.truststore.password") is not None:
-        raise ValueError("SSL trust store password cannot be specified for PEM format.")
-    if path is not None and kind != "PEM":
-        raise ValueError(f"listener {name}: ssl.truststore.type {kind}: doze reads PEM truststores only "
-                         f"(ssl.truststore.type=PEM)")
-    try:
-        if certs is not None:
-            ctx.load_verify_locations(cadata=certs)
-        elif path is not None:
-            ctx.load_verify_locations(cafile=path)
-        else:
-            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)     # as Java's default truststore
-    except (ssl.SSLError, OSError) as e:
-        raise ValueError(f"Invalid PEM truststore configs ({path or 'ssl.truststore.certificates'}): {e}") \
-            from None
-
-
-def parse_principal_rules(text):
-    """ssl.principal.mapping.rules -> [None (DEFAULT) or (regex, replacement,
-    case)], split and parsed as Kafka's SslPrincipalMapper does."""
-    rule = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
-    rules = []
-    for m in re.finditer(r"\s*(" + rule + r")\s*(?:,\s*|$)", ("DEFAULT" if text is None else text).strip()):
-        one = m.group(1)
-        p = re.match(rule, one)
-        if p.end() != len(one):
-            raise ValueError(f"ssl.principal.mapping.rules: Invalid rule: `{one}`, unmatched substring: "
-                             f"`{one[p.end():]}`")
-        if p.group(1):
-            rules.append(None)
-        elif p.group(2) is not None:
-            rules.append((re.compile(p.group(2)), p.group(3), p.group(4)))
-    return rules
-
-
-def map_principal(rules, dn):
-    """A certificate's RFC 2253 name -> the principal's name by the first rule
-    that matches it whole (Java's replaceAll: $n are groups). None: no rule."""
-    for r in rules:
-        if r is None:
-            return dn
-        pattern, replacement, case = r
-        if pattern.fullmatch(dn):
-            out = pattern.sub(lambda m: re.sub(r"\$(\d)", lambda g: m.group(int(g.group(1)))
-                                              if int(g.group(1)) <= pattern.groups else g.group(0),
-                                              replacement), dn)
-            return out.lower() if case == "L" else out.upper() if case == "U" else out
-    return None
-
-
-def rfc2253(subject):
-    """getpeercert()'s subject -> the name as Java's X500Principal.getName()
-    prints it (RFC 2253): most specific part first, specials escaped."""
-    def value(v):
-        v = re.sub(r'([,+"\\<>;])', r"\\\1", v)
-        if v[:1] in ("#", " "):
-            v = "\\" + v
-        return v[:-1] + "\\ " if v.endswith(" ") and len(v) > 1 else v
-
-    def part(k, v):
-        if k in RFC2253_KEYWORDS:
-            return f"{RFC2253_KEYWORDS[k]}={value(v)}"
-        oid, tag = OTHER_DN_OIDS.get(k, (k, 0x0C))
-        raw = v.encode()
-        length = bytes([len(raw)]) if len(raw) < 128 else bytes([0x81, len(raw)]) if len(raw) < 256 \
-            else bytes([0x82]) + len(raw).to_bytes(2, "big")
-        return f"{oid}=#{(bytes([tag]) + length + raw).hex()}"
-    return ",".join("+".join(part(k, v) for k, v in rdn) for rdn in reversed(subject))
-
-
-WOULD_BLOCK = (BlockingIOError, InterruptedError) + ((ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ())
-
-
-class TlsServer:
-    """TLS for one SSL listener: its context, and each connection's handshake
-    and principal. Connection calls handshake() until it returns True."""
-
-    def __init__(self, config, listener):
-        self.context = tls_context(config, listener)
-        self.rules = parse_principal_rules(listener_setting(config, listener, "ssl.principal.mapping.rules"))
-
-    def wrap(self, sock):
-        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-
-    def handshake(self, sock):
-        """One step of the handshake -> (done, the event it waits for while
-        not, the principal of the client's certificate once done, or None)."""
-        try:
-            sock.do_handshake()
-        except ssl.SSLWantReadError:
-            return False, selectors.EVENT_READ, None
-        except ssl.SSLWantWriteError:
-            return False, selectors.EVENT_WRITE, None
-        cert = sock.getpeercert()
-        if not (cert and cert.get("subject")):
-            return True, 0, None
-        dn = rfc2253(cert["subject"])
-        name = map_principal(self.rules, dn)
-        if name is None:
-            raise ssl.SSLError(f"no ssl.principal.mapping.rules rule applies to {dn}")
-        return True, 0, f"User:{name}"
-
-
-class Slot:
-    """One request's place in its connection's response order."""
-    __slots__ = ("chunks",)
-
-    def __init__(self):
-        self.chunks = None          # the encoded response frame, once ready
-
-
-class Connection:
-    """One client socket: bytes in, frames out, in order."""
-
-    def __init__(self, sock, addr, room, listener, tls=None, sasl=None):
-        self.sock = sock
-        self.addr = addr
-        self.listener = listener         # the Listener it came in on
-        self.name = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-        self.host = java_host_address(addr[0]) if isinstance(addr, tuple) else str(addr)   # for ACLs' hosts
-        self.ip = addr[0] if isinstance(addr, tuple) else str(addr)
-        self.room = room                 # Connections: the rest of the broker, as a connection sees it
-        self.clock, self.config = room.clock, room.config
-        self.inbuf = bytearray()
-        self.slots = collections.deque()
-        self.out = collections.deque()   # chunks being written: bytes or FileSlice
-        self.out_pos = 0
-        self.out_bytes = 0               # bytes of the chunks in self.out
-        self.parked = 0                  # muting parks outstanding
-        self.early_park = None           # ... the one the next request ends (a Fetch's long-poll)
-        self.unflushed = 0               # answers waiting for the group commit (Produce)
-        self.closed = False
-        self.closing = None              # why it closes once the answers owed are written
-        self.events = 0                  # what the selector watches for (0: unregistered)
-        self.last_active = self.clock()  # a byte in or out: connections.max.idle.ms
-        self.frame_started = None        # when the first byte of an incomplete frame came
-        self.principal = PRINCIPAL_ANONYMOUS
-        self.sasl = sasl                 # SaslSession on a SASL listener
-        self.failing = False             # authentication failed: answered after the delay, then closed
-        self.tls = tls                   # TlsServer of an SSL listener, else None
-        self.handshaking = tls is not None
-        self.tls_wants = 0               # the event the TLS handshake waits for
-        if self.handshaking:
-            self.frame_started = self.last_active   # the handshake is due within the frame timeout
-
-    # --- reading ---
-    def on_readable(self):
-        got = False
-        while True:
-            try:
-                data = self.sock.recv(READ_CHUNK)
-            except WOULD_BLOCK:
-                break
-            except OSError as e:
-                self.close("client closed the connection" if ssl and isinstance(e, ssl.SSLZeroReturnError)
-                           else f"read failed: {e}")
-                return
-            if not data:
-                self.close("client closed the connection")
-                return
-            got = True
-            self.inbuf += data
-            if not (self.tls and self.sock.pending()):     # TLS may hold decrypted bytes already read
-                break
-        if got:
-            self.last_active = self.clock()
-            if self.early_park is not None and self._whole_frame_waiting():
-                self.room.end_park_early(self.early_park)         # the next request is here
-            self.process_frames()
-
-    def process_frames(self):
-        """Handle every complete frame in the buffer, unless muted."""
-        buf = self.inbuf
-        pos = taken = 0
-        limit = self.config["socket.request.max.bytes"]
-        if self.sasl is not None and not self.sasl.complete:
-            limit = min(limit, self.config["sasl.server.max.receive.size"])
-        while not self.closed and self.may_read():
-            if len(buf) - pos < 4:
-                break
-            size = I32.unpack_from(buf, pos)[0]
-            if size < 0 or size > limit:
-                self.close_after_answers(f"frame of {size} bytes is larger than socket.request.max.bytes "
-                                         f"({limit}) or negative")
-                break
-            if len(buf) - pos - 4 < size:
-                break
-            if self.unflushed and size >= 2 and I16.unpack_from(buf, pos + 4)[0] != ApiKey.PRODUCE:
-                # A request after a Produce waiting for its fsync must see that
-                # Produce's result (Kafka handles one request at a time per
-                # connection); Produces themselves may pipeline into one fsync.
-                break
-            if taken == TURNS_PER_CONNECTION or not self.room.take_request_turn():
-                self.room.resume_later(self)            # its turn is over: the others, then more
-                break
-            taken += 1
-            frame = buf[pos + 4:pos + 4 + size]
-            pos += 4 + size
-            self.room.dispatch(self, frame)
-        if pos:
-            del buf[:pos]
-            self.frame_started = None
-        if self.inbuf and self.frame_started is None and not self._whole_frame_waiting():
-            self.frame_started = self.clock()
-        self.update_interest()
-
-    def may_read(self):
-        """Take in more requests? Not while muted, nor with answers piling up."""
-        return not self.parked and not self.failing and len(self.slots) < MAX_QUEUED \
-            and self.out_bytes < MAX_QUEUED_BYTES and self.closing is None
-
-    def close_after_answers(self, reason):
-        """A request refused whole (it does not decode, or is not served): the
-        connection closes once the answers owed to the requests before it are
-        written, and reads nothing more. Kafka reads a connection's next
-        request only after answering the last one, so those answers reach the
-        client there too."""
-        self.closing = reason
-        self._close_if_answered()
-
-    def _close_if_answered(self):
-        if self.closing is not None and not self.slots and not self.out and not self.closed:
-            self.close(self.closing)
-
-    def authenticated(self, principal):
-        self.principal = principal
-        log.info("%s authenticated as %s with %s on listener %s", self.name, principal,
-                 self.sasl.mechanism, self.listener.name)
-
-    def fail_authentication(self, reason, chunks=None):
-        """KIP-306: the answer (if any) after connection.failed.authentication.delay.ms, then the close."""
-        self.failing = True
-        log.warning("closing connection %s after the authentication failure delay: %s", self.name, reason)
-
-        def finish():
-            if chunks and not self.closed:
-                self.out.extend(chunks)
-                self.out_bytes += sum(len(c) for c in chunks)
-                self.on_writable()
-            self.close("authentication failed", quiet=True)
-        self.room.call_later(self.config["connection.failed.authentication.delay.ms"] / 1000, finish)
-        self.update_interest()
-
-    def _whole_frame_waiting(self):
-        buf = self.inbuf
-        return len(buf) >= 4 and len(buf) - 4 >= I32.unpack_from(buf, 0)[0]
-
-    # --- the answers' order ---
-    def new_slot(self):
-        """A request taken in: its place in the answers' order."""
-        slot = Slot()
-        self.slots.append(slot)
-        return slot
-
-    def drop_slot(self, slot):
-        """A request that gets no answer (acks=0, or a refusal that closes)."""
-        self.slots.remove(slot)
-
-    def wait_for(self, park):
-        """A request of this connection was parked (Purgatory.add): a muting
-        park holds back the next requests, as Kafka mutes a channel; one
-        waiting for the group commit only keeps later non-Produce requests back."""
-        if park.mute:
-            self.parked += 1
-            if park.early:
-                self.early_park = park
-            self.update_interest()
-        else:
-            self.unflushed += 1
-
-    def waited(self, park):
-        """A parked request's wait is over (answered, or its connection gone)."""
-        if park.mute:
-            self.parked -= 1
-            if self.early_park is park:
-                self.early_park = None
-        else:
-            self.unflushed -= 1
-        if not self.closed:
-            self.update_interest()
-            if self.inbuf:
-                self.room.resume_later(self)
-
-    # --- writing ---
-    def queued_bytes(self):
-        """Bytes of answers waiting to be written (file slices count their size)."""
-        return self.out_bytes - self.out_pos
-
-    def push(self, slot, chunks):
-        """Fill a slot; send every slot at the head of the queue that is ready --
-        unless a meta.db change is not yet durable: then the answers are held
-        until the group commit's fsync of it (GroupCommit.hold), so that no
-        answer runs ahead of what a power cut would keep."""
-        slot.chunks = chunks
-        if not self.room.hold(self):
-            self.send_ready()
-        if self.inbuf and not self.parked:
-            self.room.resume_later(self)           # frames waited while muted or full
-
-    def send_ready(self):
-        while self.slots and self.slots[0].chunks is not None:
-            for chunk in self.slots.popleft().chunks:
-                self.out.append(chunk)
-                self.out_bytes += len(chunk)
-        self.on_writable()
-
-    def on_writable(self):
-        before = self.queued_bytes()
-        try:
-            while self.out:
-                chunk = self.out[0]
-                if isinstance(chunk, FileSlice):
-                    if not self._send_file(chunk):
-                        break
-                else:
-                    view = memoryview(chunk)[self.out_pos:]
-                    self.out_pos += self.sock.send(view) if view else 0
-                    if self.out_pos < len(chunk):
-                        break
-                    self.out_pos = 0
-                self.out.popleft()
-                self.out_bytes -= len(chunk)
-        except WOULD_BLOCK:
-            pass
-        except OSError as e:
-            self.close(f"write failed: {e}")
-            return
-        if self.queued_bytes() != before:
-            self.last_active = self.clock()
-            if self.inbuf and self.may_read():
-                self.room.resume_later(self)            # reading waited for the client to read
-        self._close_if_answered()
-        self.update_interest()
-
-    def _send_file(self, chunk):
-        """sendfile: the kernel copies file pages to the socket. Returns True
-        once the whole chunk is sent."""
-        start = chunk.offset + self.out_pos
-        left = chunk.count - self.out_pos
-        if left > 0:
-            if self.tls:                            # TLS: read, encrypt, send
-                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, TLS_SEND_CHUNK), start))
-            elif hasattr(os, "sendfile"):
-                sent = os.sendfile(self.sock.fileno(), chunk.file.fileno(), start, left)
-            else:                                   # no sendfile: copy through Python
-                sent = self.sock.send(os.pread(chunk.file.fileno(), min(left, READ_CHUNK), start))
-            if sent == 0:
-                # The file is shorter than promised (deleted underneath): the
-                # frame cannot be completed, so the connection must go.
-                raise OSError(errno.EIO, "file shrank while being sent")
-            self.out_pos += sent
-            if self.out_pos < chunk.count:
-                return False
-        self.out_pos = 0
-        return True
-
-    def update_interest(self):
-        """Ask the selector for exactly what this connection can use now."""
-        if self.closed:
-            return
-        events = selectors.EVENT_WRITE if self.out else 0
-        if self.handshaking:
-            events = self.tls_wants or selectors.EVENT_READ
-        elif (self.may_read() or self.early_park is not None and self.parked == 1 and not self.failing
-              and self.closing is None) and not self._whole_frame_waiting():   # no more while one waits
-            events |= selectors.EVENT_READ
-        if events == self.events:
-            return
-        selector = self.room.selector
-        if not self.events:
-            selector.register(self.sock, events, self)
-        elif not events:
-            selector.unregister(self.sock)
-        else:
-            selector.modify(self.sock, events, self)
-        self.events = events
-
-    def on_event(self, mask):
-        if self.handshaking:
-            self.step_handshake()
-            return
-        if mask & selectors.EVENT_READ and not self.closed:
-            self.on_readable()
-        if mask & selectors.EVENT_WRITE and not self.closed:
-            self.on_writable()
-
-    def step_handshake(self):
-        try:
-            done, self.tls_wants, principal = self.tls.handshake(self.sock)
-        except (OSError, ValueError) as e:
-            self.close(f"TLS handshake failed: {e}")
-            return
-        if done:
-            self.principal = principal or self.principal
-            log.debug("TLS %s from %s: principal %s", self.sock.version(), self.name, self.principal)
-            self.handshaking = False
-            self.frame_started = None
-            self.last_active = self.clock()
-            self.on_readable()              # the first request may have come with the handshake
-        self.update_interest()
-
-    def close(self, reason, quiet=False):
-        if self.closed:
-            return
-        self.closed = True
-        quiet = quiet or reason in ("client closed the connection", "broker stopping") \
-            or "Connection reset" in reason or "Broken pipe" in reason
-        log.log(logging.DEBUG if quiet else logging.WARNING, "closing connection %s: %s",
-                self.name, reason)
-        if self.events:
-            with contextlib.suppress(KeyError, ValueError):
-                self.room.selector.unregister(self.sock)
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        self.room.forget(self)
-
-
-class LoopStats:
-    """How long the loop's passes take (select's wait excluded), logged once an
-    interval when doze.loop.stats.interval.ms > 0: the measure of "nothing
-    slow on the loop". One pass is the work between two selects."""
-
-    def __init__(self, connections, interval_ms):
-        self.connections = connections
-        self.interval_s = interval_ms / 1000
-        self.passes = []
-        self.started = time.perf_counter()
-
-    def record(self, seconds):
-        self.passes.append(seconds)
-        now = time.perf_counter()
-        if now - self.started >= self.interval_s:
-            self.report()
-            self.passes, self.started = [], now
-
-    def report(self):
-        times = sorted(self.passes) or [0.0]
-
-        def pct(q):
-            return times[min(len(times) - 1, int(q * len(times)))] * 1000
-        queued = sum(c.queued_bytes() for c in self.connections)
-        log.info("loop stats: passes=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f connections=%d "
-                 "queued_out_bytes=%d open_files=%d", len(self.passes), pct(0.5), pct(0.99),
-                 times[-1] * 1000, len(self.connections), queued, open_file_count())
-
-
-def open_file_count():
-    """This process's open descriptors (Linux: /proc/self/fd), or -1 where unknown."""
-    try:
-        return len(os.listdir("/proc/self/fd")) - 1       # less the one listdir holds
-    except OSError:
-        return -1
-
-
-class _Listener:
-    """A listening socket's selector callback: accept, within the limits."""
-
-    def __init__(self, connections, bound, listeners):
-        self.connections, self.bound, self.listeners = connections, bound, listeners
-        self.sock, self.listener, self.tls = bound.sock, bound.listener, bound.tls
-
-    def on_event(self, mask):
-        connections = self.connections
-        for _ in range(64):
-            if not connections.may_accept():
-                return
-            try:
-                sock, addr = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:              # out of descriptors, ...: keep serving the others
-                log.warning("accept failed: %s", e)
-                return
-            ip = addr[0] if isinstance(addr, tuple) else str(addr)
-            if not connections.allowed_from(ip):
-                sock.close()
-                continue
-            sock.setblocking(False)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.tls:
-                try:
-                    sock = self.tls.wrap(sock)
-                except OSError as e:
-                    log.warning("TLS on a connection from %s failed: %s", ip, e)
-                    sock.close()
-                    continue
-            try:
-                conn = Connection(sock, addr, connections, self.listener, self.tls,
-                                  self.listeners.sasl_session(self.bound))
-            except Exception as e:                # a bug in doze: this one connection is refused
-                log.error("a connection from %s on listener %s: %s: a bug in doze", ip, self.listener.name,
-                          where(e))
-                with contextlib.suppress(OSError):
-                    sock.close()
-                continue
-            connections.add(conn)
-
-
-class _Waker:
-    """The self-pipe that wakes select() for stop() and run_in_loop()."""
-
-    def __init__(self):
-        self.recv_sock, self.send_sock = socket.socketpair()
-        self.recv_sock.setblocking(False)
-        self.send_sock.setblocking(False)
-
-    def on_event(self, mask):
-        with contextlib.suppress(OSError):
-            while self.recv_sock.recv(4096):
-                pass
-
-    def wake(self):
-        with contextlib.suppress(OSError):
-            self.send_sock.send(b"\0")
-
-    def close(self):
-        self.recv_sock.close()
-        self.send_sock.close()
-
-
-@functools.lru_cache(maxsize=None)
-def _libc():
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "malloc_trim") else None
-    except (ImportError, OSError):
-        return None
-
-
-def release_freed_memory():
-    """glibc's malloc_trim(0), where there is one (Linux); elsewhere nothing."""
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
-def parse_connection_overrides(text):
-    """max.connections.per.ip.overrides: "host:count,host:count" -> {ip: count}."""
-    out = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        host, _, count = item.rpartition(":")
-        try:
-            out[socket.gethostbyname(host)] = int(count)
-        except (OSError, ValueError):
-            raise ValueError(f"max.connections.per.ip.overrides: cannot read {item!r}") from None
-    return out
-
-
-SECRET_FIELDS = {ApiKey.SASL_AUTHENTICATE: ("auth_bytes",),
-                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("salt", "salted_password")}
-CONFIG_APIS = (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_TOPICS)
-
-
-def loggable(api_key, msg):
-    """A request or response as the DEBUG log may show it: SASL tokens, SCRAM
-    salts and salted passwords, and the values of sensitive settings (the ones
-    DescribeConfigs hides) hidden -- Kafka logs its requests so (loggableRequest)."""
-    fields = SECRET_FIELDS.get(api_key)
-    if fields is None and api_key not in CONFIG_APIS:
-        return msg
-
-    def hide(node):
-        if isinstance(node, list):
-            return [hide(x) for x in node]
-        if not isinstance(node, types.SimpleNamespace):
-            return node
-        out = types.SimpleNamespace(**{k: hide(v) for k, v in vars(node).items()})
-        for name in fields or ():
-            if getattr(out, name, None) is not None:
-                setattr(out, name, f"<hidden: {len(getattr(out, name))} bytes>")
-        if api_key in CONFIG_APIS and isinstance(getattr(out, "name", None), str) and \
-                getattr(out, "value", None) is not None and out.name not in KAFKA_TOPIC_CONFIGS \
-                and broker_config_sensitive(out.name):
-            out.value = "[hidden]"
-        return out
-    return hide(msg)
 
 
 # --- The protocol trace (--trace): the protocol as it moves, for learners ---------
@@ -12728,6 +12210,86 @@ def trace_event_text(e):
         return f"group {e['group_id']}: {event_text(e)}, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}"
     return event_text(e)
 
+
+# --- The loop's own parts: its pass times, its waker, memory given back ------
+
+class LoopStats:
+    """How long the loop's passes take (select's wait excluded), logged once an
+    interval when doze.loop.stats.interval.ms > 0: the measure of "nothing
+    slow on the loop". One pass is the work between two selects."""
+
+    def __init__(self, connections, interval_ms):
+        self.connections = connections
+        self.interval_s = interval_ms / 1000
+        self.passes = []
+        self.started = time.perf_counter()
+
+    def record(self, seconds):
+        self.passes.append(seconds)
+        now = time.perf_counter()
+        if now - self.started >= self.interval_s:
+            self.report()
+            self.passes, self.started = [], now
+
+    def report(self):
+        times = sorted(self.passes) or [0.0]
+
+        def pct(q):
+            return times[min(len(times) - 1, int(q * len(times)))] * 1000
+        queued = sum(c.queued_bytes() for c in self.connections)
+        log.info("loop stats: passes=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f connections=%d "
+                 "queued_out_bytes=%d open_files=%d", len(self.passes), pct(0.5), pct(0.99),
+                 times[-1] * 1000, len(self.connections), queued, open_file_count())
+
+
+def open_file_count():
+    """This process's open descriptors (Linux: /proc/self/fd), or -1 where unknown."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1       # less the one listdir holds
+    except OSError:
+        return -1
+
+
+class _Waker:
+    """The self-pipe that wakes select() for stop() and run_in_loop()."""
+
+    def __init__(self):
+        self.recv_sock, self.send_sock = socket.socketpair()
+        self.recv_sock.setblocking(False)
+        self.send_sock.setblocking(False)
+
+    def on_event(self, mask):
+        with contextlib.suppress(OSError):
+            while self.recv_sock.recv(4096):
+                pass
+
+    def wake(self):
+        with contextlib.suppress(OSError):
+            self.send_sock.send(b"\0")
+
+    def close(self):
+        self.recv_sock.close()
+        self.send_sock.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "malloc_trim") else None
+    except (ImportError, OSError):
+        return None
+
+
+def release_freed_memory():
+    """glibc's malloc_trim(0), where there is one (Linux); elsewhere nothing."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+# --- The Broker: the rooms composed, the loop, the stop ----------------------
 
 def _fsync_new_dirs(path, files):
     """makedirs that makes each created directory's entry durable."""
@@ -13030,6 +12592,13 @@ class Broker:
         self.stopped.set()
 
 
+###############################################################################
+# 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
+###############################################################################
+# running() starts a broker on its own thread, on an ephemeral port in a
+# temporary directory, with settings a test wants; Client speaks the wire
+# protocol on doze's own schemas (the demo and doze's tests use it too).
+
 # What a test wants that Kafka's broker defaults do not give: a new consumer
 # group's first join answered at once, not after group.initial.rebalance.delay.ms
 # (3 s by default, for a cluster whose members start one by one). Testcontainers'
@@ -13129,7 +12698,7 @@ class Client:
 
 
 ###############################################################################
-# 13. DEMO -- the transaction protocol step by step, on a broker in this process
+# 19. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 # python3 doze_kafka.py demo starts a broker (with its console and the txn
 # trace) and walks through the classic transaction protocol with a small
@@ -13562,7 +13131,7 @@ def demo_main(argv):
 
 
 ###############################################################################
-# 14. CLI
+# 20. CLI
 ###############################################################################
 
 def render_apis():
@@ -13705,6 +13274,514 @@ def run_as_module():
     except OSError as e:                 # then serve as a script
         print(f"doze_kafka: could not start again as a module ({e}); serving as a script",
               file=sys.stderr)
+
+
+
+###############################################################################
+# A. APPENDIX: KAFKA 4.3.1'S CONFIG TABLES -- generated from Kafka; do not edit by hand
+###############################################################################
+# Every topic config and broker setting Kafka 4.3.1 has, with its type, its
+# default, the check its validator makes and how it may change, taken from
+# Kafka itself. doze acts on the settings of BROKER_DEFAULTS above and on the
+# topic configs TOPIC_CONFIGS_USED below; every other name is accepted, checked,
+# stored and described as Kafka does, and not acted on (a log line says so).
+
+# ==== generated by conformance/configs/extract.py from Kafka 4.3.1 -- do not edit by hand ====
+# Regenerate: python3 conformance/configs/extract.py --emit-python
+# Kafka's own config definitions (commit 26b251a451ce941d): LogConfig's ConfigDef for
+# topics; KafkaConfig's (AbstractKafkaConfig.CONFIG_DEF) and the dynamic-only
+# quota configs for the broker; DynamicBrokerConfig for what may change while
+# the broker runs. One line a config:
+#
+#     name: (type, default, check, synonyms | mode)
+#
+# type     Kafka's ConfigDef.Type in lower case (DescribeConfigs' config_type).
+# default  the text DescribeConfigs shows; None: null (Kafka has none, or derives
+#          it: log.retention.ms from log.retention.hours); ...: none at all,
+#          server.properties must give it.
+# check    what Kafka's validator allows of the parsed value; None: any value of the type.
+#            ("range", lo, hi)      lo <= v <= hi; None is open on that side
+#            ("in", s, ...)         one of these strings, exactly
+#            ("in_ci", s, ...)      one of these strings, in any case
+#            ("list", s, ...)       no empty member, no member but s, ... (none named: any); may be empty
+#            ("list_nonempty", s, ...)   the same, and not an empty list
+#            ("non_empty",)         a string that is not ""
+#            ("non_null",)          any value, but one must be given
+#            ("or", c1, c2)         c1 or c2;  ("value", v): exactly v
+#            ("replicas",)          "*", or "partition:broker,partition:broker,..."
+#            ("custom", "Name")     Kafka's own check (controller quorum addresses)
+# synonyms (topic configs) the broker settings it inherits from, the first set
+#          one wins; KAFKA_MS_PER_UNIT converts those not in ms.
+# mode     (broker configs) how Kafka 4.3.1 lets it change while running:
+#          "read-only"; "cluster-wide" (broker "" or the broker's id);
+#          "per-broker" (the broker's id only); "per-listener" (only as
+#          listener.name.<listener>.<name>).
+
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy": ("list", "delete", ("list", "compact", "delete"), ("log.cleanup.policy",)),
+    "compression.gzip.level": ("int", "-1", ("or", ("range", 1, 9), ("value", -1)), ("compression.gzip.level",)),
+    "compression.lz4.level": ("int", "9", ("range", 1, 17), ("compression.lz4.level",)),
+    "compression.type": ("string", "producer", ("in", "uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), ("compression.type",)),
+    "compression.zstd.level": ("int", "3", ("range", -131072, 22), ("compression.zstd.level",)),
+    "delete.retention.ms": ("long", "86400000", ("range", 0, None), ("log.cleaner.delete.retention.ms",)),
+    "file.delete.delay.ms": ("long", "60000", ("range", 0, None), ("log.segment.delete.delay.ms",)),
+    "flush.messages": ("long", "9223372036854775807", ("range", 1, None), ("log.flush.interval.messages",)),
+    "flush.ms": ("long", "9223372036854775807", ("range", 0, None), ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")),
+    "follower.replication.throttled.replicas": ("list", "", ("replicas",), ()),
+    "index.interval.bytes": ("int", "4096", ("range", 0, None), ("log.index.interval.bytes",)),
+    "leader.replication.throttled.replicas": ("list", "", ("replicas",), ()),
+    "local.retention.bytes": ("long", "-2", ("range", -2, None), ("log.local.retention.bytes",)),
+    "local.retention.ms": ("long", "-2", ("range", -2, None), ("log.local.retention.ms",)),
+    "max.compaction.lag.ms": ("long", "9223372036854775807", ("range", 1, None), ("log.cleaner.max.compaction.lag.ms",)),
+    "max.message.bytes": ("int", "1048588", ("range", 0, None), ("message.max.bytes",)),
+    "message.timestamp.after.max.ms": ("long", "3600000", ("range", 0, None), ("log.message.timestamp.after.max.ms",)),
+    "message.timestamp.before.max.ms": ("long", "9223372036854775807", ("range", 0, None), ("log.message.timestamp.before.max.ms",)),
+    "message.timestamp.type": ("string", "CreateTime", ("in", "CreateTime", "LogAppendTime"), ("log.message.timestamp.type",)),
+    "min.cleanable.dirty.ratio": ("double", "0.5", ("range", 0, 1), ("log.cleaner.min.cleanable.ratio",)),
+    "min.compaction.lag.ms": ("long", "0", ("range", 0, None), ("log.cleaner.min.compaction.lag.ms",)),
+    "min.insync.replicas": ("int", "1", ("range", 1, None), ("min.insync.replicas",)),
+    "preallocate": ("boolean", "false", None, ("log.preallocate",)),
+    "remote.log.copy.disable": ("boolean", "false", None, ()),
+    "remote.log.delete.on.disable": ("boolean", "false", None, ()),
+    "remote.storage.enable": ("boolean", "false", None, ()),
+    "retention.bytes": ("long", "-1", None, ("log.retention.bytes",)),
+    "retention.ms": ("long", "604800000", ("range", -1, None), ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
+    "segment.bytes": ("int", "1073741824", ("range", 1048576, None), ("log.segment.bytes",)),
+    "segment.index.bytes": ("int", "10485760", ("range", 4, None), ("log.index.size.max.bytes",)),
+    "segment.jitter.ms": ("long", "0", ("range", 0, None), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
+    "segment.ms": ("long", "604800000", ("range", 1, None), ("log.roll.ms", "log.roll.hours")),
+    "unclean.leader.election.enable": ("boolean", "false", None, ("unclean.leader.election.enable",)),
+    # internal (Kafka's defineInternal): accepted, described only when set
+    "internal.segment.bytes": ("int", None, None, ()),
+}
+KAFKA_MS_PER_UNIT = {"log.retention.hours": 3600000, "log.retention.minutes": 60000, "log.roll.hours": 3600000, "log.roll.jitter.hours": 3600000}
+
+KAFKA_BROKER_CONFIGS = {
+    # --- AddPartitionsToTxnConfig ---
+    "add.partitions.to.txn.retry.backoff.max.ms": ("int", "100", ("range", 0, None), "read-only"),
+    "add.partitions.to.txn.retry.backoff.ms": ("int", "20", ("range", 1, None), "read-only"),
+    # --- BrokerSecurityConfigs ---
+    "connections.max.reauth.ms": ("long", "0", None, "read-only"),
+    "principal.builder.class": ("class", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder", None, "per-broker"),
+    "sasl.client.callback.handler.class": ("class", None, None, "read-only"),
+    "sasl.enabled.mechanisms": ("list", "GSSAPI", ("list",), "per-broker"),
+    "sasl.jaas.config": ("password", None, None, "per-broker"),
+    "sasl.kerberos.kinit.cmd": ("string", "/usr/bin/kinit", None, "per-broker"),
+    "sasl.kerberos.min.time.before.relogin": ("long", "60000", None, "per-broker"),
+    "sasl.kerberos.principal.to.local.rules": ("list", "DEFAULT", ("list",), "per-broker"),
+    "sasl.kerberos.service.name": ("string", None, None, "per-broker"),
+    "sasl.kerberos.ticket.renew.jitter": ("double", "0.05", None, "per-broker"),
+    "sasl.kerberos.ticket.renew.window.factor": ("double", "0.8", None, "per-broker"),
+    "sasl.login.callback.handler.class": ("class", None, None, "read-only"),
+    "sasl.login.class": ("class", None, None, "read-only"),
+    "sasl.login.connect.timeout.ms": ("int", None, None, "read-only"),
+    "sasl.login.read.timeout.ms": ("int", None, None, "read-only"),
+    "sasl.login.refresh.buffer.seconds": ("short", "300", None, "per-broker"),
+    "sasl.login.refresh.min.period.seconds": ("short", "60", None, "per-broker"),
+    "sasl.login.refresh.window.factor": ("double", "0.8", None, "per-broker"),
+    "sasl.login.refresh.window.jitter": ("double", "0.05", None, "per-broker"),
+    "sasl.login.retry.backoff.max.ms": ("long", "10000", None, "read-only"),
+    "sasl.login.retry.backoff.ms": ("long", "100", None, "read-only"),
+    "sasl.mechanism.inter.broker.protocol": ("string", "GSSAPI", None, "per-broker"),
+    "sasl.oauthbearer.assertion.algorithm": ("string", "RS256", ("in_ci", "ES256", "RS256"), "read-only"),
+    "sasl.oauthbearer.assertion.claim.aud": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.claim.exp.seconds": ("int", "300", ("range", 0, 86400), "read-only"),
+    "sasl.oauthbearer.assertion.claim.iss": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.claim.jti.include": ("boolean", "false", None, "read-only"),
+    "sasl.oauthbearer.assertion.claim.nbf.seconds": ("int", "60", ("range", 0, 3600), "read-only"),
+    "sasl.oauthbearer.assertion.claim.sub": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.file": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.private.key.file": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.private.key.passphrase": ("password", None, None, "read-only"),
+    "sasl.oauthbearer.assertion.template.file": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.client.credentials.client.id": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.client.credentials.client.secret": ("password", None, None, "read-only"),
+    "sasl.oauthbearer.clock.skew.seconds": ("int", "30", None, "read-only"),
+    "sasl.oauthbearer.expected.audience": ("list", "", ("list",), "read-only"),
+    "sasl.oauthbearer.expected.issuer": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": ("long", "3600000", None, "read-only"),
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": ("long", "10000", None, "read-only"),
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": ("long", "100", None, "read-only"),
+    "sasl.oauthbearer.jwks.endpoint.url": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.jwt.retriever.class": ("class", "org.apache.kafka.common.security.oauthbearer.DefaultJwtRetriever", None, "read-only"),
+    "sasl.oauthbearer.jwt.validator.class": ("class", "org.apache.kafka.common.security.oauthbearer.DefaultJwtValidator", None, "read-only"),
+    "sasl.oauthbearer.scope": ("string", None, None, "read-only"),
+    "sasl.oauthbearer.scope.claim.name": ("string", "scope", None, "read-only"),
+    "sasl.oauthbearer.sub.claim.name": ("string", "sub", None, "read-only"),
+    "sasl.oauthbearer.token.endpoint.url": ("string", None, None, "read-only"),
+    "sasl.server.callback.handler.class": ("class", None, None, "read-only"),
+    "sasl.server.max.receive.size": ("int", "524288", None, "read-only"),
+    "security.providers": ("string", None, None, "read-only"),
+    "ssl.allow.dn.changes": ("boolean", "false", None, "read-only"),
+    "ssl.allow.san.changes": ("boolean", "false", None, "read-only"),
+    "ssl.cipher.suites": ("list", "", ("list",), "per-broker"),
+    "ssl.client.auth": ("string", "none", ("in", "required", "requested", "none"), "per-broker"),
+    "ssl.enabled.protocols": ("list", "TLSv1.2,TLSv1.3", ("list",), "per-broker"),
+    "ssl.endpoint.identification.algorithm": ("string", "https", None, "per-broker"),
+    "ssl.engine.factory.class": ("class", None, None, "per-broker"),
+    "ssl.key.password": ("password", None, None, "per-listener"),
+    "ssl.keymanager.algorithm": ("string", "SunX509", None, "per-broker"),
+    "ssl.keystore.certificate.chain": ("password", None, None, "per-listener"),
+    "ssl.keystore.key": ("password", None, None, "per-listener"),
+    "ssl.keystore.location": ("string", None, None, "per-listener"),
+    "ssl.keystore.password": ("password", None, None, "per-listener"),
+    "ssl.keystore.type": ("string", "JKS", None, "per-listener"),
+    "ssl.principal.mapping.rules": ("string", "DEFAULT", None, "read-only"),
+    "ssl.protocol": ("string", "TLSv1.3", None, "per-broker"),
+    "ssl.provider": ("string", None, None, "per-broker"),
+    "ssl.secure.random.implementation": ("string", None, None, "per-broker"),
+    "ssl.trustmanager.algorithm": ("string", "PKIX", None, "per-broker"),
+    "ssl.truststore.certificates": ("password", None, None, "per-listener"),
+    "ssl.truststore.location": ("string", None, None, "per-listener"),
+    "ssl.truststore.password": ("password", None, None, "per-listener"),
+    "ssl.truststore.type": ("string", "JKS", None, "per-listener"),
+    # --- CleanerConfig ---
+    "log.cleaner.backoff.ms": ("long", "15000", ("range", 0, None), "cluster-wide"),
+    "log.cleaner.dedupe.buffer.size": ("long", "134217728", None, "cluster-wide"),
+    "log.cleaner.delete.retention.ms": ("long", "86400000", ("range", 0, None), "cluster-wide"),
+    "log.cleaner.enable": ("boolean", "true", None, "read-only"),
+    "log.cleaner.io.buffer.load.factor": ("double", "0.9", None, "cluster-wide"),
+    "log.cleaner.io.buffer.size": ("int", "524288", ("range", 0, None), "cluster-wide"),
+    "log.cleaner.io.max.bytes.per.second": ("double", "1.7976931348623157E308", None, "cluster-wide"),
+    "log.cleaner.max.compaction.lag.ms": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
+    "log.cleaner.min.cleanable.ratio": ("double", "0.5", ("range", 0, 1), "cluster-wide"),
+    "log.cleaner.min.compaction.lag.ms": ("long", "0", ("range", 0, None), "cluster-wide"),
+    "log.cleaner.threads": ("int", "1", ("range", 0, None), "cluster-wide"),
+    # --- DelegationTokenManagerConfigs ---
+    "delegation.token.expiry.check.interval.ms": ("long", "3600000", ("range", 1, None), "read-only"),
+    "delegation.token.expiry.time.ms": ("long", "86400000", ("range", 1, None), "read-only"),
+    "delegation.token.max.lifetime.ms": ("long", "604800000", ("range", 1, None), "read-only"),
+    "delegation.token.secret.key": ("password", None, None, "read-only"),
+    # --- GroupCoordinatorConfig ---
+    "group.consumer.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
+    "group.consumer.assignors": ("list", "uniform,range", ("list_nonempty",), "read-only"),
+    "group.consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.consumer.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
+    "group.consumer.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
+    "group.consumer.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
+    "group.consumer.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
+    "group.consumer.migration.policy": ("string", "bidirectional", ("in_ci", "BIDIRECTIONAL", "DISABLED", "DOWNGRADE", "UPGRADE"), "read-only"),
+    "group.consumer.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
+    "group.consumer.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.consumer.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "group.consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "group.coordinator.append.linger.ms": ("int", "-1", ("range", -1, None), "read-only"),
+    "group.coordinator.background.threads": ("int", "2", ("range", 1, None), "read-only"),
+    "group.coordinator.cached.buffer.max.bytes": ("int", "1048588", ("range", 524288, None), "cluster-wide"),
+    "group.coordinator.rebalance.protocols": ("list", "classic,consumer,streams", ("list_nonempty", "consumer", "classic", "share", "streams"), "read-only"),
+    "group.coordinator.threads": ("int", "4", ("range", 1, None), "read-only"),
+    "group.initial.rebalance.delay.ms": ("int", "3000", None, "read-only"),
+    "group.max.session.timeout.ms": ("int", "1800000", None, "read-only"),
+    "group.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
+    "group.min.session.timeout.ms": ("int", "6000", None, "read-only"),
+    "group.share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
+    "group.share.assignors": ("list", "simple", ("list_nonempty",), "read-only"),
+    "group.share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.share.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
+    "group.share.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
+    "group.share.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
+    "group.share.max.size": ("int", "200", ("range", 1, 1000), "read-only"),
+    "group.share.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
+    "group.share.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.share.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "group.share.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "group.streams.assignment.interval.ms": ("int", "1000", ("range", 0, None), "cluster-wide"),
+    "group.streams.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.streams.initial.rebalance.delay.ms": ("int", "3000", ("range", 0, None), "read-only"),
+    "group.streams.max.assignment.interval.ms": ("int", "15000", ("range", 0, None), "read-only"),
+    "group.streams.max.heartbeat.interval.ms": ("int", "15000", ("range", 1, None), "read-only"),
+    "group.streams.max.session.timeout.ms": ("int", "60000", ("range", 1, None), "read-only"),
+    "group.streams.max.size": ("int", "2147483647", ("range", 1, None), "read-only"),
+    "group.streams.max.standby.replicas": ("int", "2", ("range", 0, None), "read-only"),
+    "group.streams.min.assignment.interval.ms": ("int", "0", ("range", 0, None), "read-only"),
+    "group.streams.min.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "group.streams.min.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "group.streams.num.standby.replicas": ("int", "0", ("range", 0, None), "read-only"),
+    "group.streams.session.timeout.ms": ("int", "45000", ("range", 1, None), "read-only"),
+    "offset.metadata.max.bytes": ("int", "4096", None, "read-only"),
+    "offsets.commit.timeout.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    "offsets.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
+    "offsets.retention.check.interval.ms": ("long", "600000", ("range", 1, None), "read-only"),
+    "offsets.retention.minutes": ("int", "10080", ("range", 1, None), "read-only"),
+    "offsets.topic.compression.codec": ("int", "0", None, "read-only"),
+    "offsets.topic.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
+    "offsets.topic.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
+    "offsets.topic.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
+    # --- KRaftConfigs ---
+    "broker.heartbeat.interval.ms": ("int", "2000", None, "read-only"),
+    "broker.session.timeout.ms": ("int", "9000", None, "read-only"),
+    "controller.listener.names": ("list", ..., ("list_nonempty",), "read-only"),
+    "initial.broker.registration.timeout.ms": ("int", "60000", None, "read-only"),
+    "node.id": ("int", ..., ("range", 0, None), "read-only"),
+    "process.roles": ("list", ..., ("list_nonempty", "broker", "controller"), "read-only"),
+    "sasl.mechanism.controller.protocol": ("string", "GSSAPI", None, "read-only"),
+    # --- LogConfig ---
+    "alter.config.policy.class.name": ("class", None, None, "read-only"),
+    "auto.create.topics.enable": ("boolean", "true", None, "read-only"),
+    "cordoned.log.dirs": ("list", "", ("list",), "per-broker"),
+    "create.topic.policy.class.name": ("class", None, None, "read-only"),
+    "log.cleanup.policy": ("list", "delete", ("list", "compact", "delete"), "cluster-wide"),
+    "log.dir": ("list", "/tmp/kafka-logs", ("list_nonempty",), "read-only"),
+    "log.dir.failure.timeout.ms": ("long", "30000", ("range", 1, None), "read-only"),
+    "log.dirs": ("list", None, ("list_nonempty",), "read-only"),
+    "log.flush.interval.messages": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
+    "log.flush.interval.ms": ("long", None, None, "cluster-wide"),
+    "log.flush.offset.checkpoint.interval.ms": ("int", "60000", ("range", 0, None), "read-only"),
+    "log.flush.scheduler.interval.ms": ("long", "9223372036854775807", None, "read-only"),
+    "log.flush.start.offset.checkpoint.interval.ms": ("int", "60000", ("range", 0, None), "read-only"),
+    "log.index.interval.bytes": ("int", "4096", ("range", 0, None), "cluster-wide"),
+    "log.index.size.max.bytes": ("int", "10485760", ("range", 4, None), "cluster-wide"),
+    "log.message.timestamp.after.max.ms": ("long", "3600000", ("range", 0, None), "cluster-wide"),
+    "log.message.timestamp.before.max.ms": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
+    "log.message.timestamp.type": ("string", "CreateTime", ("in", "CreateTime", "LogAppendTime"), "cluster-wide"),
+    "log.preallocate": ("boolean", "false", None, "cluster-wide"),
+    "log.retention.bytes": ("long", "-1", None, "cluster-wide"),
+    "log.retention.check.interval.ms": ("long", "300000", ("range", 1, None), "read-only"),
+    "log.retention.hours": ("int", "168", None, "read-only"),
+    "log.retention.minutes": ("int", None, None, "read-only"),
+    "log.retention.ms": ("long", None, None, "cluster-wide"),
+    "log.roll.hours": ("int", "168", ("range", 1, None), "read-only"),
+    "log.roll.jitter.hours": ("int", "0", ("range", 0, None), "read-only"),
+    "log.roll.jitter.ms": ("long", None, None, "cluster-wide"),
+    "log.roll.ms": ("long", None, None, "cluster-wide"),
+    "log.segment.bytes": ("int", "1073741824", ("range", 1048576, None), "cluster-wide"),
+    "log.segment.delete.delay.ms": ("long", "60000", ("range", 0, None), "cluster-wide"),
+    "min.insync.replicas": ("int", "1", ("range", 1, None), "cluster-wide"),
+    "num.partitions": ("int", "1", ("range", 1, None), "read-only"),
+    "num.recovery.threads.per.data.dir": ("int", "2", ("range", 1, None), "cluster-wide"),
+    # --- MetadataLogConfig ---
+    "metadata.log.dir": ("string", None, None, "read-only"),
+    "metadata.log.max.record.bytes.between.snapshots": ("long", "20971520", ("range", 1, None), "read-only"),
+    "metadata.log.max.snapshot.interval.ms": ("long", "3600000", ("range", 0, None), "read-only"),
+    "metadata.log.segment.bytes": ("int", "1073741824", ("range", 8388608, None), "read-only"),
+    "metadata.log.segment.ms": ("long", "604800000", None, "read-only"),
+    "metadata.max.idle.interval.ms": ("int", "500", ("range", 0, None), "read-only"),
+    "metadata.max.retention.bytes": ("long", "104857600", None, "read-only"),
+    "metadata.max.retention.ms": ("long", "604800000", None, "read-only"),
+    # --- MetricConfigs ---
+    "kafka.metrics.polling.interval.secs": ("int", "10", ("range", 1, None), "read-only"),
+    "kafka.metrics.reporters": ("list", "", ("list",), "read-only"),
+    "metric.reporters": ("list", "org.apache.kafka.common.metrics.JmxReporter", ("list",), "cluster-wide"),
+    "metrics.num.samples": ("int", "2", ("range", 1, None), "read-only"),
+    "metrics.recording.level": ("string", "INFO", None, "read-only"),
+    "metrics.sample.window.ms": ("long", "30000", ("range", 1, None), "read-only"),
+    "telemetry.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
+    # --- QuorumConfig ---
+    "controller.quorum.append.linger.ms": ("int", "25", ("range", 0, None), "read-only"),
+    "controller.quorum.auto.join.enable": ("boolean", "false", None, "read-only"),
+    "controller.quorum.bootstrap.servers": ("list", "", ("custom", "ControllerQuorumBootstrapServersValidator"), "read-only"),
+    "controller.quorum.election.backoff.max.ms": ("int", "1000", ("range", 0, None), "read-only"),
+    "controller.quorum.election.timeout.ms": ("int", "1000", ("range", 0, None), "read-only"),
+    "controller.quorum.fetch.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
+    "controller.quorum.fetch.snapshot.max.bytes": ("int", "1048576", ("range", 1, None), "read-only"),
+    "controller.quorum.fetch.timeout.ms": ("int", "2000", ("range", 0, None), "read-only"),
+    "controller.quorum.request.timeout.ms": ("int", "2000", ("range", 0, None), "read-only"),
+    "controller.quorum.retry.backoff.ms": ("int", "20", ("range", 0, None), "read-only"),
+    "controller.quorum.voters": ("list", "", ("custom", "ControllerQuorumVotersValidator"), "read-only"),
+    # --- QuotaConfig ---
+    "alter.log.dirs.replication.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "alter.log.dirs.replication.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    "client.quota.callback.class": ("class", None, None, "read-only"),
+    "controller.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "controller.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    "quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    "replication.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "replication.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    # --- RemoteLogManagerConfig ---
+    "log.local.retention.bytes": ("long", "-2", ("range", -2, None), "cluster-wide"),
+    "log.local.retention.ms": ("long", "-2", ("range", -2, None), "cluster-wide"),
+    "remote.fetch.max.wait.ms": ("int", "500", ("range", 1, None), "cluster-wide"),
+    "remote.list.offsets.request.timeout.ms": ("long", "30000", ("range", 1, None), "cluster-wide"),
+    "remote.log.index.file.cache.total.size.bytes": ("long", "1073741824", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.copier.thread.pool.size": ("int", "10", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.copy.max.bytes.per.second": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.copy.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "remote.log.manager.copy.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    "remote.log.manager.expiration.thread.pool.size": ("int", "10", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.fetch.max.bytes.per.second": ("long", "9223372036854775807", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.fetch.quota.window.num": ("int", "11", ("range", 1, None), "read-only"),
+    "remote.log.manager.fetch.quota.window.size.seconds": ("int", "1", ("range", 1, None), "read-only"),
+    "remote.log.manager.follower.thread.pool.size": ("int", "2", ("range", 1, None), "cluster-wide"),
+    "remote.log.manager.task.interval.ms": ("long", "30000", ("range", 1, None), "read-only"),
+    "remote.log.manager.thread.pool.size": ("int", "2", ("range", 1, None), "read-only"),
+    "remote.log.metadata.custom.metadata.max.bytes": ("int", "128", ("range", 0, None), "read-only"),
+    "remote.log.metadata.manager.class.name": ("string", "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", ("non_empty",), "read-only"),
+    "remote.log.metadata.manager.class.path": ("string", None, None, "read-only"),
+    "remote.log.metadata.manager.impl.prefix": ("string", "rlmm.config.", ("non_empty",), "read-only"),
+    "remote.log.metadata.manager.listener.name": ("string", None, ("non_empty",), "read-only"),
+    "remote.log.reader.max.pending.tasks": ("int", "100", ("range", 1, None), "read-only"),
+    "remote.log.reader.threads": ("int", "10", ("range", 1, None), "cluster-wide"),
+    "remote.log.storage.manager.class.name": ("string", None, ("non_empty",), "read-only"),
+    "remote.log.storage.manager.class.path": ("string", None, None, "read-only"),
+    "remote.log.storage.manager.impl.prefix": ("string", "rsm.config.", ("non_empty",), "read-only"),
+    "remote.log.storage.system.enable": ("boolean", "false", None, "read-only"),
+    # --- ReplicationConfigs ---
+    "auto.leader.rebalance.enable": ("boolean", "true", None, "read-only"),
+    "controller.socket.timeout.ms": ("int", "30000", None, "read-only"),
+    "default.replication.factor": ("int", "1", None, "read-only"),
+    "delete.records.purgatory.purge.interval.requests": ("int", "1", None, "read-only"),
+    "fetch.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
+    "follower.fetch.last.tiered.offset.enable": ("boolean", "false", None, "cluster-wide"),
+    "inter.broker.listener.name": ("string", None, None, "read-only"),
+    "leader.imbalance.check.interval.seconds": ("long", "300", ("range", 1, None), "read-only"),
+    "num.replica.fetchers": ("int", "1", ("range", 1, None), "cluster-wide"),
+    "producer.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
+    "replica.fetch.backoff.ms": ("int", "1000", ("range", 0, None), "read-only"),
+    "replica.fetch.max.bytes": ("int", "1048576", ("range", 0, None), "read-only"),
+    "replica.fetch.min.bytes": ("int", "1", None, "read-only"),
+    "replica.fetch.response.max.bytes": ("int", "10485760", ("range", 0, None), "read-only"),
+    "replica.fetch.wait.max.ms": ("int", "500", None, "read-only"),
+    "replica.high.watermark.checkpoint.interval.ms": ("long", "5000", None, "read-only"),
+    "replica.lag.time.max.ms": ("long", "30000", None, "read-only"),
+    "replica.selector.class": ("string", None, None, "read-only"),
+    "replica.socket.receive.buffer.bytes": ("int", "65536", None, "read-only"),
+    "replica.socket.timeout.ms": ("int", "30000", None, "read-only"),
+    "security.inter.broker.protocol": ("string", "PLAINTEXT", ("in", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), "read-only"),
+    "unclean.leader.election.enable": ("boolean", "false", None, "cluster-wide"),
+    # --- ServerConfigs ---
+    "authorizer.class.name": ("string", "", ("non_null",), "read-only"),
+    "background.threads": ("int", "10", ("range", 1, None), "cluster-wide"),
+    "broker.id": ("int", "-1", None, "read-only"),
+    "broker.rack": ("string", None, None, "read-only"),
+    "compression.gzip.level": ("int", "-1", ("or", ("range", 1, 9), ("value", -1)), "cluster-wide"),
+    "compression.lz4.level": ("int", "9", ("range", 1, 17), "cluster-wide"),
+    "compression.type": ("string", "producer", ("in", "uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "cluster-wide"),
+    "compression.zstd.level": ("int", "3", ("range", -131072, 22), "cluster-wide"),
+    "config.providers": ("list", "", ("list",), "cluster-wide"),
+    "controlled.shutdown.enable": ("boolean", "true", None, "read-only"),
+    "delete.topic.enable": ("boolean", "true", None, "read-only"),
+    "early.start.listeners": ("list", None, ("list",), "read-only"),
+    "fetch.max.bytes": ("int", "57671680", ("range", 1024, None), "read-only"),
+    "max.incremental.fetch.session.cache.slots": ("int", "1000", ("range", 0, None), "read-only"),
+    "max.request.partition.size.limit": ("int", "2000", ("range", 1, None), "read-only"),
+    "message.max.bytes": ("int", "1048588", ("range", 0, None), "cluster-wide"),
+    "num.io.threads": ("int", "8", ("range", 1, None), "cluster-wide"),
+    "num.replica.alter.log.dirs.threads": ("int", None, None, "read-only"),
+    "request.timeout.ms": ("int", "30000", None, "read-only"),
+    "socket.connection.setup.timeout.max.ms": ("long", "30000", None, "read-only"),
+    "socket.connection.setup.timeout.ms": ("long", "10000", None, "read-only"),
+    # --- ShareCoordinatorConfig ---
+    "share.coordinator.append.linger.ms": ("int", "-1", ("range", -1, None), "read-only"),
+    "share.coordinator.cached.buffer.max.bytes": ("int", "1048588", ("range", 524288, None), "cluster-wide"),
+    "share.coordinator.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
+    "share.coordinator.snapshot.update.records.per.snapshot": ("int", "500", ("range", 0, 500), "read-only"),
+    "share.coordinator.state.topic.compression.codec": ("int", "0", None, "read-only"),
+    "share.coordinator.state.topic.min.isr": ("short", "2", ("range", 1, None), "read-only"),
+    "share.coordinator.state.topic.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
+    "share.coordinator.state.topic.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
+    "share.coordinator.state.topic.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
+    "share.coordinator.threads": ("int", "1", ("range", 1, None), "read-only"),
+    "share.coordinator.write.timeout.ms": ("int", "5000", ("range", 1, None), "read-only"),
+    # --- ShareGroupConfig ---
+    "group.share.delivery.count.limit": ("int", "5", ("range", 2, 10), "read-only"),
+    "group.share.max.delivery.count.limit": ("int", "10", ("range", 5, 25), "read-only"),
+    "group.share.max.partition.max.record.locks": ("int", "4000", ("range", 2000, 10000), "read-only"),
+    "group.share.max.record.lock.duration.ms": ("int", "60000", ("range", 30000, 3600000), "read-only"),
+    "group.share.max.share.sessions": ("int", "2000", ("range", 1, None), "read-only"),
+    "group.share.min.delivery.count.limit": ("int", "2", ("range", 2, 5), "read-only"),
+    "group.share.min.partition.max.record.locks": ("int", "100", ("range", 100, 2000), "read-only"),
+    "group.share.min.record.lock.duration.ms": ("int", "15000", ("range", 1000, 30000), "read-only"),
+    "group.share.partition.max.record.locks": ("int", "2000", ("range", 100, 10000), "read-only"),
+    "group.share.record.lock.duration.ms": ("int", "30000", ("range", 1000, 3600000), "read-only"),
+    "share.fetch.purgatory.purge.interval.requests": ("int", "1000", None, "read-only"),
+    # --- SocketServerConfigs ---
+    "advertised.listeners": ("list", None, ("list_nonempty",), "read-only"),
+    "connection.failed.authentication.delay.ms": ("int", "100", ("range", 0, None), "read-only"),
+    "connections.max.idle.ms": ("long", "600000", None, "read-only"),
+    "listener.security.protocol.map": ("string", "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None, "per-broker"),
+    "listeners": ("list", "PLAINTEXT://:9092", ("list_nonempty",), "per-broker"),
+    "max.connection.creation.rate": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
+    "max.connections": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
+    "max.connections.per.ip": ("int", "2147483647", ("range", 0, None), "cluster-wide"),
+    "max.connections.per.ip.overrides": ("string", "", None, "cluster-wide"),
+    "num.network.threads": ("int", "3", ("range", 1, None), "cluster-wide"),
+    "queued.max.request.bytes": ("long", "-1", None, "read-only"),
+    "queued.max.requests": ("int", "500", ("range", 1, None), "read-only"),
+    "socket.listen.backlog.size": ("int", "50", ("range", 1, None), "read-only"),
+    "socket.receive.buffer.bytes": ("int", "102400", None, "read-only"),
+    "socket.request.max.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
+    "socket.send.buffer.bytes": ("int", "102400", None, "read-only"),
+    # --- TransactionLogConfig ---
+    "producer.id.expiration.ms": ("int", "86400000", ("range", 1, None), "cluster-wide"),
+    "transaction.partition.verification.enable": ("boolean", "true", None, "cluster-wide"),
+    "transaction.state.log.load.buffer.size": ("int", "5242880", ("range", 1, None), "read-only"),
+    "transaction.state.log.min.isr": ("int", "2", ("range", 1, None), "read-only"),
+    "transaction.state.log.num.partitions": ("int", "50", ("range", 1, None), "read-only"),
+    "transaction.state.log.replication.factor": ("short", "3", ("range", 1, None), "read-only"),
+    "transaction.state.log.segment.bytes": ("int", "104857600", ("range", 1, None), "read-only"),
+    # --- TransactionStateManagerConfig ---
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": ("int", "10000", ("range", 1, None), "read-only"),
+    "transaction.max.timeout.ms": ("int", "900000", ("range", 1, None), "read-only"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": ("int", "3600000", ("range", 1, None), "read-only"),
+    "transaction.two.phase.commit.enable": ("boolean", "false", None, "read-only"),
+    "transactional.id.expiration.ms": ("int", "604800000", ("range", 1, None), "read-only"),
+    # --- dynamic only (QuotaConfig.brokerQuotaConfigs): not read from server.properties, described only when set ---
+    "follower.replication.throttled.rate": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
+    "leader.replication.throttled.rate": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
+    "replica.alter.log.dirs.io.max.bytes.per.second": ("long", "9223372036854775807", ("range", 0, None), "cluster-wide"),
+    # --- internal (Kafka's defineInternal): accepted, not listed by DescribeConfigs unless set ---
+    "controller.performance.always.log.threshold.ms": ("long", "2000", ("range", 0, None), "read-only"),
+    "controller.performance.sample.period.ms": ("long", "60000", ("range", 100, None), "read-only"),
+    "group.consumer.regex.refresh.interval.ms": ("int", "600000", ("range", 10000, None), "read-only"),
+    "group.share.initialize.retry.interval.ms": ("int", "30000", ("range", 1, None), "read-only"),
+    "group.share.persister.class.name": ("string", "org.apache.kafka.server.share.persister.DefaultStatePersister", None, "read-only"),
+    "internal.metadata.delete.delay.millis": ("long", "60000", None, "read-only"),
+    "internal.metadata.log.segment.bytes": ("int", None, None, "read-only"),
+    "internal.metadata.max.batch.size.in.bytes": ("int", "8388608", None, "read-only"),
+    "log.initial.task.delay.ms": ("long", "30000", ("range", 0, None), "read-only"),
+    "producer.id.expiration.check.interval.ms": ("int", "600000", ("range", 1, None), "read-only"),
+    "remote.log.index.file.cache.ttl.ms": ("long", "900000", ("range", -1, None), "read-only"),
+    "remote.log.manager.task.retry.backoff.max.ms": ("long", "30000", ("range", 1, None), "read-only"),
+    "remote.log.manager.task.retry.backoff.ms": ("long", "500", ("range", 1, None), "read-only"),
+    "remote.log.manager.task.retry.jitter": ("double", "0.2", ("range", 0, 0.5), "read-only"),
+    "server.max.startup.time.ms": ("long", "9223372036854775807", ("range", 0, None), "read-only"),
+    "share.coordinator.cold.partition.snapshot.interval.ms": ("int", "300000", ("range", 1, None), "read-only"),
+    "share.coordinator.state.topic.prune.interval.ms": ("int", "300000", ("range", 1, None), "read-only"),
+    "unclean.leader.election.interval.ms": ("long", "300000", ("range", 1, None), "read-only"),
+    "unstable.api.versions.enable": ("boolean", "false", None, "read-only"),
+    "unstable.feature.versions.enable": ("boolean", "false", None, "read-only"),
+}
+# Group configs (config resources of type GROUP, KIP-848): name: (type, default, check,
+# the broker setting a group without its own value takes)
+KAFKA_GROUP_CONFIGS = {
+    "consumer.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.consumer.assignment.interval.ms"),
+    "consumer.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.consumer.heartbeat.interval.ms"),
+    "consumer.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.consumer.session.timeout.ms"),
+    "share.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.share.assignment.interval.ms"),
+    "share.auto.offset.reset": ("string", "latest", ("custom", "ShareGroupAutoOffsetResetStrategy.Validator"), None),
+    "share.delivery.count.limit": ("int", "5", ("range", 2, None), "group.share.delivery.count.limit"),
+    "share.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.share.heartbeat.interval.ms"),
+    "share.isolation.level": ("string", "read_uncommitted", ("in", "read_committed", "read_uncommitted"), None),
+    "share.partition.max.record.locks": ("int", "2000", ("range", 100, None), "group.share.partition.max.record.locks"),
+    "share.record.lock.duration.ms": ("int", "30000", ("range", 1000, None), "group.share.record.lock.duration.ms"),
+    "share.renew.acknowledge.enable": ("boolean", "true", None, None),
+    "share.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.share.session.timeout.ms"),
+    "streams.assignment.interval.ms": ("int", "1000", ("range", 0, None), "group.streams.assignment.interval.ms"),
+    "streams.heartbeat.interval.ms": ("int", "5000", ("range", 1, None), "group.streams.heartbeat.interval.ms"),
+    "streams.initial.rebalance.delay.ms": ("int", "3000", ("range", 0, None), "group.streams.initial.rebalance.delay.ms"),
+    "streams.num.standby.replicas": ("int", "0", ("range", 0, None), "group.streams.num.standby.replicas"),
+    "streams.session.timeout.ms": ("int", "45000", ("range", 1, None), "group.streams.session.timeout.ms"),
+}
+# The broker settings DescribeConfigs lists as synonyms of each other (besides
+# listener.name.<listener>.<name> overrides, synonyms of <name>):
+KAFKA_BROKER_SYNONYMS = {
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    "log.retention.hours": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.retention.minutes": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.roll.hours": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.hours": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+}
+# ==== end of the generated block ====
+KAFKA_INTERNAL_BROKER_CONFIGS = set(list(KAFKA_BROKER_CONFIGS)[
+    list(KAFKA_BROKER_CONFIGS).index("controller.performance.always.log.threshold.ms"):])
+KAFKA_QUOTA_BROKER_CONFIGS = {"follower.replication.throttled.rate", "leader.replication.throttled.rate",
+                              "replica.alter.log.dirs.io.max.bytes.per.second"}
+TOPIC_CONFIGS = {name: spec for name, spec in KAFKA_TOPIC_CONFIGS.items()
+                 if not name.startswith("internal.")}     # described; internal ones only when set
 
 
 if __name__ == "__main__":

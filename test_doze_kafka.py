@@ -8040,3 +8040,58 @@ def test_conformance_replay_fails_when_a_response_field_is_changed(name):
     with doze.running(conformance_replay.broker_settings(rec)) as broker:
         differences = conformance_replay.replay(rec, broker.bootstrap)
     assert any("kafka=99" in d or "kafka=98" in d for d in differences), differences
+
+
+###############################################################################
+# THE BOOK -- doze_kafka.py's shape, measured by conformance/book.py
+###############################################################################
+
+def book():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
+    import book as measured
+    return measured
+
+
+def chapter_names():
+    """[(number, its name as the reading guide and the README say it)]: a banner's title before ' -- '."""
+    return [(n, title.split(" -- ")[0].lower()) for n, title, _, _ in book().chapters()]
+
+
+def test_book_reading_guide_and_readme_layout_name_every_chapter():
+    """The module docstring's reading guide has a line "§N name" for every
+    chapter banner and none for a chapter that is not there; the README's
+    Layout names them all, in order."""
+    guide = doze.__doc__
+    named = re.findall(r"^  §(\w+) ", guide, re.M)
+    assert named == [n for n, _ in chapter_names()]
+    for n, name in chapter_names():
+        assert re.search(rf"^  §{n} {re.escape(name)}\b", guide, re.M | re.I), (n, name)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    layout = " ".join(readme[readme.index("## Layout"):].split("\n## ")[0].split()).lower()
+    at = 0
+    for n, name in chapter_names():
+        found = layout.find(f"{n} {name}".lower(), at)
+        assert found >= 0, f"README Layout: no '{n} {name}' after position {at}"
+        at = found
+
+
+def test_book_no_chapter_over_1550_lines_and_the_broker_only_composes():
+    sizes = {n: size for n, _, _, size in book().chapters() if n.isdigit()}
+    assert max(sizes.values()) <= 1550, sizes
+    classes = {name: size for name, _, size, _ in book().classes()}
+    assert classes["Broker"] <= 250, classes["Broker"]
+
+
+def test_book_every_handler_reads_as_the_protocol_step():
+    """At most 20 code lines a handler (docstring, comments and schema aside)."""
+    long = [(name, n) for name, n in book().handlers() if n > 20]
+    assert not long, long
+
+
+def test_book_nothing_refers_to_a_later_chapter():
+    assert book().forward() == []
+
+
+def test_book_no_class_writes_another_class_s_state():
+    assert book().writes() == []

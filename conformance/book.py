@@ -9,6 +9,9 @@ handlers  every handle_*: its code lines (docstring, comments and blank lines
           excluded; the schema is the decorator's, so not counted), longest first
 chapters  every numbered chapter (a banner "# N. TITLE" between two ### lines):
           its first line and its size
+forward   every name used in one chapter and defined at the top level of a
+          later one (the book reads top to bottom: these should be none; a
+          lettered appendix, Kafka's generated tables, is read last on purpose)
 writes    every assignment to an attribute of something other than self
           (x.attr = ..., x.attr += ...) whose attribute belongs to one of the
           file's classes that are not records: one class writing another's state
@@ -118,6 +121,55 @@ def writes(text=None):
     return sorted(found)
 
 
+def forward(text=None):
+    """[(line, name, line defined)] of top-level names used before their chapter."""
+    text = text or source()
+    tree = ast.parse(text)
+    starts = [line for _, _, line, _ in chapters(text)]
+    appendix = [line for n, _, line, _ in chapters(text) if not n.isdigit()]
+
+    def chapter(line):
+        return sum(1 for s in starts if s <= line)
+    defined = {}
+    for node in tree.body:
+        names = []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names += [e.id for e in ast.walk(t) if isinstance(e, ast.Name)]
+        for n in names:
+            if not any(node.lineno >= a for a in appendix):     # an appendix is read last, on purpose
+                defined.setdefault(n, node.lineno)
+    found = set()
+
+    def visit(node, local):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            local = local | bound_in(node)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in defined \
+                and node.id not in local and chapter(defined[node.id]) > chapter(node.lineno):
+            found.add((node.lineno, node.id, defined[node.id]))
+        for child in ast.iter_child_nodes(node):
+            visit(child, local)
+    visit(tree, frozenset())
+    return sorted(found)
+
+
+def bound_in(fn):
+    """Names a function (or lambda) binds anywhere in it: its arguments and locals."""
+    names = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node is not fn:
+            names.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
 def assigned(node):
     targets = []
     if isinstance(node, ast.Assign):
@@ -131,7 +183,7 @@ def assigned(node):
 
 
 def main(argv):
-    what = argv[1:] or ["classes", "handlers", "chapters", "writes"]
+    what = argv[1:] or ["classes", "handlers", "chapters", "forward", "writes"]
     text = source()
     if "classes" in what:
         rows = classes(text)
@@ -147,6 +199,11 @@ def main(argv):
         print("chapters (number, first line, lines, title)")
         for n, title, line, size in chapters(text):
             print(f"  {n:>3} {line:6} {size:5}  {title}")
+    if "forward" in what:
+        rows = forward(text)
+        print(f"{len(rows)} names used before the chapter that defines them (line, name, defined at)")
+        for line, name, at in rows:
+            print(f"  {line:6}  {name} (defined at {at})")
     if "writes" in what:
         rows = writes(text)
         print(f"{len(rows)} attribute writes across classes")
