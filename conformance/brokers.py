@@ -16,12 +16,10 @@ start() after kill9() or stop() starts again on the same data and ports.
 import os
 import shutil
 import signal
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "kafka"))
-from dozeproc import DozeProcess, free_port  # noqa: E402
-from realkafka import RealKafka, extra_listener_names  # noqa: E402
+from lib import free_port              # (and puts conformance/kafka on sys.path: realkafka)
+from dozeproc import DozeProcess
+from realkafka import RealKafka, extra_listener_names
 
 COMMON = {"group.initial.rebalance.delay.ms": "0"}
 

@@ -5,34 +5,15 @@
     broker.start(); broker.kill9(); broker.start(); broker.stop()
 
 The data directory is tmpdir/data and the log tmpdir/broker.log (appended
-across restarts); the port stays the same across restarts.
+across restarts); the port stays the same across restarts. DOZE, free_port and
+wait_port are lib's, named here too for the scripts that import them from here.
 """
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 
-DOZE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "doze_kafka.py")
+from lib import DOZE, Child, free_port, wait_port
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, limit_s=30):
-    """Wait until something accepts on 127.0.0.1:port; -> seconds waited."""
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < limit_s:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return time.perf_counter() - t0
-        except OSError:
-            time.sleep(0.005)
-    raise RuntimeError(f"nothing listens on port {port} after {limit_s} s")
+__all__ = ["DOZE", "DozeProcess", "free_port", "wait_port"]
 
 
 class DozeProcess:
@@ -46,7 +27,12 @@ class DozeProcess:
         self.extra = ["--override", "doze.console.listener="] + list(extra_args)
         if os.environ.get("DOZE_LOG_LEVEL"):             # e.g. DEBUG: every request and answer
             self.extra += ["--log-level", os.environ["DOZE_LOG_LEVEL"]]
-        self.proc = None
+        self.child = None
+
+    @property
+    def proc(self):
+        """The running (or last) broker's subprocess.Popen, or None before start()."""
+        return self.child.proc if self.child else None
 
     @property
     def bootstrap(self):
@@ -54,17 +40,16 @@ class DozeProcess:
 
     def start(self):
         """Start the broker; -> seconds until its port answered."""
-        logf = open(self.log_path, "a")
-        self.proc = subprocess.Popen([sys.executable, DOZE, "--data-dir", self.data, "--port",
-                                      str(self.port)] + self.extra, stdout=logf, stderr=logf)
-        logf.close()
+        # group=False: a Ctrl-C in the terminal stops the broker with the script
+        self.child = Child([sys.executable, DOZE, "--data-dir", self.data, "--port", str(self.port)] + self.extra,
+                           log=self.log_path, show_command=False, group=False, stdin=None)
         return wait_port(self.port)
 
     def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        self.child.kill9()
 
     def stop(self):
+        """SIGTERM and wait (subprocess.TimeoutExpired after 20 s)."""
         self.proc.terminate()
         self.proc.wait(20)
 

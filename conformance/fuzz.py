@@ -97,9 +97,9 @@ import urllib.parse
 import zipfile
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-DOZE_PATH = os.path.join(ROOT, "doze_kafka.py")
+import lib                      # free_port, recv_exactly (and puts the repository root on sys.path)
+
+DOZE_PATH = lib.DOZE
 KAFKA_JAR = os.path.expanduser("~/.cache/doze-kafka/kafka-4.3.1/lib/kafka-clients-4.3.1.jar")
 
 
@@ -116,8 +116,6 @@ def load_doze(wait_s=60, path=None):
             sys.modules[name] = module
             spec.loader.exec_module(module)
         return sys.modules[name]
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -1678,7 +1676,6 @@ SASL_MAX_RECEIVE = 524288                  # sasl.server.max.receive.size's defa
 
 def security_settings(plain_port, secure_port):
     """The broker settings of --security: PLAINTEXT on plain_port (0: any), SASL_SSL on secure_port."""
-    sys.path.insert(0, HERE)
     from certs import RECORDING_TLS_SETTINGS
     return dict(RECORDING_TLS_SETTINGS, **{
         "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},{SECURE_LISTENER}://127.0.0.1:{secure_port}",
@@ -1693,7 +1690,6 @@ def security_settings(plain_port, secure_port):
 
 
 def tls_client_context():
-    sys.path.insert(0, HERE)
     from certs import recording_client_context
     return recording_client_context()
 
@@ -1743,14 +1739,11 @@ class ScramClient:
 
 
 def recv_exactly(sock, n):
-    """n bytes from sock; ConnClosed if the broker closes first."""
-    out = bytearray()
-    while len(out) < n:
-        data = sock.recv(n - len(out))
-        if not data:
-            raise ConnClosed("broker closed the connection")
-        out += data
-    return bytes(out)
+    """n bytes from sock (lib.recv_exactly); ConnClosed if the broker closes first."""
+    try:
+        return lib.recv_exactly(sock, n)
+    except lib.Closed:
+        raise ConnClosed("broker closed the connection") from None
 
 
 class AuthRefused(Exception):
@@ -3016,12 +3009,6 @@ IN_PROCESS_SETTINGS = {"group.initial.rebalance.delay.ms": 0, "group.min.session
                        "group.max.session.timeout.ms": 30000}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rss_of(pid="self"):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -3080,8 +3067,8 @@ class SpawnedBroker:
         self.log_file = os.path.join(self.tmp, "broker.log")
         self.data = os.path.join(self.tmp, "data")
         self.memory_limit = memory_limit
-        self.port = free_port()
-        self.console_port = free_port()
+        self.port = lib.free_port()
+        self.console_port = lib.free_port()
         self.settings.setdefault("doze.console.listener", f"127.0.0.1:{self.console_port}")
         self.proc = None
 
@@ -3851,7 +3838,7 @@ def run(bootstrap=None, seed=1, frames=20000, connections=4, broker_settings=Non
     if security:
         if bootstrap:
             raise ValueError("security: only for a broker the fuzz starts")
-        secure_addr = ("127.0.0.1", free_port())
+        secure_addr = ("127.0.0.1", lib.free_port())
         broker.settings.update(security_settings(getattr(broker, "port", 0), secure_addr[1]))
     runner = Runner(seed, connections, frames, time_limit_s, schemas, stall_threshold_s, stuck_s,
                     answer_timeout_s, broker, restart, rss_tolerance, verbose, ops, wide_partitions, secure_addr)

@@ -66,15 +66,10 @@ import sys
 import time
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for p in (ROOT, HERE, os.path.join(HERE, "kafka")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+from lib import CONFORMANCE            # (and puts the repository root and conformance/kafka on sys.path)
+import doze_kafka as dk
 
-import doze_kafka as dk  # noqa: E402
-
-RECORDINGS = os.path.join(HERE, "recordings")
+RECORDINGS = os.path.join(CONFORMANCE, "recordings")
 KAFKA_BROKER = "Apache Kafka 4.3.1"
 CLIENT_ID = "doze-conformance"
 STEP_TIMEOUT_S = 30.0
@@ -534,37 +529,43 @@ class Connection:
         if self.sock is None:
             self.open()
         self.correlation_id += 1
-        header = struct.pack(">hhi", spec.key, version, self.correlation_id)
-        header += struct.pack(">h", len(CLIENT_ID)) + CLIENT_ID.encode()
-        if spec.flexible(body_version):
-            header += b"\x00"                    # request header v2: no tagged fields
-        if raw_body is not None:
-            body = raw_body
-        else:
-            chunks = dk.encode_body(spec, body_version, "request", msg).finish()
-            body = b"".join(bytes(c) for c in chunks)
-        frame = header + body
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        self.sock.sendall(request_frame(spec, version, body_version, self.correlation_id, msg, raw_body))
         return self.correlation_id
 
-    def _recv_exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except socket.timeout:
-                raise RecordingError("no answer within %.0f s (to %s)" % (STEP_TIMEOUT_S, self.pending[0][1]["step"] if self.pending else "?")) from None
-            except ConnectionResetError:
-                chunk = b""
-            if not chunk:
-                raise Closed()
-            buf += chunk
-        return bytes(buf)
-
     def recv(self):
-        size = struct.unpack(">i", self._recv_exact(4))[0]
-        frame = self._recv_exact(size)
-        return struct.unpack_from(">i", frame)[0], frame[4:]
+        """The next response frame, without its size (header and body)."""
+        try:
+            return dk.recv_exactly(self.sock, dk.I32.unpack(dk.recv_exactly(self.sock, 4))[0])
+        except socket.timeout:
+            raise RecordingError("no answer within %.0f s (to %s)" % (STEP_TIMEOUT_S, self.pending[0][1]["step"] if self.pending else "?")) from None
+        except (EOFError, ConnectionResetError):
+            raise Closed() from None
+
+
+def request_frame(spec, version, body_version, correlation_id, msg, raw_body=None):
+    """dk.encode_request's frame of msg, with what a step may change: the header says
+    `version` while the body (and the header's flexibility) is body_version's (a version
+    the broker does not know, KIP-511), and raw_body's bytes take the place of the
+    encoded body (a request that does not decode)."""
+    if raw_body is not None:
+        msg = dk.Msg()
+    frame = dk.encode_request(spec, body_version, correlation_id, msg, CLIENT_ID)
+    if raw_body is not None:
+        encoded = sum(len(c) for c in dk.encode_body(spec, body_version, "request", msg).finish())
+        frame = frame[:len(frame) - encoded] + raw_body
+    if version != body_version:
+        frame = frame[:6] + dk.I16.pack(version) + frame[8:]      # after the size and api_key
+    return dk.I32.pack(len(frame) - 4) + frame[4:]
+
+
+def split_response(spec, version, frame):
+    """A response frame (without its size) -> (correlation id, body): header v0, or v1
+    with tagged fields (dk.response_header_flexible: never for ApiVersions)."""
+    r = dk.Reader(frame)
+    correlation_id = r.fixed(dk.I32)
+    if dk.response_header_flexible(spec, version):
+        dk.skip_tagged_fields(r)
+    return correlation_id, frame[r.pos:]
 
 
 # --- running a scenario -----------------------------------------------------------
@@ -616,7 +617,7 @@ class Runner:
         """Read the next answer on conn and attach it to its step record."""
         corr, record = conn.pending[0]
         try:
-            got, body = conn.recv()
+            frame = conn.recv()
         except Closed:
             # every request still pending on this connection is unanswered
             for _, rec in conn.pending:
@@ -627,17 +628,13 @@ class Runner:
             conn.close()
             return
         conn.pending.popleft()
-        if got != corr:
-            raise RecordingError(f"step {record['step']}: correlation id {got}, expected {corr}")
         spec = api_spec(record["api"])
         version = record.get("decode_version", record["version"])
-        r = 0
-        if spec.flexible(version) and spec.key != dk.ApiKey.API_VERSIONS:
-            rd = dk.Reader(body)
-            dk.skip_tagged_fields(rd)              # response header v1
-            r = rd.pos
+        got, body = split_response(spec, version, frame)
+        if got != corr:
+            raise RecordingError(f"step {record['step']}: correlation id {got}, expected {corr}")
         try:
-            record["response"] = decode_response(spec, version, body[r:])
+            record["response"] = decode_response(spec, version, body)
         except dk.ProtocolError as e:
             record["response"] = {"decode_error": str(e), "raw": {"$hex": body.hex()}}
         if "keep" in record:

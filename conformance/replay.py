@@ -26,12 +26,8 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-import recorder  # noqa: E402  (puts the repo root on sys.path, imports doze_kafka)
-from realkafka import extra_listener_names  # noqa: E402  (recorder put conformance/kafka there too)
+import recorder                 # (its lib puts the repository root and conformance/kafka on sys.path)
+from realkafka import extra_listener_names
 
 RECORDINGS = recorder.RECORDINGS
 

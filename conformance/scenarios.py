@@ -1428,14 +1428,9 @@ def _offset_delete(S):
 # (sent as raw bytes: the step's "body_hex", see recorder.py).
 
 import gzip as _gzip      # noqa: E402
-import os as _os          # noqa: E402
 import struct as _struct  # noqa: E402
-import sys as _sys        # noqa: E402
 
-_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _ROOT not in _sys.path:
-    _sys.path.insert(0, _ROOT)
-import doze_kafka as _dk  # noqa: E402
+import doze_kafka as _dk  # noqa: E402  (recorder.py, which imports this file, put it on sys.path)
 
 INT64_MIN = -(1 << 63)
 NO_TIME_ROLL = {"segment.ms": "3153600000000"}   # 2023 timestamps must not roll segments

@@ -24,11 +24,9 @@ import threading
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "console"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port  # noqa: E402
 import needs  # noqa: E402
-from dozeproc import free_port  # noqa: E402
 from produce import create_topic, produce  # noqa: E402
 from tls_fetch import cpu_seconds  # noqa: E402
 
@@ -107,7 +105,7 @@ def main():
                 print(f"  {name:30s} {median * 1000:7.1f} ms  ({size} bytes)")
             if args.no_browser:
                 return 0
-            from check import Browser, chromium_path, playwright_dir
+            from console.check import Browser, chromium_path, playwright_dir
             browser = Browser(chromium_path(False), playwright_dir())
             create_topic(doze.proc.port, "side")
             rates = {"closed": [], "open": []}

@@ -17,9 +17,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from compare import CONSUMER_SETTINGS, admin_create, produce_records  # noqa: E402

@@ -21,18 +21,17 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port, wait_port  # noqa: E402
 import doze_kafka as dk  # noqa: E402
-from dozeproc import DozeProcess, free_port, wait_port  # noqa: E402
-from tls_fetch import Client, cpu_seconds  # noqa: E402
+from dozeproc import DozeProcess  # noqa: E402
+from tls_fetch import connect, cpu_seconds  # noqa: E402
 
 MECHANISM, DIGEST = "SCRAM-SHA-512", "sha512"
 
 
 def login(port, user, password, salted_cache):
-    c = Client(port)
+    c = connect(port)
     try:
         assert c.call(dk.ApiKey.SASL_HANDSHAKE, 1, mechanism=MECHANISM).error_code == 0
         nonce = base64.b64encode(os.urandom(18)).decode()
@@ -54,7 +53,7 @@ def login(port, user, password, salted_cache):
                        auth_bytes=f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
         assert final.error_code == 0, final
     finally:
-        c.sock.close()
+        c.close()
 
 
 def main():

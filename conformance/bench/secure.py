@@ -25,12 +25,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port, wait_port  # noqa: E402
 import needs  # noqa: E402
 from certs import make_certs  # noqa: E402
-from dozeproc import DozeProcess, free_port, wait_port  # noqa: E402
-sys.path.insert(0, HERE)
+from dozeproc import DozeProcess  # noqa: E402
 from produce import produce, rss_kib  # noqa: E402
 
 USER, PASSWORD = "bench", "bench-secret"

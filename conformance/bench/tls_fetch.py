@@ -13,7 +13,6 @@ CPU seconds per GB read. Standard library only (and the openssl command).
 """
 import argparse
 import os
-import socket
 import ssl
 import statistics
 import struct
@@ -21,44 +20,19 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port  # noqa: E402
 import doze_kafka as dk  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 from certs import make_certs  # noqa: E402
 
 
-class Client:
-    def __init__(self, port, ca=None):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        if ca:
-            sock = ssl.create_default_context(cafile=ca).wrap_socket(sock, server_hostname="localhost")
-        self.sock, self.cid = sock, 0
-
-    def call(self, key, version, **fields):
-        spec = dk.HANDLERS[key][0]
-        self.cid += 1
-        head = struct.pack(">hhih", key, version, self.cid, 5) + b"bench"
-        if spec.flexible(version):
-            head += b"\x00"
-        body = head + b"".join(dk.encode_body(spec, version, "request", dk.Msg(**fields)).finish())
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        r = dk.Reader(self._exactly(size))
-        r.fixed(dk.I32)
-        if spec.flexible(version):
-            dk.skip_tagged_fields(r)
-        return dk.read_struct(r, dk.plan_for(spec, version, "response"), spec.flexible(version))
-
-    def _exactly(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise EOFError("closed")
-            buf += chunk
-        return bytes(buf)
+def connect(port, ca=None):
+    """A doze_kafka.Client on 127.0.0.1:port; over TLS (trusting ca) when ca is given."""
+    c = dk.Client(port, client_id="bench", timeout=30)
+    if ca:
+        c.sock = ssl.create_default_context(cafile=ca).wrap_socket(c.sock, server_hostname="localhost")
+    return c
 
 
 def fetch_all(c, end):
@@ -89,16 +63,13 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         keystore, ca = make_certs(d)
-        with socket.socket() as s1, socket.socket() as s2:
-            s1.bind(("127.0.0.1", 0))
-            s2.bind(("127.0.0.1", 0))
-            plain_port, ssl_port = s1.getsockname()[1], s2.getsockname()[1]
+        plain_port, ssl_port = free_port(), free_port()
         doze = DozeProcess(d, "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SSL://127.0.0.1:{ssl_port}",
                            "--override", "ssl.keystore.type=PEM", "--override", f"ssl.keystore.location={keystore}")
         doze.port = plain_port                      # --port sets the first listener's
         doze.start()
         try:
-            c = Client(plain_port)
+            c = connect(plain_port)
             c.call(19, 7, topics=[dk.Msg(name="bench", num_partitions=1, replication_factor=1, assignments=[],
                                          configs=[])], timeout_ms=10000)
             per_batch = 512
@@ -111,13 +82,13 @@ def main():
             results = {"PLAINTEXT": [], "SSL": []}
             cpu = {"PLAINTEXT": 0.0, "SSL": 0.0}
             for _ in range(a.runs):
-                for name, client in (("PLAINTEXT", Client(plain_port)), ("SSL", Client(ssl_port, ca))):
+                for name, client in (("PLAINTEXT", connect(plain_port)), ("SSL", connect(ssl_port, ca))):
                     t0, c0 = time.perf_counter(), cpu_seconds(doze.proc.pid)
                     got = fetch_all(client, end)
                     dt = time.perf_counter() - t0
                     cpu[name] += cpu_seconds(doze.proc.pid) - c0
                     results[name].append(got / dt / 1e6)
-                    client.sock.close()
+                    client.close()
             total_gb = a.runs * got / 1e9
             for name, mbs in results.items():
                 print(f"{name:10s} median {statistics.median(mbs):7.1f} MB/s (runs: "

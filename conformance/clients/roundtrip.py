@@ -48,7 +48,6 @@ import os
 import random
 import shlex
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -57,11 +56,11 @@ import tempfile
 import time
 import uuid
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-REALKAFKA = os.path.join(REPO, "conformance", "kafka", "realkafka.py")
-sys.path.insert(0, os.path.join(REPO, "conformance"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+import lib  # noqa: E402
 import needs  # noqa: E402
+
+REALKAFKA = os.path.join(lib.CONFORMANCE, "kafka", "realkafka.py")
 
 ALL_CLIENTS = ["kcat", "confluent", "kafka-python", "console"]
 ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -393,23 +392,14 @@ class Wire(object):
         except OSError:
             pass
 
-    def _recv(self, n):
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            out += chunk
-        return bytes(out)
-
     def call(self, api_key, version, body):
         """Non-flexible request header v1 / response header v0."""
         self.corr += 1
         hdr = struct.pack(">hhi", api_key, version, self.corr) + _kstr("rt-rawcheck")
         msg = hdr + body
         self.sock.sendall(struct.pack(">i", len(msg)) + msg)
-        n = struct.unpack(">i", self._recv(4))[0]
-        resp = self._recv(n)
+        n = struct.unpack(">i", lib.recv_exactly(self.sock, 4))[0]
+        resp = lib.recv_exactly(self.sock, n)
         corr = struct.unpack_from(">i", resp)[0]
         if corr != self.corr:
             raise ValueError("correlation id %d != %d" % (corr, self.corr))
@@ -583,27 +573,13 @@ def split_hostport(bootstrap):
 # =========================================================================== processes
 
 def run_bounded(cmd, timeout, stdin_path=None, stdout_path=None, env=None):
-    """Run cmd in its own process group; kill the group on timeout.
-    Returns (rc or None on timeout, stderr text)."""
+    """lib.run_bounded (its own process group, killed on timeout), reading stdin_path and
+    writing stdout_path (else nothing). Returns (rc or None on timeout, stderr text)."""
     fin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
     fout = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
     ferr = tempfile.TemporaryFile()
     try:
-        p = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, env=env,
-                             start_new_session=True)
-        try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
-            except ProcessLookupError:
-                pass
-            rc = None
+        rc, _ = lib.run_bounded(cmd, timeout, grace=5, stdin=fin, stdout=fout, stderr=ferr, env=env)
         ferr.seek(0)
         err = ferr.read().decode("utf-8", "replace")
         return rc, err

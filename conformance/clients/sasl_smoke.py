@@ -17,15 +17,13 @@ deliver nothing; no password may appear in doze's log. Needs kcat on PATH
 all of that holds. Runs itself in conformance/needs.py's venv (confluent-kafka).
 """
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "..", "doze_kafka.py")
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import DOZE, free_port, wait_port  # noqa: E402
 import needs  # noqa: E402
 needs.venv()
 from confluent_kafka import Consumer, Producer  # noqa: E402
@@ -34,12 +32,6 @@ from certs import make_certs, make_client_cert  # noqa: E402
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 CASES = [("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-512", "bob", "bob-secret"),
          ("SCRAM-SHA-256", "carol", "carol-secret"), ("SCRAM-SHA-512", "bob", "wrong")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_doze(d, keystore):
@@ -59,14 +51,11 @@ def start_doze(d, keystore):
             "--add-scram", f"SCRAM-SHA-256=[name=carol,password={PASSWORDS['carol']}]"]
     log = open(f"{d}/broker.log", "w")
     proc = subprocess.Popen(args, stdout=log, stderr=log)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=1).close()
-            return proc, ports
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"doze did not start: see {d}/broker.log")
+    try:
+        wait_port(ports["SASL_SSL"])
+    except RuntimeError:
+        raise RuntimeError(f"doze did not start: see {d}/broker.log") from None
+    return proc, ports
 
 
 def round_trip(conf, topic):

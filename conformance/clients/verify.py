@@ -32,7 +32,7 @@ import time
 import uuid
 
 if __name__ == "__main__":                    # run as a script: in the conformance venv
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
     import needs
     needs.venv()
 from confluent_kafka import Consumer, KafkaError, TopicPartition

@@ -39,14 +39,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CONFORMANCE = os.path.dirname(HERE)
-ROOT = os.path.dirname(CONFORMANCE)
-for p in (ROOT, CONFORMANCE, os.path.join(CONFORMANCE, "kafka")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import DOZE  # noqa: E402
 import realkafka  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 JAVA_SOURCE = os.path.join(HERE, "DumpConfigs.java")
 TYPE_CODES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
@@ -924,7 +921,7 @@ def main(argv=None):
     ap.add_argument("--notes", metavar="FILE", help="Markdown to put into the summary after the tables")
     ap.add_argument("--emit-python", nargs="?", const="-", metavar="FILE",
                     help="write the block for doze_kafka.py (default: stdout)")
-    ap.add_argument("--verify-block", nargs="?", const=os.path.join(HERE, "..", "..", "doze_kafka.py"),
+    ap.add_argument("--verify-block", nargs="?", const=DOZE,
                     metavar="DOZE", help="compare the generated block in doze_kafka.py with this table")
     ap.add_argument("--from-json", metavar="FILE", help="start from a table written before (no Java)")
     ap.add_argument("--check", action="store_true",

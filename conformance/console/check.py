@@ -38,10 +38,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CONFORMANCE = os.path.dirname(HERE)
-sys.path.insert(0, CONFORMANCE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port  # noqa: E402
 import needs  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CACHE = os.environ.get("DOZE_KAFKA_CACHE") or os.path.expanduser("~/.cache/doze-kafka")
 NODE_DIR = os.path.join(CACHE, "console")
@@ -248,9 +249,7 @@ def run_login(doze, url, browser, shots):
 
 def run_demo(browser, shots):
     """The demo's steps, the browser on demo-tx's Transaction page between them."""
-    sys.path.insert(0, os.path.dirname(CONFORMANCE))
     import doze_kafka
-    from brokers import free_port
     port = free_port()
     url = f"http://127.0.0.1:{port}/txn?id=demo-tx"
     expect = {3: ("li.now span.state", "Ongoing"), 4: ("li.now span.state", "CompleteCommit"),
@@ -282,7 +281,7 @@ def main():
     chromium = chromium_path(args.install)
     node_dir = playwright_dir()
     os.makedirs(args.shots, exist_ok=True)
-    from brokers import Doze, free_port
+    from brokers import Doze
     work = tempfile.mkdtemp(prefix="doze-console-")
     port = free_port()
     doze = Doze(work, settings={"doze.console.listener": f"127.0.0.1:{port}"})

@@ -33,8 +33,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 import needs  # noqa: E402
 from dozeproc import DOZE, DozeProcess  # noqa: E402
 

@@ -39,6 +39,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port, recv_exactly  # noqa: E402
+
 KAFKA_VERSION = "4.3.1"
 DEFAULT_PORT = 9192
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -274,21 +277,11 @@ def _kstr(s):
     return struct.pack(">h", len(b)) + b
 
 
-def _recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return buf
-
-
 def _roundtrip(sock, api_key, version, corr, body):
     msg = struct.pack(">hhi", api_key, version, corr) + _kstr("realkafka-probe") + body
     sock.sendall(struct.pack(">i", len(msg)) + msg)
-    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-    resp = _recv_exact(sock, size)
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    resp = recv_exactly(sock, size)
     (got,) = struct.unpack(">i", resp[:4])
     if got != corr:
         raise ConnectionError("correlation id mismatch: %d != %d" % (got, corr))
@@ -337,12 +330,6 @@ def probe_create_topic(host, port, versions, timeout=10.0):
 
 
 # --------------------------------------------------------------------------- broker
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _new_cluster_id():
@@ -418,7 +405,7 @@ class RealKafka:
     def __init__(self, port=0, dir=None, keep=False, heap=None, startup_timeout=120.0,
                  extra_props=None, quiet=True, keep_data=False):
         self.keep_data = keep_data        # restart on the data a previous start() left (stop --keep)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.controller_port = None
         self.dir = dir
         self.keep = keep
@@ -491,12 +478,12 @@ class RealKafka:
         else:
             if os.path.exists(data):
                 shutil.rmtree(data)
-            self.controller_port = _free_port()
+            self.controller_port = free_port()
             while self.controller_port == self.port:
-                self.controller_port = _free_port()
+                self.controller_port = free_port()
         for name in extra_listener_names(self.extra_props):
             taken = {self.port, self.controller_port, *self.extra_ports.values()}
-            self.extra_ports.setdefault(name, next(p for p in iter(_free_port, None) if p not in taken))
+            self.extra_ports.setdefault(name, next(p for p in iter(free_port, None) if p not in taken))
         props = _write_if_changed(os.path.join(self.dir, "server.properties"), self._properties())
         log4j = _write_if_changed(os.path.join(self.dir, "log4j2.properties"), BROKER_LOG4J)
         logfile = os.path.join(self.dir, "server.log")

@@ -19,11 +19,9 @@ import re
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-from realkafka import RealKafka, run_tool  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 from dozeproc import DozeProcess  # noqa: E402
+from realkafka import RealKafka, run_tool  # noqa: E402
 
 SETTINGS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "group.initial.rebalance.delay.ms": "0"}

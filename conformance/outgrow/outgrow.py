@@ -48,7 +48,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from realkafka import tool_command  # noqa: E402

@@ -7,14 +7,11 @@ committed here.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 from dozeproc import DozeProcess  # noqa: E402
 
 # The settings conformance/kafka/realkafka.py gives the real Kafka beyond its
@@ -85,36 +82,6 @@ class Broker:
                 self.proc.stop()
             except subprocess.TimeoutExpired:
                 self.proc.kill9()
-
-
-def run_bounded(cmd, timeout_s, **kwargs):
-    """Run cmd in its own process group; kill the group after timeout_s.
-
-    -> (returncode or None when it was killed, seconds)."""
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, start_new_session=True, **kwargs)
-    try:
-        rc = p.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        rc = None
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                p.wait(10)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-    except BaseException:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
-        raise
-    return rc, time.monotonic() - t0
 
 
 def write_results(out, name, rows, meta):

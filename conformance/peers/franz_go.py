@@ -27,9 +27,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Broker, cache_root, out_dir, run_bounded, write_results  # noqa: E402
-from dozeproc import free_port  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import free_port, run_bounded  # noqa: E402
+from common import Broker, cache_root, out_dir, write_results  # noqa: E402
 
 MODULE = "github.com/twmb/franz-go"
 DEFAULT_VERSION = "v1.22.3"

@@ -35,8 +35,9 @@ import tarfile
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Broker, cache_root, out_dir, run_bounded, write_results  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import run_bounded  # noqa: E402
+from common import Broker, cache_root, out_dir, write_results  # noqa: E402
 
 DEFAULT_TREE = "librdkafka-2.15.0"
 KAFKA_VERSION = "4.3.1"
@@ -182,8 +183,6 @@ def kafka_tools(out):
     """A KAFKA_PATH for the tests that run Kafka's own tools (kafka-topics.sh in
     0052 and 0077, kafka-acls.sh in 0109, ...): OUT/kafka/bin/<tool>.sh runs
     Kafka 4.3.1's tool from the jars conformance/kafka/realkafka.py fetches."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "kafka"))
     import realkafka
     bindir = os.path.join(out, "kafka", "bin")
     os.makedirs(bindir, exist_ok=True)

@@ -43,8 +43,9 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import DOZE, Child  # noqa: E402
+import doze_kafka as dk  # noqa: E402
 
 TOPIC = "soak-txn"
 PARTITIONS = 6
@@ -57,138 +58,84 @@ CACHE = os.environ.get("DOZE_KAFKA_CACHE", os.path.join(os.path.expanduser("~"),
 
 def ensure_venv():
     """The client libraries: in conformance/needs.py's venv (run again there)."""
-    sys.path.insert(0, os.path.join(HERE, ".."))
     import needs
     needs.venv()
 
 
-# --- raw Kafka protocol (request header v1, response header v0) -----------------
-
-def str16(s):
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def frame(api_key, version, corr, client_id, body):
-    msg = struct.pack(">hhi", api_key, version, corr) + str16(client_id) + body
-    return struct.pack(">i", len(msg)) + msg
-
-
-def metadata_v1_body(topics):
-    return struct.pack(">i", len(topics)) + b"".join(str16(t) for t in topics)
-
-
-def fetch_v4_body(topic, partitions, offset=0, pmax=1 << 20, max_bytes=4 << 20, isolation=1):
-    """offset: one for all partitions, or {partition: offset}."""
-    body = struct.pack(">iiiib", -1, 0, 1, max_bytes, isolation)   # 1: read_committed
-    body += struct.pack(">i", 1) + str16(topic) + struct.pack(">i", len(partitions))
-    for p in partitions:
-        body += struct.pack(">iqi", p, offset.get(p, 0) if isinstance(offset, dict) else offset, pmax)
-    return body
-
-
-def list_offsets_v1_body(topic, partitions, timestamp=-2):
-    body = struct.pack(">i", -1) + struct.pack(">i", 1) + str16(topic) + struct.pack(">i", len(partitions))
-    for p in partitions:
-        body += struct.pack(">iq", p, timestamp)
-    return body
-
+# --- the Kafka protocol: doze_kafka's Client and codec -------------------------------
 
 class ProtoError(Exception):
     pass
 
 
-class Reader:
-    def __init__(self, b, pos=0):
-        self.b, self.p = b, pos
-
-    def take(self, fmt):
-        v = struct.unpack_from(fmt, self.b, self.p)
-        self.p += struct.calcsize(fmt)
-        return v[0] if len(v) == 1 else v
-
-    def str(self):
-        n = self.take(">h")
-        if n < 0:
-            return None
-        s = self.b[self.p:self.p + n].decode()
-        self.p += n
-        return s
-
-    def array(self, fn):
-        n = self.take(">i")
-        return [fn() for _ in range(max(n, 0))]
+# what a raw connection may raise: the socket's errors, the broker closing it (EOFError),
+# an answer that does not decode or check (doze_kafka.ProtocolError, ProtoError)
+CONN_ERRORS = (OSError, EOFError, dk.ProtocolError, ProtoError, struct.error)
+METADATA = dk.HANDLERS[dk.ApiKey.METADATA][0]
+FETCH = dk.HANDLERS[dk.ApiKey.FETCH][0]
 
 
-def recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ProtoError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
+def metadata_v1(corr, client_id, topics):
+    """A whole Metadata v1 request frame."""
+    return dk.encode_request(METADATA, 1, corr, dk.Msg(topics=[dk.Msg(name=t) for t in topics]), client_id)
 
 
-class RawConn:
-    """A blocking raw connection that checks every answer."""
+def fetch_v4(corr, client_id, topic, partitions, offset=0, pmax=1 << 20, max_bytes=4 << 20, isolation=1):
+    """A whole Fetch v4 request frame; offset: one for all partitions, or {partition: offset}."""
+    return dk.encode_request(FETCH, 4, corr, dk.Msg(
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=isolation,  # 1: read_committed
+        topics=[dk.Msg(topic=topic, partitions=[dk.Msg(
+            partition=p, fetch_offset=offset.get(p, 0) if isinstance(offset, dict) else offset,
+            partition_max_bytes=pmax) for p in partitions])]), client_id)
+
+
+class RawConn(dk.Client):
+    """A blocking connection (doze_kafka.Client) that checks every answer."""
 
     def __init__(self, port, client_id, timeout=10.0):
-        self.port, self.client_id = port, client_id
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        super().__init__(port, client_id, timeout)
+        self.port = port
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.corr = random.randrange(1 << 20)
+        self.next_correlation_id = random.randrange(1 << 20)
 
-    def call(self, api_key, version, body):
-        self.corr += 1
-        self.sock.sendall(frame(api_key, version, self.corr, self.client_id, body))
-        size = struct.unpack(">i", recv_exact(self.sock, 4))[0]
+    def read_frame(self):
+        size = dk.I32.unpack(dk.recv_exactly(self.sock, 4))[0]
         if not 4 <= size <= 64 << 20:
             raise ProtoError(f"answer frame of {size} bytes")
-        resp = recv_exact(self.sock, size)
-        corr = struct.unpack_from(">i", resp)[0]
-        if corr != self.corr:
-            raise ProtoError(f"correlation id {corr}, expected {self.corr}")
-        return Reader(resp, 4)
+        return dk.recv_exactly(self.sock, size)
 
     def api_versions(self):
-        r = self.call(18, 0, b"")
-        err = r.take(">h")
-        apis = {k: (lo, hi) for k, lo, hi in r.array(lambda: r.take(">hhh"))}
-        if err != 0 or 18 not in apis or 3 not in apis or 1 not in apis:
-            raise ProtoError(f"ApiVersions v0: error {err}, {len(apis)} APIs")
+        r = self.call(dk.ApiKey.API_VERSIONS, 0)
+        apis = {a.api_key: (a.min_version, a.max_version) for a in r.api_keys}
+        if r.error_code != 0 or 18 not in apis or 3 not in apis or 1 not in apis:
+            raise ProtoError(f"ApiVersions v0: error {r.error_code}, {len(apis)} APIs")
         return apis
 
     def metadata(self, topics, partitions):
-        r = self.call(3, 1, metadata_v1_body(topics))
-        brokers = r.array(lambda: (r.take(">i"), r.str(), r.take(">i"), r.str()))
-        r.take(">i")                                                     # controller
-        got = {}
-        for _ in range(r.take(">i")):
-            err, name, _internal = r.take(">h"), r.str(), r.take(">b")
-            parts = r.array(lambda: (r.take(">h"), r.take(">i"), r.take(">i"),
-                                     r.array(lambda: r.take(">i")), r.array(lambda: r.take(">i"))))
-            got[name] = (err, parts)
+        r = self.call(dk.ApiKey.METADATA, 1, topics=[dk.Msg(name=t) for t in topics])
+        brokers = [(b.node_id, b.host, b.port, b.rack) for b in r.brokers]
+        got = {t.name: t for t in r.topics}
         if len(brokers) != 1 or brokers[0][1] != "127.0.0.1" or brokers[0][2] != self.port:
             raise ProtoError(f"Metadata v1: brokers {brokers}")
         node = brokers[0][0]
-        for t in topics:
-            err, parts = got.get(t, (None, []))
-            if err != 0 or len(parts) != partitions or any(p[0] != 0 or p[2] != node for p in parts):
-                raise ProtoError(f"Metadata v1: topic {t}: error {err}, partitions {parts}")
+        for name in topics:
+            t = got.get(name)
+            parts = [(p.error_code, p.partition_index, p.leader_id) for p in t.partitions] if t else []
+            if t is None or t.error_code != 0 or len(parts) != partitions or \
+                    any(err != 0 or leader != node for err, _, leader in parts):
+                raise ProtoError(f"Metadata v1: topic {name}: error {t and t.error_code}, partitions {parts}")
         return got
 
     def log_starts(self, topic, partitions):
         """ListOffsets v1, timestamp -2 (earliest): {partition: log start offset}."""
-        r = self.call(2, 1, list_offsets_v1_body(topic, partitions))
+        r = self.call(dk.ApiKey.LIST_OFFSETS, 1, replica_id=-1, topics=[dk.Msg(name=topic, partitions=[
+            dk.Msg(partition_index=p, timestamp=-2) for p in partitions])])
         got = {}
-        for _ in range(r.take(">i")):
-            r.str()
-            for _ in range(r.take(">i")):
-                p, err, _ts, off = r.take(">ihqq")
-                if err != 0:
-                    raise ProtoError(f"ListOffsets v1: partition {p}: error {err}")
-                got[p] = off
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code != 0:
+                    raise ProtoError(f"ListOffsets v1: partition {p.partition_index}: error {p.error_code}")
+                got[p.partition_index] = p.offset
         return got
 
     def close(self):
@@ -471,7 +418,7 @@ def role_raw(conf):
             c = RawConn(port, f"soak-idle-{k}")
             c.api_versions()
             idle[k] = c
-        except (OSError, ProtoError, struct.error) as e:
+        except CONN_ERRORS as e:
             error(f"idle connection {k}: setup: {e!r}")
         if k % 50 == 49:
             time.sleep(0.05)
@@ -518,7 +465,7 @@ def role_raw(conf):
                     stats["api_versions_ok"] += 1
                 with lock:
                     lat.append((time.perf_counter() - t) * 1000)
-            except (OSError, ProtoError, struct.error) as e:
+            except CONN_ERRORS as e:
                 error(f"active connection {k}: request {n}: {e!r}")
                 stats["active_errors"] += 1
                 if conn:
@@ -541,7 +488,7 @@ def role_raw(conf):
             c.sock.settimeout(10)
             c.api_versions()
             stats["idle_answered_at_end"] += 1
-        except (OSError, ProtoError, struct.error) as e:
+        except CONN_ERRORS as e:
             error(f"idle connection {k}: at the end: {e!r}")
         c.close()
     with open(conf["stats"], "w") as f:
@@ -573,7 +520,7 @@ def role_hostile(conf):
             try:
                 conn = conn or RawConn(port, "soak-never-reader-offsets")
                 starts.update(conn.log_starts(TOPIC, range(PARTITIONS)))
-            except (OSError, ProtoError, struct.error) as e:
+            except CONN_ERRORS as e:
                 note(f"never-readers' log start: {e!r}")
                 if conn:
                     conn.close()
@@ -603,11 +550,10 @@ def role_hostile(conf):
                 if not pending:
                     corr += 1
                     if corr % 4:                # Fetch from offset 0 (log start); even k read_committed
-                        body = fetch_v4_body(TOPIC, range(PARTITIONS), offset=dict(starts) if conf["retention"] else 0,
-                                             isolation=1 - k % 2)
-                        pending = frame(1, 4, corr, f"soak-never-reader-{k}", body)
+                        pending = fetch_v4(corr, f"soak-never-reader-{k}", TOPIC, range(PARTITIONS),
+                                           offset=dict(starts) if conf["retention"] else 0, isolation=1 - k % 2)
                     else:
-                        pending = frame(3, 1, corr, f"soak-never-reader-{k}", metadata_v1_body([TOPIC]))
+                        pending = metadata_v1(corr, f"soak-never-reader-{k}", [TOPIC])
                 try:
                     sent = s.send(pending)
                     pending = pending[sent:]
@@ -641,8 +587,8 @@ def role_hostile(conf):
             opened = time.time()
             try:
                 while not stop.is_set():
-                    conn.corr += 1
-                    req = frame(3, 1, conn.corr, f"soak-dripper-{k}", metadata_v1_body([TOPIC]))
+                    conn.next_correlation_id += 1
+                    req = metadata_v1(conn.next_correlation_id, f"soak-dripper-{k}", [TOPIC])
                     for i in range(len(req)):
                         if stop.wait(interval):
                             break
@@ -650,12 +596,10 @@ def role_hostile(conf):
                         stats["drip_bytes"] += 1
                     if stop.is_set():
                         break
-                    size = struct.unpack(">i", recv_exact(conn.sock, 4))[0]
-                    resp = recv_exact(conn.sock, size)
-                    if struct.unpack_from(">i", resp)[0] != conn.corr:
+                    if conn.receive(dk.ApiKey.METADATA, 1)[0] != conn.next_correlation_id:
                         raise ProtoError("wrong correlation id")
                     stats["drip_answers"] += 1
-            except (OSError, ProtoError, struct.error) as e:
+            except CONN_ERRORS as e:
                 stats["drip_closed"] += 1
                 note(f"dripper {k}: after {time.time() - opened:.1f}s: {e!r}")
             conn.close()
@@ -769,7 +713,7 @@ class Worker:
     def __init__(self, soak, role, index, extra):
         self.soak, self.role, self.index, self.extra = soak, role, index, extra
         self.attempt = 0
-        self.proc = None
+        self.child = None
         self.kills = 0
         self.unexpected_exits = []
         soak.all_workers.append(self)
@@ -786,31 +730,24 @@ class Worker:
                     dir=self.soak.jdir, t0=self.soak.t0)
         if self.role == "producers":
             conf["journal"] = os.path.join(self.soak.jdir, f"prod-w{self.index}-a{self.attempt}.log")
-        log = open(os.path.join(self.soak.run_dir, f"{self.name}-a{self.attempt}.log"), "w")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", self.role,
-                                      "--conf", json.dumps(conf)], stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        log.close()
+        self.child = Child([sys.executable, os.path.abspath(__file__), "--role", self.role, "--conf", json.dumps(conf)],
+                           log=os.path.join(self.soak.run_dir, f"{self.name}-a{self.attempt}.log"))
+
+    @property
+    def proc(self):
+        """The worker's subprocess.Popen (None before start())."""
+        return self.child.proc if self.child else None
 
     def kill9(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        self.child.kill9()
         self.kills += 1
 
     def terminate(self, timeout):
         """SIGTERM, wait; -> True if it stopped by itself (SIGKILL otherwise)."""
-        if self.proc.poll() is not None:
+        if self.child.stop(timeout):
             return True
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            return False
+        self.kills += 1
+        return False
 
 
 def parse_producer_journals(jdir, offsets=None):
@@ -1002,9 +939,8 @@ class Soak:
 
     # --- the broker ---
     def start_broker(self):
-        path = os.path.join(HERE, "..", "..", "doze_kafka.py")
         for attempt in range(1, 6):
-            with open(path, "rb") as f:
+            with open(DOZE, "rb") as f:
                 self.doze_sha1 = hashlib.sha1(f.read()).hexdigest()[:12]
             try:
                 took = self.doze.start()
@@ -1135,7 +1071,7 @@ class Soak:
                 conn.api_versions()
                 self.probe_started = None
                 self.probe_lat.append((time.perf_counter() - t) * 1000)
-            except (OSError, ProtoError, struct.error) as e:
+            except CONN_ERRORS as e:
                 self.probe_started = None
                 self.probe_errors.append((time.time(), f"probe: {e!r}"))
                 if conn:

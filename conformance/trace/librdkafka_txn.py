@@ -16,10 +16,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+from lib import DOZE, free_port, wait_port  # noqa: E402
 import needs  # noqa: E402
-from dozeproc import DOZE, free_port, wait_port  # noqa: E402
 
 STEPS = [r"^→ InitProducerId ", r"^• txn tx-demo: Empty → Empty: InitProducerId", r"^→ AddPartitionsToTxn .*partitions=\[0, 1\]",
          r"^• txn tx-demo: Empty → Ongoing", r"^→ Produce v\d+ .*transactional_id=tx-demo", r"HW 0 → 1, LSO 0 \(held back",

@@ -3,15 +3,12 @@
 send_offsets_to_transaction(offsets, group_id) -- no KIP-447 group metadata; all txn
 APIs at v0). Contract: copier_common.py."""
 import asyncio
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options
 
-import aiokafka  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
-from aiokafka.helpers import create_ssl_context  # noqa: E402
+import aiokafka
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.helpers import create_ssl_context
 
 
 def secure():

@@ -1,14 +1,12 @@
 #!/usr/bin/env python3
 """Exactly-once copier: confluent-kafka (librdkafka). Contract: copier_common.py."""
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options
 
-import confluent_kafka  # noqa: E402
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 T = 30  # seconds for each blocking transactional call
 

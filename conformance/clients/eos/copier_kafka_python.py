@@ -11,15 +11,13 @@ call runs under a 30 s watchdog."""
 import concurrent.futures
 import logging
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copier_common import Status, headers, log, parse_args, security_options  # noqa: E402
+from copier_common import Status, headers, log, parse_args, security_options
 
-import kafka  # noqa: E402
-from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
-from kafka.structs import OffsetAndMetadata  # noqa: E402
+import kafka
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.structs import OffsetAndMetadata
 
 
 def secure():

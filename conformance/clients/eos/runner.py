@@ -46,17 +46,14 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CLIENTS_DIR = os.path.dirname(HERE)
-REPO = os.path.dirname(os.path.dirname(CLIENTS_DIR))
-DOZE = os.path.join(REPO, "doze_kafka.py")
-sys.path.insert(0, CLIENTS_DIR)
-sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
-sys.path.insert(0, os.path.join(REPO, "conformance"))
-
-import verify as verify_mod  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
+from lib import DOZE, Child  # noqa: E402
+from clients import verify as verify_mod  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from secure import MODES, Security  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENTS_DIR = os.path.dirname(HERE)
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
 ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
@@ -269,17 +266,13 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
         def start_copier(attempt):
             st = os.path.join(jdir, "status-%d.json" % attempt)
             statuses.append(st)
-            logf = open(os.path.join(jdir, "copier-%d.log" % attempt), "w")
             full = cmd + ["--bootstrap", client_bootstrap(broker, sec), "--input", IN, "--output", OUT, "--group", group,
                           "--txn-id", txn_id, "--attempt", str(attempt), "--status", st,
                           "--seed", str(rnd.randrange(1 << 30))]
-            logf.write("$ %s\n" % " ".join(full))
-            logf.flush()
             env = dict(os.environ, NODE_PATH=os.path.join(CACHE, "node", "node_modules"))
             if sec:
                 env.update(sec.env)
-            return subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=env)
+            return Child(full, log=os.path.join(jdir, "copier-%d.log" % attempt), env=env)
 
         t0 = time.time()
         attempt = 1
@@ -318,8 +311,7 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
                     mon = Monitor(broker.bootstrap, group)
                 else:
                     log("%s: kill -9 copier at %d/%d copied" % (name, c, args.records))
-                    os.killpg(copier.pid, signal.SIGKILL)
-                    copier.wait()
+                    copier.kill9()
                     attempt += 1
                     copier = start_copier(attempt)
                     row["notes"].append("client kill@%d" % c)
@@ -331,29 +323,23 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
                     if c >= args.records:
                         done = True
                         break
-            if copier.poll() is not None:
+            if not copier.alive():
                 crashes += 1
-                row["notes"].append("copier %d exited rc=%s" % (attempt, copier.returncode))
-                log("%s: copier attempt %d exited with %s" % (name, attempt, copier.returncode))
+                row["notes"].append("copier %d exited rc=%s" % (attempt, copier.proc.returncode))
+                log("%s: copier attempt %d exited with %s" % (name, attempt, copier.proc.returncode))
                 if crashes > 2:
                     break
                 attempt += 1
                 copier = start_copier(attempt)
             time.sleep(0.05)
         mon.close()
-        if not done and copier.poll() is None:
+        if not done and copier.alive():
             try:
-                copier.send_signal(signal.SIGUSR1)     # Python copiers dump their stacks
+                copier.proc.send_signal(signal.SIGUSR1)     # Python copiers dump their stacks
                 time.sleep(1)
             except OSError:
                 pass
-        if copier.poll() is None:
-            copier.terminate()
-            try:
-                copier.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(copier.pid, signal.SIGKILL)
-                copier.wait()
+        copier.stop(15)
         if not done:
             row["notes"].append("not done after %ds (%s/%d committed)" % (args.job_timeout, last, args.records))
         sts = []
@@ -384,9 +370,8 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
         row["notes"].append("runner: %s: %s" % (type(e).__name__, e))
         log("%s: %r" % (name, e))
     finally:
-        if copier and copier.poll() is None:
-            os.killpg(copier.pid, signal.SIGKILL)
-            copier.wait()
+        if copier and copier.alive():
+            copier.kill9()
         try:
             broker.stop()
         except Exception as e:  # noqa: BLE001
@@ -401,12 +386,7 @@ def finish_noacl(row, copier, statuses, broker):
     """noacl: PASS when the copier reports TRANSACTIONAL_ID_AUTHORIZATION_FAILED within
     60 s and the output topic holds no record, committed or not."""
     denied = wait_denied(statuses, 60)
-    os.killpg(copier.pid, signal.SIGTERM)
-    try:
-        copier.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(copier.pid, signal.SIGKILL)
-        copier.wait()
+    copier.stop(15)
     written = output_records(broker.bootstrap)
     row["notes"].append("denied: %s" % (denied or "no authorization error seen")[:120])
     row["notes"].append("%d records in %s" % (written, OUT))

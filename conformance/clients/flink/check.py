@@ -36,20 +36,19 @@ import argparse
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(REPO, "conformance"))
-sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
-JAR = os.path.join(HERE, "target", "flink-eos-check-1.0.jar")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
+from lib import Child  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from secure import Security  # noqa: E402
 import needs  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAR = os.path.join(HERE, "target", "flink-eos-check-1.0.jar")
 
 
 def log(msg):
@@ -69,27 +68,6 @@ def java(cls, *args, level="warn", heap="384m"):
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
             "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozeflink." + cls] + list(args)
-
-
-class Proc:
-    def __init__(self, cmd, logpath):
-        self.f = open(logpath, "a")
-        self.f.write("$ %s\n" % " ".join(cmd))
-        self.f.flush()
-        self.p = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
-
-    def kill9(self):
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.p.wait()
-
-    def close(self):
-        if self.p.poll() is None:
-            self.kill9()
-        self.f.close()
 
 
 def checkpoints(cpdir):
@@ -160,11 +138,11 @@ def run_job(fault, args, root, broker_cls, idx):
 
         def start_job(restore=None):
             extra = ["--restore", restore] if restore else []
-            p = Proc(java("FlinkJob", "--bootstrap", job_bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
+            p = Child(java("FlinkJob", "--bootstrap", job_bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
                           "--checkpoint-dir", cpdir, "--parallelism", str(args.parallelism),
                           "--delay-ms", str(args.delay_ms), *extra,
                           level=os.environ.get("FLINK_LOG", "info"), heap="768m"),
-                     os.path.join(jdir, "job-%d.log" % (len(jobs) + 1)))
+                      log=os.path.join(jdir, "job-%d.log" % (len(jobs) + 1)))
             jobs.append(p)
             return p
 
@@ -172,7 +150,7 @@ def run_job(fault, args, root, broker_cls, idx):
         deadline = time.time() + args.job_timeout
         pending = fault if fault != "none" else None
         next_poll, complete_at, stopped = 0, None, False
-        while job.p.poll() is None and time.time() < deadline:
+        while job.alive() and time.time() < deadline:
             time.sleep(0.1)
             if pending and len(checkpoints(cpdir)) >= args.kill_after:
                 time.sleep(0.2)
@@ -204,14 +182,14 @@ def run_job(fault, args, root, broker_cls, idx):
                     row["notes"].append("restored bounded source did not finish (FLINK-33466); job stopped "
                                         "%ds after the output was complete" % args.settle_s)
                     job.kill9()
-        if job.p.poll() is None:
+        if job.alive():
             row["notes"].append("job timeout after %ds" % args.job_timeout)
             job.kill9()
-        elif job.p.returncode != 0 and not stopped:
-            row["notes"].append("job rc=%s" % job.p.returncode)
+        elif job.proc.returncode != 0 and not stopped:
+            row["notes"].append("job rc=%s" % job.proc.returncode)
         if pending:
             row["notes"].append("job ended before the fault could be injected (raise --delay-ms or --records)")
-        job_ok = (job.p.returncode == 0 or stopped) and not pending
+        job_ok = (job.proc.returncode == 0 or stopped) and not pending
         out = run_tool(jdir, "verify.log", "verify", "--bootstrap", bootstrap, "--output", tout,
                        "--records", str(args.records), "--timeout-ms", "60000")
         result = None
@@ -225,7 +203,8 @@ def run_job(fault, args, root, broker_cls, idx):
         row["notes"].append("error: %r" % e)
     finally:
         for p in jobs:
-            p.close()
+            if p.alive():
+                p.kill9()
         if broker:
             broker.stop()
     row["seconds"] = round(time.time() - t0, 1)

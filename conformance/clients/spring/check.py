@@ -29,25 +29,22 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
+from lib import Child  # noqa: E402
 import needs  # noqa: E402
 needs.venv()                                  # confluent-kafka: in the conformance venv
-from confluent_kafka import Consumer, Producer, TopicPartition, KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(REPO, "conformance"))
-sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
-JAR = os.path.join(HERE, "target", "spring-eos-check-1.0.jar")
+from confluent_kafka import Consumer, Producer, TopicPartition, KafkaError, KafkaException  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from secure import Security  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAR = os.path.join(HERE, "target", "spring-eos-check-1.0.jar")
 
 
 def log(msg):
@@ -62,42 +59,22 @@ def build():
         subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
 
 
-class App:
+class App(Child):
+    """One run of the Spring app (a JVM), its output in jdir/app-run<run>.log."""
+
     def __init__(self, args, bootstrap, t, run, jdir):
         self.logpath = os.path.join(jdir, "app-run%d.log" % run)
-        self.f = open(self.logpath, "w")
         cmd = ["java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("SPRING_LOG", "warn"),
                "-Dorg.slf4j.simpleLogger.showDateTime=true",
                "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozespring.App",
                "--bootstrap", bootstrap, "--group", t["group"], "--input", t["in"], "--output", t["out"],
                "--side", t["side"], "--run", str(run), "--fail-every", str(args.fail_every),
                "--concurrency", str(args.concurrency), "--side-batches", str(args.side_batches)]
-        self.f.write("$ %s\n" % " ".join(cmd))
-        self.f.flush()
-        self.p = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
+        super().__init__(cmd, log=self.logpath)
 
     def lines(self):
         with open(self.logpath) as f:
             return f.read().splitlines()
-
-    def kill9(self):
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.p.wait()
-        self.f.close()
-
-    def stop(self, grace=30):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        if not self.f.closed:
-            self.f.close()
 
 
 def read_all(bootstrap, topic, parts, isolation):
@@ -196,8 +173,8 @@ def run_job(fault, args, root, broker_cls, idx):
                 run += 1
                 apps.append(App(args, app_bs, t, run, jdir))
                 continue
-            if apps[-1].p.poll() is not None:
-                raise RuntimeError("app run%d exited rc=%s" % (run, apps[-1].p.returncode))
+            if not apps[-1].alive():
+                raise RuntimeError("app run%d exited rc=%s" % (run, apps[-1].proc.returncode))
             if done >= args.records and any(l.startswith("SIDE-DONE") for l in apps[-1].lines()):
                 break
         else:

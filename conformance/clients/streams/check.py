@@ -26,21 +26,20 @@ import argparse
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(REPO, "conformance"))
-sys.path.insert(0, os.path.join(REPO, "conformance", "kafka"))
-JAR = os.path.join(HERE, "target", "streams-eos-check-1.0.jar")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
+from lib import Child  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from secure import Security  # noqa: E402
 import needs  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAR = os.path.join(HERE, "target", "streams-eos-check-1.0.jar")
 
 
 def log(msg):
@@ -61,42 +60,21 @@ def java(cls, *args):
             "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozestreams." + cls] + list(args)
 
 
-class Proc:
-    """A child JVM with its output in a log file; watcher lines also go to a queue."""
+def watched(cmd, logpath, lines):
+    """A child JVM (lib.Child) whose output lines go to the queue lines (then None at
+    its end), and to logpath but for its "progress" lines."""
+    child = Child(cmd, log=logpath, stdout=subprocess.PIPE, text=True)
 
-    def __init__(self, cmd, logpath, lines=None):
-        self.logpath = logpath
-        self.f = open(logpath, "a")
-        self.f.write("$ %s\n" % " ".join(cmd))
-        self.f.flush()
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE if lines is not None else self.f,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                  start_new_session=True)
-        if lines is not None:
-            def pump():
-                for line in self.p.stdout:
-                    if not line.startswith("progress "):
-                        self.f.write(line)
-                        self.f.flush()
-                    lines.put(line.rstrip("\n"))
-                lines.put(None)
-            threading.Thread(target=pump, daemon=True).start()
-
-    def kill9(self):
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.p.wait()
-
-    def stop(self, grace=30):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        self.f.close()
+    def pump():
+        with open(logpath, "a") as f:
+            for line in child.proc.stdout:
+                if not line.startswith("progress "):
+                    f.write(line)
+                    f.flush()
+                lines.put(line.rstrip("\n"))
+        lines.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    return child
 
 
 def run_job(fault, args, root, broker_cls, idx):
@@ -131,23 +109,24 @@ def run_job(fault, args, root, broker_cls, idx):
             os.environ.update(sec.env)
             app_bootstrap = broker.bootstraps["SASL_SSL"]
         lines = queue.Queue()
-        watch = Proc(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
-                          str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
-                     os.path.join(jdir, "watch.log"), lines)
+        watch = watched(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
+                             str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
+                        os.path.join(jdir, "watch.log"), lines)
         procs.append(watch)
-        prod = Proc(java("Tool", "produce", "--bootstrap", bootstrap, "--input", tin, "--records",
-                         str(args.records), "--keys", str(args.keys), "--rate", str(args.rate)),
-                    os.path.join(jdir, "produce.log"))
+        prod = Child(java("Tool", "produce", "--bootstrap", bootstrap, "--input", tin, "--records",
+                          str(args.records), "--keys", str(args.keys), "--rate", str(args.rate)),
+                     log=os.path.join(jdir, "produce.log"))
         procs.append(prod)
 
         def app(inst):
-            return Proc(java("App", "--bootstrap", app_bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
-                             "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
-                        os.path.join(jdir, "app-%s.log" % inst))
+            return Child(java("App", "--bootstrap", app_bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
+                              "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
+                         log=os.path.join(jdir, "app-%s.log" % inst))
         apps = {"A": app("A"), "B": app("B")}
         procs.extend(apps.values())
         kill_at = int(args.records * args.kill_at) if fault != "none" else None
         result, progress = None, 0
+        noted = set()                             # instances whose exit is in the notes
         while True:
             try:
                 line = lines.get(timeout=1)
@@ -164,7 +143,6 @@ def run_job(fault, args, root, broker_cls, idx):
                 if fault == "client":
                     log("%s: kill -9 instance A at %d/%d output records" % (name, progress, args.records))
                     apps["A"].kill9()
-                    apps["A"].f.close()
                     time.sleep(1)
                     apps["A"] = app("A")
                     procs.append(apps["A"])
@@ -176,23 +154,20 @@ def run_job(fault, args, root, broker_cls, idx):
                     broker.start()
                     row["notes"].append("broker kill -9 @%d, restarted" % progress)
             for k, a in apps.items():
-                if a.p.poll() is not None and not a.f.closed:
-                    row["notes"].append("instance %s exited rc=%s" % (k, a.p.returncode))
-                    log("%s: instance %s exited rc=%s" % (name, k, a.p.returncode))
-                    a.f.close()
-        watch.p.wait()
-        if prod.p.wait() != 0:
-            row["notes"].append("producer rc=%s" % prod.p.returncode)
+                if not a.alive() and a not in noted:
+                    noted.add(a)
+                    row["notes"].append("instance %s exited rc=%s" % (k, a.proc.returncode))
+                    log("%s: instance %s exited rc=%s" % (name, k, a.proc.returncode))
+        watch.proc.wait()
+        if prod.proc.wait() != 0:
+            row["notes"].append("producer rc=%s" % prod.proc.returncode)
         row["result"] = result
-        row["ok"] = bool(result and result.get("ok")) and prod.p.returncode == 0
+        row["ok"] = bool(result and result.get("ok")) and prod.proc.returncode == 0
     except Exception as e:
         row["notes"].append("error: %r" % e)
     finally:
         for p in procs:
-            if not p.f.closed:
-                p.stop()
-            elif p.p.poll() is None:
-                p.kill9()
+            p.stop()
         if broker:
             broker.stop()
     row["seconds"] = round(time.time() - t0, 1)

@@ -34,14 +34,11 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CONFORMANCE = os.path.dirname(os.path.dirname(HERE))
-ROOT = os.path.dirname(CONFORMANCE)
-for p in (ROOT, os.path.join(CONFORMANCE, "kafka")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
+from lib import DOZE  # noqa: E402
 import realkafka  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CORPUS = os.path.join(HERE, "corpus")
 EXPECTED = os.path.join(HERE, "expected.json")
@@ -234,7 +231,7 @@ def self_test(reader, expected, paths):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reader", metavar="FILE.py", help="take %s from this file, not doze_kafka" % READER_NAME)
+    p.add_argument("--reader", metavar="FILE.py", help="take %s from this file, not %s" % (READER_NAME, DOZE))
     p.add_argument("--record", action="store_true", help="write expected.json from Java's results")
     p.add_argument("--offline", action="store_true", help="compare with expected.json instead of running Java")
     p.add_argument("--self-test", action="store_true", help="show that naive readers are reported")
