@@ -5592,10 +5592,15 @@ class Purgatory:
     def __init__(self, timers):
         self.timers = timers
         self.waiters = {}               # park key -> {Park}
+        self.parked = 0                 # requests waiting here now
+
+    def __len__(self):
+        return self.parked
 
     def add(self, park, request, answers):
         """Park a request: `answers` (the Dispatcher) evaluates its poll and sends the answer."""
         park.request, park.answers = request, answers
+        self.parked += 1
         for key in park.keys:
             self.waiters.setdefault(key, set()).add(park)
         if park.deadline_ms is not None:
@@ -5632,6 +5637,7 @@ class Purgatory:
 
     def _unpark(self, park):
         park.done = True
+        self.parked -= 1
         for key in park.keys:
             waiting = self.waiters.get(key)
             if waiting:

@@ -81,6 +81,18 @@ class FakeClock:
         self.now += ms / 1000
 
 
+def loop_passes(broker, n=2):
+    """A barrier instead of a sleep: returns once the broker's loop has made n
+    whole passes from now. run_in_loop's call is served in a pass after its
+    socket events and before its timers and group commit, so the second
+    call's return proves a whole pass ran after the first: the frames sent
+    before it handled, the timers due on the clock (a FakeClock moved)
+    fired, the group commit done."""
+    broker.waker.wake()
+    for _ in range(n):
+        broker.run_in_loop(lambda: None)
+
+
 @pytest.fixture
 def start_broker(tmp_path):
     """start_broker(settings=None, files=None, clock=None) -> a running Broker on
@@ -1993,7 +2005,7 @@ def test_list_offsets_by_time_over_many_batches_lets_others_through(broker, clie
         assert client.produce("steps", p, batch).error_code == 0
     cid, version = client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
         Msg(name="steps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
-    time.sleep(0.01)
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # taken, in steps
     assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
     lookup_done = select.select([client.sock], [], [], 0)[0]
     got, resp = client.receive(ApiKey.LIST_OFFSETS, version)
@@ -2010,7 +2022,7 @@ def test_list_offsets_in_one_go_would_hold_the_bystander(broker, client, bystand
         client.produce("nosteps", p, batch)
     client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
         Msg(name="nosteps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
-    time.sleep(0.01)
+    loop_passes(broker, 1)                                 # the pass that took it
     assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
     assert select.select([client.sock], [], [], 0)[0], "the lookup was not done in one go"
 
@@ -3291,7 +3303,7 @@ def test_disk_fsync_eio_takes_the_partition_offline_and_never_retries(start_brok
         assert (part1.error_code, part1.leader_id) == (0, broker.config["node.id"])
         assert c.produce("sick", 1, make_batch([b"healthy"])).error_code == 0     # the rest is served
         assert c.values("sick", 1) == [(0, b"healthy")]
-        time.sleep(0.1)
+        loop_passes(broker, 3)                               # group commits that could have retried
         assert files.fsyncs[segment] == tried                # never retried-and-trusted
     assert sum("sick-0 is offline: fsync failed" in r.getMessage() for r in caplog.records) == 1
     stop(broker)
@@ -3799,8 +3811,7 @@ def test_offsets_expire_after_the_group_is_empty_for_the_retention(start_broker)
         c.create_topic("xt", 1)
         commit_offsets(c, "old", {("xt", 0): 5})
         clock.advance(30_000)
-        broker.waker.wake()
-        time.sleep(0.2)
+        loop_passes(broker)                                  # the expiry check ran: too early
         assert committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, 5)}
         clock.advance(31_000)
         broker.waker.wake()
@@ -3960,7 +3971,7 @@ def wait_until(check, timeout_s=5, poll_s=0.02):
     while time.time() < deadline:
         if check():
             return True
-        time.sleep(poll_s)
+        time.sleep(poll_s)             # polling: what it waits for is the check, not the time
     return False
 
 
@@ -4910,7 +4921,7 @@ def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, p
         s.sendall(b"\x16\x03\x01")                              # the start of a ClientHello, no more
         assert wait_until(lambda: broker.run_in_loop(lambda: any(c.handshaking for c in broker.connections)))
         clock.advance(25_000)
-        time.sleep(1.5)
+        loop_passes(broker)                                      # the sweep ran at 25 s
         assert answers(ok)
         s.settimeout(0.2)
         with pytest.raises(socket.timeout):
@@ -6337,7 +6348,7 @@ def test_limit_max_connections_per_ip_closes_the_extra_one_at_once(start_broker,
            "of 3 connections." in caplog.text
     assert all(answers(c) for c in kept)                # the others notice nothing
     kept.pop().close()
-    time.sleep(0.1)
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.connections)) == 2)   # the close seen
     with RawClient(broker.port) as again:               # a slot freed: taken
         assert answers(again)
     for c in kept + [extra]:
@@ -6375,7 +6386,7 @@ def test_limit_idle_connections_are_closed(start_broker):
     assert answers(busy)
     for _ in range(4):
         clock.advance(3_000)
-        time.sleep(0.3)
+        loop_passes(broker)                              # the sweep ran
         assert answers(busy)                             # a request every 3 s keeps it open
     assert silent.is_closed_by_broker(2)                 # 12 s without a byte
 
@@ -6387,7 +6398,7 @@ def test_limit_a_frame_dripped_in_is_cut_off_at_the_frame_timeout(start_broker):
     frame = RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE)
     for i in range(5):                                    # one byte every 5 s: never idle
         drip.sock.sendall(frame[i:i + 1])
-        time.sleep(0.15)
+        loop_passes(broker)                               # read, and the sweep ran
         clock.advance(5_000)
         assert answers(ok)
     assert not drip.is_closed_by_broker(0.3)              # 25 s into its frame: still open
@@ -6552,12 +6563,12 @@ def test_server_fetch_long_poll_wakes_when_data_arrives(broker, client):
             results.append((time.monotonic() - start, p))
     t = threading.Thread(target=long_poll)
     t.start()
-    time.sleep(0.3)                               # let it park
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
     assert not results, "the fetch answered before there was anything to read"
     client.produce("poll", 0, make_batch([b"wake"]))
     t.join(10)
     [(elapsed, p)] = results
-    assert 0.2 < elapsed < 5, elapsed
+    assert elapsed < 5, elapsed                   # woken by the produce, long before its 8 s
     assert [r[2] for r in batch_records(p.records)] == [b"wake"]
 
 
@@ -6579,7 +6590,7 @@ def test_server_parked_fetch_holds_back_later_requests_in_order(broker, client):
     assert client.receive(ApiKey.API_VERSIONS, 0)[0] == client.next_correlation_id
 
 
-def test_server_a_request_behind_a_parked_fetch_ends_its_wait(client):
+def test_server_a_request_behind_a_parked_fetch_ends_its_wait(broker, client):
     """A Fetch's max_wait_ms is an upper bound: when the client's next request
     arrives behind a parked Fetch (librdkafka sends ListOffsets on its fetch
     connection), the Fetch is answered with what there is, then the request:
@@ -6589,7 +6600,7 @@ def test_server_a_request_behind_a_parked_fetch_ends_its_wait(client):
     started = time.monotonic()
     client.send(ApiKey.FETCH, 12, max_wait_ms=8000, min_bytes=1, topics=[Msg(topic="behind", partitions=[
         Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
-    time.sleep(0.3)                                # parked
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
     client.send(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[Msg(name="behind", partitions=[
         Msg(partition_index=0, timestamp=-2)])])
     cid, fetched = client.receive(ApiKey.FETCH, 12)
@@ -7194,8 +7205,9 @@ def test_console_sweep_that_fails_is_logged_and_the_broker_serves_on(console, mo
     with RawClient(console.port) as c:                             # the loop lives on
         c.create_topic("alive", 1)
     monkeypatch.undo()
-    count = caplog.text.count("console: its sweep failed")
-    time.sleep(doze.CONSOLE_SWEEP_S * 2.5)                          # and the sweep is still scheduled
+    count, real, swept = caplog.text.count("console: its sweep failed"), console.console.counter.sweep, []
+    monkeypatch.setattr(console.console.counter, "sweep", lambda *a: swept.append(1) or real(*a))
+    assert wait_until(lambda: len(swept) >= 2, timeout_s=doze.CONSOLE_SWEEP_S * 5)   # still scheduled
     assert caplog.text.count("console: its sweep failed") == count and http_get(console.console.port, "/apis")[0] == 200
 
 
@@ -7491,7 +7503,7 @@ def test_console_takes_a_small_form_body_only(sasl_console):
     body = form(user="alice", password="alice-secret")
     with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S) as s:   # a body in pieces
         s.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:5])
-        time.sleep(0.2)
+        loop_passes(sasl_console)                               # the first piece read alone
         s.sendall(body[5:])
         assert s.recv(65536).startswith(b"HTTP/1.1 303 ")
     assert http_get(port, "/api/login")[0] == 405 and http_get(port, "/logout")[0] == 405
