@@ -96,6 +96,7 @@ import contextlib
 import dataclasses
 import datetime
 import decimal
+import difflib
 import enum
 import errno
 try:
@@ -234,8 +235,39 @@ INTERNAL_TOPICS = {CONSUMER_OFFSETS, TRANSACTION_STATE, "__share_group_state"}
 SEGMENT_HEADROOM = 64                           # bytes a segment may overshoot by
 
 
-TOPIC_CONFIGS_USED = {"cleanup.policy", "max.message.bytes", "message.timestamp.type",
-                      "retention.bytes", "retention.ms", "segment.bytes", "segment.ms"}
+# --- Which settings doze acts on: one answer, for the start log and the README --
+# doze acts on the settings of BROKER_DEFAULTS, the security settings it reads
+# per listener (TLS_SETTING_PREFIXES), the inter-broker listener Kafka checks at
+# start, and the topic configs of TOPIC_CONFIGS_USED with their broker synonyms
+# (log.retention.hours for retention.ms, ...). Every other name of Kafka's is
+# accepted, checked, stored and described as Kafka does, and not acted on; a
+# name neither knows is kept and not used. The start log says which, once a
+# setting given; test_doze_kafka.py finds every setting the code reads in here.
+
+TOPIC_CONFIGS_USED = {"cleanup.policy", "compression.gzip.level", "compression.type", "max.message.bytes",
+                      "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
+                      "message.timestamp.type", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms"}
+SETTINGS_CHECKED_AT_START = {"inter.broker.listener.name", "security.inter.broker.protocol"}
+
+
+def acts_on(name):
+    """Does doze act on the broker setting `name`?"""
+    return name in BROKER_DEFAULTS or name in SETTINGS_CHECKED_AT_START or name.startswith(TLS_SETTING_PREFIXES) \
+        or any(name in KAFKA_TOPIC_CONFIGS[t][3] for t in TOPIC_CONFIGS_USED)
+
+
+def setting_note(name, how=""):
+    """What the log says of a setting given (at start, or `how`: " set
+    dynamically"): (level, words), or None for one doze acts on. A name
+    neither doze nor Kafka knows is a warning, with the nearest known name
+    (a typo of one is the likely cause)."""
+    if acts_on(name):
+        return None
+    if name in KAFKA_BROKER_CONFIGS or name in KAFKA_TOPIC_CONFIGS:
+        return logging.INFO, f"setting {name}{how}: Kafka's, accepted and described; doze does not act on it"
+    near = difflib.get_close_matches(name, list(BROKER_DEFAULTS) + list(KAFKA_BROKER_CONFIGS), n=1, cutoff=0.8)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return logging.WARNING, f"setting {name}{how}: not a setting of Kafka 4.3.1 or doze; kept, not used{hint}"
 
 
 # --- Reading a config value as Kafka does ---------------------------------------
@@ -467,10 +499,9 @@ class Config:
         self.dynamic_cluster = {}                 # set by AlterConfigs for broker "": name -> text
         self.dynamic_node = {}                    # ... for this broker's id
         for name, value in (settings or {}).items():
-            if name not in BROKER_DEFAULTS and not name.startswith(TLS_SETTING_PREFIXES):
-                log.info("setting %s: %s", name, "Kafka's, accepted and described; doze does not "
-                         "act on it" if name in KAFKA_BROKER_CONFIGS else
-                         "not a setting of Kafka 4.3.1 or doze; kept, not used")
+            note = setting_note(name)
+            if note:
+                log.log(*note)
             self.settings[name] = convert_setting(name, value)
         self.static_settings = dict(self.settings)
         self.listeners, self.advertised = self._listeners(host, port)
@@ -528,6 +559,12 @@ class Config:
             self.set_static("log.dirs", self.data_dir)
         if "node.id" not in self.given:             # Kafka has no default: it must be set
             self.set_static("node.id", self["node.id"])
+
+    def set_default(self, name, value):
+        """A default of the command line's own (the console's address): taken
+        unless a setting named it; not a setting given (described as a default)."""
+        if name not in self.given:
+            self.settings[name] = self.static_settings[name] = value
 
     def set_static(self, name, value):
         """A setting the command line or running() gave (the data directory,
@@ -8018,11 +8055,9 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
     ctx.store.set_settings({prefix + n: checked.get(n) for n in changed})
     for name in sorted(changed):
         ctx.config.set_dynamic(node, name, checked.get(name))
-        if name in checked and name not in BROKER_DEFAULTS and \
-                not any(name in s for s in KAFKA_TOPIC_CONFIGS.values() if s[3]):
-            log.info("setting %s set dynamically: %s", name, "Kafka's, stored and described; doze "
-                     "does not act on it" if name in KAFKA_BROKER_CONFIGS else "not a setting of Kafka "
-                     "4.3.1 or doze; kept, not used")
+        note = setting_note(name, " set dynamically") if name in checked else None
+        if note:
+            log.log(*note)
 
 
 ###############################################################################
@@ -9897,8 +9932,15 @@ class Listeners:
         try:
             for l, t, a in zip(listeners, tls, sasl):
                 host = l.host or "0.0.0.0"
-                sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
-                                            family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                try:
+                    sock = socket.create_server((host, l.port), backlog=512, reuse_port=False,
+                                                family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+                except OSError as e:
+                    raise OSError(e.errno, f"listener {l.name} cannot listen on {host}:{l.port}: "
+                                           f"{os.strerror(e.errno) if e.errno else e}"
+                                           + ("; is another Kafka or doze running there? Give another port "
+                                              "with --port N (or listeners=...)" if e.errno == errno.EADDRINUSE
+                                              else "")) from None
                 sock.setblocking(False)
                 self.bound.append(BoundListener(sock, l._replace(port=sock.getsockname()[1]), t, a))
         except OSError:
@@ -11677,14 +11719,17 @@ class Console:
         if not sep or not port.isdigit():
             raise ValueError(f"doze.console.listener: HOST:PORT, got {address!r}")
         host = host.strip("[]") or "127.0.0.1"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            sock = socket.create_server((host, int(port)), backlog=64,
-                                        family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock = socket.create_server((host, int(port)), backlog=64, family=family)
         except OSError as e:
             if "doze.console.listener" in broker.config.given:
-                raise OSError(f"doze.console.listener {address}: {e}") from e
-            log.warning("console not served: %s: %s", address, e)
-            return None
+                raise OSError(e.errno, f"the console's address {address}: {os.strerror(e.errno) if e.errno else e}; "
+                                       "give another with "
+                                       "--console HOST:PORT (doze.console.listener), or --no-console") from None
+            sock = socket.create_server((host, 0), backlog=64, family=family)    # the default's: another
+            log.warning("the console's default address %s: %s; serving it on port %d instead",
+                        address, os.strerror(e.errno) if e.errno else e, sock.getsockname()[1])
         sock.setblocking(False)
         hosts = [h.strip().lower() for h in broker.config["doze.console.hosts"].split(",") if h.strip()]
         console = cls(broker, sock, hosts)
@@ -12288,14 +12333,25 @@ def release_freed_memory():
 
 # --- The Broker: the rooms composed, the loop, the stop ----------------------
 
-def _fsync_new_dirs(path, files):
-    """makedirs that makes each created directory's entry durable."""
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
+def make_data_dir(path, files):
+    """makedirs that makes each created directory's entry durable; a path that
+    cannot be a directory stops the start with words that say why."""
+    def cannot(why):
+        return OSError(errno.ENOTDIR, f"the data directory {path} cannot be made: {why} (--data-dir, or "
+                                      "log.dirs, names where doze keeps its logs and meta.db)")
+    missing, at = [], path
+    while not os.path.isdir(at):
+        if os.path.lexists(at):
+            raise cannot(f"{at} is a file, not a directory")
+        missing.append(at)
+        at = os.path.dirname(at)
     for d in reversed(missing):
-        files.mkdir(d)
+        try:
+            files.mkdir(d)
+        except OSError as e:
+            special = e.errno == errno.ENOENT and os.path.isdir(os.path.dirname(d))
+            raise cannot(f"making {d}: {e.strerror}" + (f" ({os.path.dirname(d)} takes no new directory: "
+                                                         "not a place for files)" if special else "")) from None
         files.fsync_dir(os.path.dirname(d))
 
 
@@ -12440,7 +12496,7 @@ class Broker:
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
-        _fsync_new_dirs(config.data_dir, self.files)
+        make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
         try:
             self._compose(config)
@@ -12790,8 +12846,9 @@ class DemoDisk(Files):
 class Demo:
     """The steps, in order; each prints its story and returns what it saw."""
 
-    def __init__(self, data_dir, say, pause, settings):
+    def __init__(self, data_dir, say, pause, settings, console_default=None):
         self.data_dir, self.say, self.pause, self.settings = data_dir, say, pause, settings
+        self.console_default = console_default    # the console's address unless a setting names one
         self.disk = DemoDisk()
         self.broker = self.start()
         self.connect()
@@ -12801,7 +12858,10 @@ class Demo:
         self.watch = DemoClient(self.broker.port, "demo-watch")      # polls states: not traced
 
     def start(self):
-        broker = Broker(Config(self.settings, data_dir=self.data_dir, host="127.0.0.1", port=0), files=self.disk)
+        config = Config(self.settings, data_dir=self.data_dir, host="127.0.0.1", port=0)
+        if self.console_default:
+            config.set_default("doze.console.listener", self.console_default)
+        broker = Broker(config, files=self.disk)
         broker._thread = threading.Thread(target=broker.serve_forever, name="doze-demo", daemon=True)
         broker._thread.start()
         return broker
@@ -13032,23 +13092,27 @@ class _Say(logging.Handler):
         self.say("      " + record.getMessage())
 
 
-def demo(say=print, pause=None, data_dir=None, console=None, trace=True):
+def demo(say=print, pause=None, data_dir=None, console=None, trace=True, console_given=True):
     """Run the demo's steps on a broker of its own (in a temporary directory
     unless given) -> each step's outcome. say(text) tells the story (and,
     with trace, the trace's lines between); pause() runs between steps;
-    console: HOST:PORT to serve the console on (None: none)."""
+    console: HOST:PORT to serve the console on (None: none), there or not at
+    all when console_given, else moved to a free port when taken (as the
+    broker's command line does with its default)."""
     tmp = None
     if data_dir is None:
         tmp = data_dir = tempfile.mkdtemp(prefix="doze-demo-")
-    settings = {"doze.trace": "all" if trace else "", "doze.console.listener": console or "",
+    settings = {"doze.trace": "all" if trace else "",
                 "doze.trace.ids": "demo,demo-new-instance,demo-abandoned,demo-tx"}
+    if console_given or not console:
+        settings["doze.console.listener"] = console or ""
     handler, propagate, level = _Say(say), trace_log.propagate, trace_log.level
     if trace:
         trace_log.addHandler(handler)
         trace_log.propagate = False
         trace_log.setLevel(logging.INFO)
     try:
-        d = Demo(data_dir, say, pause or (lambda: None), settings)
+        d = Demo(data_dir, say, pause or (lambda: None), settings, None if console_given else console)
         try:
             if d.broker.console is not None:
                 say(f"The console: {d.broker.console.url} (open it: each step shows there as it happens)")
@@ -13094,7 +13158,7 @@ def demo_main(argv):
                                                  "this process")
     parser.add_argument("--no-pause", action="store_true", help="do not wait for Enter between steps")
     parser.add_argument("--no-trace", action="store_true", help="do not print the protocol trace between")
-    parser.add_argument("--console", default=CONSOLE_CLI_ADDRESS, help="where to serve the console ('' for none)")
+    add_console_flags(parser)
     parser.add_argument("--walkthrough", metavar="README",
                         help="run it without pauses or console and write its story and trace into this file, "
                              "between its walkthrough markers")
@@ -13115,14 +13179,14 @@ def demo_main(argv):
             f.write(head + begin + "\n" + walkthrough(said) + end + tail)
         print(f"{args.walkthrough}: the walkthrough written ({len(said)} lines of the demo)")
         return 0
-    host, _, port = args.console.rpartition(":")
     try:
-        socket.create_server((host.strip("[]") or "127.0.0.1", int(port))).close()
-        console = args.console
-    except (OSError, ValueError):
-        console = "127.0.0.1:0" if args.console else None            # the default's port is taken: another
-    demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "), console=console,
-         trace=not args.no_trace)
+        demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "),
+             console=CONSOLE_CLI_ADDRESS if args.console is None else args.console or None,
+             console_given=args.console is not None, trace=not args.no_trace)
+    except (OSError, ValueError) as e:
+        print(f"doze_kafka demo: cannot start: {e.strerror if isinstance(e, OSError) and e.strerror else e}",
+              file=sys.stderr)
+        return 1
     print("\nDone: the broker is gone with its temporary directory.")
     return 0
 
@@ -13130,6 +13194,18 @@ def demo_main(argv):
 ###############################################################################
 # 20. CLI
 ###############################################################################
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def add_console_flags(parser):
+    """--console HOST:PORT and --no-console, for the broker and the demo alike."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--console", metavar="HOST:PORT",
+                       help=f"serve the web console here (default {CONSOLE_CLI_ADDRESS}; taken: another port)")
+    group.add_argument("--no-console", dest="console", action="store_const", const="",
+                       help="serve no console")
+
 
 def render_apis():
     """The APIs and versions served, one line each (what ApiVersions advertises)."""
@@ -13172,13 +13248,25 @@ def calm_garbage_collector():
     gc.set_threshold(young, middle, 1000)
 
 
+CLI_EPILOG = f"""\
+the console: a read-only web view of the broker (transactions, producers, LSOs,
+topics, groups), at http://{CONSOLE_CLI_ADDRESS}/ unless --console or --no-console says
+otherwise (that port taken: another, said at start).
+
+the demo: python3 doze_kafka.py demo [--no-pause] [--console HOST:PORT | --no-console]
+walks through Kafka's transaction protocol step by step on a broker of its own.
+
+tests: import doze_kafka; with doze_kafka.running() as broker: ... (README: "In your own tests")."""
+
+
 def main(argv=None):
     """python3 doze_kafka.py [server.properties] [--port N] [--data-dir DIR] [--override k=v ...]
     python3 doze_kafka.py demo [--no-pause]"""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         return demo_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="doze_kafka.py", description=__doc__.split("\n")[0], epilog=CLI_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("properties", nargs="?", help="a Kafka server.properties file")
     parser.add_argument("--port", type=int, help="listen on this port (overrides listeners)")
     parser.add_argument("--add-scram", action="append", default=[], metavar="CREDENTIAL",
@@ -13193,8 +13281,10 @@ def main(argv=None):
                         "broker's own actions between them; KINDS: txn, group, all (the default)")
     parser.add_argument("--trace-ids", metavar="IDS",
                         help="trace only what names one of these transactional, group or client ids")
+    add_console_flags(parser)
     parser.add_argument("--apis", action="store_true", help="list the APIs served and exit")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                        help="how much the log says (default INFO)")
     args = parser.parse_args(argv)
     if args.apis:
         print(render_apis())
@@ -13210,14 +13300,15 @@ def main(argv=None):
     if args.trace or args.trace_ids:                      # --trace-ids alone: every kind, of those ids
         settings["doze.trace"] = args.trace or "all"
         settings["doze.trace.ids"] = args.trace_ids or ""
+    if args.console is not None:
+        settings["doze.console.listener"] = args.console
     try:
         if args.properties:
             config = Config.from_properties(args.properties, settings=settings, data_dir=args.data_dir,
                                             host=args.host, port=args.port)
         else:
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
-        if "doze.console.listener" not in config.given:     # the command line serves the console
-            config.settings["doze.console.listener"] = CONSOLE_CLI_ADDRESS
+        config.set_default("doze.console.listener", CONSOLE_CLI_ADDRESS)   # the command line serves it
         if config["doze.trace"]:                             # bare lines on stdout, beside the log on stderr
             out = logging.StreamHandler(sys.stdout)
             out.setFormatter(logging.Formatter("%(message)s"))
@@ -13230,7 +13321,8 @@ def main(argv=None):
             broker.store.save_scram_credential(user, mechanism, credential)
             log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
     except (OSError, ValueError, sqlite3.Error, StoreFailed) as e:
-        print(f"doze_kafka: cannot start: {e}", file=sys.stderr)
+        said = e.strerror if isinstance(e, OSError) and e.strerror and not e.filename else e
+        print(f"doze_kafka: cannot start: {said}", file=sys.stderr)
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: broker.stop())
@@ -13260,18 +13352,33 @@ def run_as_module():
             or not os.path.isfile(path) or sys.flags.interactive:
         return
     options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)] if hasattr(sys, "orig_argv") else []
-    code = ("import importlib.util, sys\n"
-            f"sys.path[0] = {os.path.dirname(path)!r}\n"
-            f"spec = importlib.util.spec_from_file_location('doze_kafka', {path!r})\n"
-            "sys.modules['doze_kafka'] = module = importlib.util.module_from_spec(spec)\n"
-            "spec.loader.exec_module(module)\n"
-            "sys.exit(module.main())\n")
+    directory, name = os.path.split(path[:-3] if path.endswith(".py") else path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (directory, os.environ.get("PYTHONPATH")))))
+    if path.endswith(".py") and name.isidentifier() and module_path_safe(name, directory):
+        # `ps` shows "python3 -m doze_kafka --port ...": a broker one can tell apart.
+        # -P (3.11+): the working directory is not searched first.
+        argv = [sys.executable, *options, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", name]
+    else:                                # a name -m cannot import: the same by hand
+        argv = [sys.executable, *options, "-c", "import importlib.util, sys\n"
+                f"spec = importlib.util.spec_from_file_location('doze_kafka', {path!r})\n"
+                "sys.modules['doze_kafka'] = module = importlib.util.module_from_spec(spec)\n"
+                "spec.loader.exec_module(module)\n"
+                "sys.exit(module.main())\n"]
     try:
-        os.execv(sys.executable, [sys.executable, *options, "-c", code, *sys.argv[1:]])
+        os.execve(sys.executable, argv + sys.argv[1:], env)
     except OSError as e:                 # then serve as a script
         print(f"doze_kafka: could not start again as a module ({e}); serving as a script",
               file=sys.stderr)
 
+
+def module_path_safe(name, directory):
+    """Will `-m name`, with directory first on PYTHONPATH, import this very
+    file? Before 3.11 (no -P) the working directory is searched first."""
+    if sys.version_info >= (3, 11):
+        return True
+    cwd = os.getcwd()
+    return os.path.realpath(cwd) == os.path.realpath(directory) or not any(
+        os.path.exists(os.path.join(cwd, name + suffix)) for suffix in (".py", "", ".pyc"))
 
 
 ###############################################################################
@@ -13279,9 +13386,9 @@ def run_as_module():
 ###############################################################################
 # Every topic config and broker setting Kafka 4.3.1 has, with its type, its
 # default, the check its validator makes and how it may change, taken from
-# Kafka itself. doze acts on the settings of BROKER_DEFAULTS above and on the
-# topic configs TOPIC_CONFIGS_USED below; every other name is accepted, checked,
-# stored and described as Kafka does, and not acted on (a log line says so).
+# Kafka itself. doze acts on the settings acts_on (§2) names; every other name
+# is accepted, checked, stored and described as Kafka does, and not acted on
+# (the start log says so).
 
 # ==== generated by conformance/configs/extract.py from Kafka 4.3.1 -- do not edit by hand ====
 # Regenerate: python3 conformance/configs/extract.py --emit-python
@@ -13783,4 +13890,5 @@ TOPIC_CONFIGS = {name: spec for name, spec in KAFKA_TOPIC_CONFIGS.items()
 
 if __name__ == "__main__":
     run_as_module()
+    sys.modules.setdefault("doze_kafka", sys.modules["__main__"])   # under -m: one module, one name
     sys.exit(main())
