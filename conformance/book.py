@@ -20,13 +20,11 @@ test_doze_kafka.py checks the limits with the same functions.
 """
 import ast
 import io
-import os
 import re
 import sys
 import tokenize
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOZE = os.path.join(HERE, "..", "doze_kafka.py")
+from lib import DOZE
 
 # Classes that are records: plain data their owner reads and writes (a Kafka
 # message, a group member, a producer's entry...). Writing their fields from
@@ -182,33 +180,27 @@ def assigned(node):
     return out
 
 
+REPORTS = {   # what: (its heading, its rows, one row as text)
+    "classes": ("classes (line, lines, name, job)", classes,
+                lambda r: f"{r[1]:6} {r[2]:4}  {r[0]:24} {r[3][:100]}"),
+    "handlers": ("handlers, code lines (docstring, comments, blank lines and schema excluded)", handlers,
+                 lambda r: f"{r[1]:3}  {r[0]}"),
+    "chapters": ("chapters (number, first line, lines, title)", chapters,
+                 lambda r: f"{r[0]:>3} {r[2]:6} {r[3]:5}  {r[1]}"),
+    "forward": ("names used before the chapter that defines them (line, name, defined at)", forward,
+                lambda r: f"{r[0]:6}  {r[1]} (defined at {r[2]})"),
+    "writes": ("attribute writes across classes", writes, lambda r: f"{r[0]:6}  {r[1]}"),
+}
+
+
 def main(argv):
-    what = argv[1:] or ["classes", "handlers", "chapters", "forward", "writes"]
     text = source()
-    if "classes" in what:
-        rows = classes(text)
-        print(f"{len(rows)} classes (line, lines, name, job)")
-        for name, line, size, job in rows:
-            print(f"  {line:6} {size:4}  {name:24} {job[:100]}")
-    if "handlers" in what:
-        rows = handlers(text)
-        print(f"{len(rows)} handlers, code lines (docstring, comments, blank lines and schema excluded)")
-        for name, n in rows:
-            print(f"  {n:3}  {name}")
-    if "chapters" in what:
-        print("chapters (number, first line, lines, title)")
-        for n, title, line, size in chapters(text):
-            print(f"  {n:>3} {line:6} {size:5}  {title}")
-    if "forward" in what:
-        rows = forward(text)
-        print(f"{len(rows)} names used before the chapter that defines them (line, name, defined at)")
-        for line, name, at in rows:
-            print(f"  {line:6}  {name} (defined at {at})")
-    if "writes" in what:
-        rows = writes(text)
-        print(f"{len(rows)} attribute writes across classes")
-        for line, what_ in rows:
-            print(f"  {line:6}  {what_}")
+    for what in argv[1:] or list(REPORTS):
+        heading, rows_of, row = REPORTS[what]
+        rows = rows_of(text)
+        print(f"{len(rows)} {heading}")
+        for r in rows:
+            print("  " + row(r))
 
 
 if __name__ == "__main__":
