@@ -13151,6 +13151,22 @@ def walkthrough(said):
     return "\n" + "\n".join(out).strip("\n") + "\n\n"          # blank lines around it, for Markdown
 
 
+###############################################################################
+# 20. CLI
+###############################################################################
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def add_console_flags(parser):
+    """--console HOST:PORT and --no-console, for the broker and the demo alike."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--console", metavar="HOST:PORT",
+                       help=f"serve the web console here (default {CONSOLE_CLI_ADDRESS}; taken: another port)")
+    group.add_argument("--no-console", dest="console", action="store_const", const="",
+                       help="serve no console")
+
+
 def demo_main(argv):
     """python3 doze_kafka.py demo [--no-pause] [--no-trace] [--console HOST:PORT]"""
     parser = argparse.ArgumentParser(prog="doze_kafka.py demo",
@@ -13189,22 +13205,6 @@ def demo_main(argv):
         return 1
     print("\nDone: the broker is gone with its temporary directory.")
     return 0
-
-
-###############################################################################
-# 20. CLI
-###############################################################################
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def add_console_flags(parser):
-    """--console HOST:PORT and --no-console, for the broker and the demo alike."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--console", metavar="HOST:PORT",
-                       help=f"serve the web console here (default {CONSOLE_CLI_ADDRESS}; taken: another port)")
-    group.add_argument("--no-console", dest="console", action="store_const", const="",
-                       help="serve no console")
 
 
 def render_apis():
