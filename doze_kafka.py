@@ -2005,7 +2005,6 @@ def validate_produced(records, check_crc=True):
     return h
 
 
-
 def analyze_batch(records, config, where, now_ms, check_crc=True):
     """Everything Produce checks in a partition's batch before the log
     (Kafka's analyzeAndValidateRecords and LogValidator), without reading a
@@ -5431,6 +5430,8 @@ AUTHORIZATION_FAILED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 KAFKA_ERROR_MESSAGES = {29: "Topic authorization failed.", 30: "Group authorization failed.",   # Errors.java
                         31: "Cluster authorization failed.", 53: "Transactional Id authorization failed."}
+
+
 class Authorizer:
     """ACLs in memory (a list per resource type: a single node has few) and in
     meta.db; decisions as StandardAuthorizerData.authorize."""
@@ -5563,6 +5564,7 @@ class AuthenticationFailure:
 
     def __init__(self, response, reason):
         self.response, self.reason = response, reason
+
 
 FLUSHED = "flushed"  # the park key notified after every group commit
 
@@ -7596,6 +7598,7 @@ def internal_partition(key, partitions):
     """Kafka's partitionFor(groupId or transactionalId): its Java hash, modulo."""
     h = java_string_hash(key)
     return 0 if h == -(1 << 31) else abs(h) % partitions
+
 
 @api("""
 DescribeTransactions  key=65  versions=0-0  flexible=0+
