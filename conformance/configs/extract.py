@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,28 +58,17 @@ OP_NAMES = {0: "SET", 1: "DELETE", 2: "APPEND", 3: "SUBTRACT"}
 
 # --------------------------------------------------------------------------- Kafka's ConfigDefs
 
-def javac_bin():
-    java = realkafka.java_bin()
-    sibling = os.path.join(os.path.dirname(java), "javac")
-    return sibling if os.path.isfile(sibling) else (shutil.which("javac") or "javac")
-
-
 def dump_configdefs():
-    """Compile and run DumpConfigs.java against the Kafka jars -> its JSON (a dict)."""
-    if not realkafka.is_fetched():
-        realkafka.fetch(quiet=True)
-    classpath = os.path.join(realkafka.lib_dir(), "*")
-    work = tempfile.mkdtemp(prefix="doze-configs-")
+    """Run DumpConfigs.java against the Kafka jars -> its JSON (a dict)."""
+    out = os.path.join(tempfile.mkdtemp(prefix="doze-configs-"), "configs.json")
     try:
-        subprocess.run([javac_bin(), "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
-                        "-d", work, JAVA_SOURCE], check=True)
-        out = os.path.join(work, "configs.json")
-        subprocess.run([realkafka.java_bin(), "-Xmx512m", "-cp", work + os.pathsep + classpath,
-                        "DumpConfigs", out], check=True, stdout=subprocess.DEVNULL)
+        r = realkafka.run_java_source(JAVA_SOURCE, "DumpConfigs", [out])
+        if r.returncode != 0:
+            sys.exit("DumpConfigs failed (exit %d):\n%s" % (r.returncode, r.stderr.decode(errors="replace")))
         with open(out, encoding="utf-8") as f:
             return json.load(f)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(out), ignore_errors=True)
 
 
 LAMBDA_RANGE_OR = re.compile(r"\[(-?\d+),\.\.\.,(-?\d+)\] or (-?\d+)")

@@ -269,6 +269,23 @@ def run_tool(name, *args, **kwargs):
     return subprocess.run(tool_command(name, args), **kwargs)
 
 
+def run_java_source(source, main_class, args=(), heap="512m"):
+    """Compile one .java file against the Kafka jars (fetched if missing) and
+    run its main_class with args -> the CompletedProcess (output captured, as
+    bytes). For the checks that ask Kafka's own classes a question
+    (conformance/configs: its ConfigDefs, its Utils.loadProps)."""
+    classpath = _classpath()
+    work = tempfile.mkdtemp(prefix="doze-java-")
+    try:
+        javac = os.path.join(os.path.dirname(java_bin()), "javac")
+        javac = javac if os.path.isfile(javac) else (shutil.which("javac") or "javac")
+        subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", classpath, "-d", work, source], check=True)
+        return subprocess.run([java_bin(), "-Xmx" + heap, "-cp", work + os.pathsep + classpath, main_class]
+                              + list(args), capture_output=True, cwd=work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- wire probes
 
 

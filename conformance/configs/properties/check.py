@@ -29,10 +29,8 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
 from lib import DOZE  # noqa: E402
@@ -50,29 +48,13 @@ def corpus_files():
     return sorted(os.path.join(CORPUS, n) for n in os.listdir(CORPUS) if n.endswith(".properties"))
 
 
-def javac_bin():
-    java = realkafka.java_bin()
-    sibling = os.path.join(os.path.dirname(java), "javac")
-    return sibling if os.path.isfile(sibling) else (shutil.which("javac") or "javac")
-
-
 def java_results(paths):
     """{file name: {"props": {...}} or {"error": {"class", "message"}}}, from
     DumpProperties.java run against the Kafka 4.3.1 jars."""
-    if not realkafka.is_fetched():
-        realkafka.fetch(quiet=True)
-    classpath = os.path.join(realkafka.lib_dir(), "*")
-    work = tempfile.mkdtemp(prefix="doze-properties-")
-    try:
-        subprocess.run([javac_bin(), "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
-                        "-d", work, JAVA_SOURCE], check=True)
-        r = subprocess.run([realkafka.java_bin(), "-cp", work + os.pathsep + classpath,
-                            "DumpProperties"] + list(paths), capture_output=True)
-        if r.returncode != 0:
-            sys.exit("DumpProperties failed (exit %d):\n%s" % (r.returncode, r.stderr.decode(errors="replace")))
-        return json.loads(r.stdout.decode("ascii"))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    r = realkafka.run_java_source(JAVA_SOURCE, "DumpProperties", list(paths), heap="256m")
+    if r.returncode != 0:
+        sys.exit("DumpProperties failed (exit %d):\n%s" % (r.returncode, r.stderr.decode(errors="replace")))
+    return json.loads(r.stdout.decode("ascii"))
 
 
 def java_version():
