@@ -674,6 +674,7 @@ Msg = types.SimpleNamespace     # a decoded request or a response being built
 # survive a grep of Kafka's source and its protocol guide.
 
 class ApiKey(enum.IntEnum):
+    """Kafka's API keys (ApiKeys.java): the int16 every request header starts with."""
     PRODUCE = 0
     FETCH = 1
     LIST_OFFSETS = 2
@@ -1032,6 +1033,7 @@ def varint_bytes(n):
 
 @dataclasses.dataclass
 class Field:
+    """One field of a schema: its type, the versions it is in, its nullability and default."""
     name: str
     type: str                    # "int16", "string", "[]int32", "[]" or "{}"
     nullable: object = None      # (first, last) version in which null is allowed, or None
@@ -1050,6 +1052,7 @@ class Field:
 
 @dataclasses.dataclass
 class Api:
+    """One API's schema: its key, versions, flexible versions, request and response fields."""
     name: str
     key: int
     min_version: int
@@ -4003,6 +4006,7 @@ def coordinator_store():
 
 
 class GroupState(enum.Enum):
+    """A classic group's states, by the names DescribeGroups and ListGroups use."""
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
@@ -5393,19 +5397,23 @@ def password_mechanism(setups, lookup_scram, user, password):
 # look at whether the resource exists, so that a name never leaks.
 
 class ResourceType(enum.IntEnum):
+    """What an ACL names (Kafka's ResourceType codes)."""
     UNKNOWN, ANY, TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER = range(8)
 
 
 class AclOperation(enum.IntEnum):
+    """What an ACL allows or denies (Kafka's AclOperation codes)."""
     (UNKNOWN, ANY, ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS,
      ALTER_CONFIGS, IDEMPOTENT_WRITE, CREATE_TOKENS, DESCRIBE_TOKENS) = range(15)
 
 
 class PatternType(enum.IntEnum):
+    """How an ACL's resource name matches (Kafka's PatternType codes)."""
     UNKNOWN, ANY, MATCH, LITERAL, PREFIXED = range(5)
 
 
 class AclPermission(enum.IntEnum):
+    """ALLOW or DENY (Kafka's AclPermissionType codes)."""
     UNKNOWN, ANY, DENY, ALLOW = range(4)
 
 
@@ -11570,6 +11578,7 @@ HOST_WITH_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]+):\d+")     # a Host header v
 # --- Login: the broker's own SASL users; sessions in memory -----------------------
 
 class ConsoleSession:
+    """One console login: its user, the proof of its password, when it began and was last used."""
     __slots__ = ("user", "mechanism", "proof", "created", "seen")
 
     def __init__(self, user, mechanism, proof, now):
