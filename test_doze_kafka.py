@@ -2,22 +2,42 @@
 
     python3 -m pytest -q test_doze_kafka.py
 
-The sections are numbered as doze_kafka.py's are (STYLE.md §2.14), so "§7"
-means storage in both files:
+The sections are numbered and titled as doze_kafka.py's chapters are, so
+"§7" means storage in both files, and a test stands in the section
+of the chapter whose code it is mainly about. A section opens with the helpers
+only it uses (section 0 holds those many sections use), then its tests. After
+§20, lettered sections hold what belongs to no one chapter:
 
-  0. Fixtures and helpers    start_broker, RawClient, make_batch, FakeClock, PowerCutFiles
-  3. Vocabulary              ErrorCode values match Kafka's table
-  4. Wire codec              golden bytes; varint vectors; truncated input -> ProtocolError
-  5. Schemas                 parser errors carry line numbers; every API round-trips at every version
-  6. Record batches          CRC-32C check value and reference; batch validation
-  7. Storage                 append/read, index, roll, retention, log start, torn tail (no sockets)
-  8. Coordinators            idempotent sequence windows (no sockets)
-  9. Handlers on the wire    one block per API, over real sockets
-  10. Scenarios              kill/restart, torn tail on start, simulated power cut
-  11. Server                 pipelining, bad input, ApiVersions fallback, Fetch long poll
-  12. CLI                    --apis, bad flags
+  0. Fixtures                  start_broker, RawClient, make_batch, FakeClock, loop_passes, wait_until;
+                               Txn and the other clients' verbs; the SASL clients
+  1. Imports                   a log line stays one line
+  2. Config                    settings as Kafka reads them; server.properties as Java reads it; listeners
+  3. Protocol vocabulary       ErrorCode values match Kafka's table
+  4. Wire codec                golden bytes; varint vectors; truncated input -> ProtocolError
+  5. Schemas                   parser errors carry line numbers; every API round-trips at every version
+  6. Record batches            CRC-32C check value and reference; batch validation
+  7. Storage                   append/read, index, roll, retention, log start, torn tail; failing disks
+  8. Coordinators              producer state; the group and transaction coordinators, no sockets
+  9. Security                  SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
+  10. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
+  11. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
+  12. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+  13. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
+  14. Connections              pipelining, bad input, TLS, dispatch, limits, listeners
+  15. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
+  16. Console: HTTP, login     its safety, login and sessions, event streams, its limits
+  17. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
+  18. Embedding doze           running()
+  19. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
+  20. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
+  B. Scenarios                 kill -9, restart, torn tails, power cuts, a crash at every point
+  C. Conformance               Kafka 4.3.1's recordings replayed; conformance/fuzz.py, bounded
+  D. The book                  doze_kafka.py's shape, measured by conformance/book.py
 
-A test marked "# BUG:" exposes a broker bug and fails until doze_kafka.py is fixed.
+The broker's state belongs to its loop: a test reads it through
+broker.run_in_loop(...), and waits with loop_passes(broker) or wait_until(),
+never a fixed sleep. A test marked "# BUG:" exposes a broker bug and fails
+until doze_kafka.py is fixed.
 """
 
 import base64
@@ -52,7 +72,7 @@ from doze_kafka import ApiKey, ErrorCode, Msg
 
 
 ###############################################################################
-# 0. FIXTURES AND HELPERS
+# 0. FIXTURES -- brokers, clients, batches and a clock, used across the sections
 ###############################################################################
 
 SOCKET_TIMEOUT_S = 5            # a hang fails one test instead of the run
@@ -93,47 +113,101 @@ def loop_passes(broker, n=2):
         broker.run_in_loop(lambda: None)
 
 
-@pytest.fixture
-def start_broker(tmp_path):
-    """start_broker(settings=None, files=None, clock=None) -> a running Broker on
-    127.0.0.1:<ephemeral port>, data in tmp_path/"data". Everything it starts is
-    stopped at teardown. Call it again (after broker.stop()) to restart on the
-    same directory."""
-    running = []
-
-    def start(settings=None, files=None, clock=None):
-        config = doze.Config(settings, data_dir=tmp_path / "data", host="127.0.0.1", port=0,
-                             clock=clock)
-        broker = doze.Broker(config, files=files)
-        thread = threading.Thread(target=broker.serve_forever, name="doze", daemon=True)
-        broker._thread = thread
-        thread.start()
-        running.append((broker, thread))
-        return broker
-
-    yield start
-    for broker, thread in reversed(running):
-        broker.stop()
-        thread.join(timeout=5)
-        assert not thread.is_alive(), "broker loop did not stop within 5 s"
+def wait_until(check, timeout_s=5, poll_s=0.02):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(poll_s)             # polling: what it waits for is the check, not the time
+    return False
 
 
-def stop(broker, clean=True):
-    """Stop a broker started by start_broker and wait for its loop to end."""
-    broker.stop(clean=clean)
-    assert broker.stopped.wait(5), "broker loop did not stop within 5 s"
+# --- Test-side record batches (written without doze's build_batch) -----------
+
+def uleb(u):
+    out = bytearray()
+    while True:
+        byte = u & 0x7F
+        u >>= 7
+        if u:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
 
 
-@pytest.fixture
-def broker(start_broker):
-    return start_broker()
+def zigzag(n):
+    """Signed varint bytes (zig-zag, then LEB128), written independently of doze."""
+    u = (n << 1) ^ (n >> 63)
+    return uleb(u)
 
 
-@pytest.fixture
-def client(broker):
-    with RawClient(broker.port) as c:
-        yield c
+def make_batch(values, timestamps=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+               attributes=0, leader_epoch=0, keys=None):
+    """An uncompressed RecordBatch v2 as a producer would send it (base offset 0)."""
+    timestamps = list(timestamps) if timestamps else [1_000] * len(values)
+    body = b""
+    for i, value in enumerate(values):
+        key = keys[i] if keys else None
+        rec = (b"\x00" + zigzag(timestamps[i] - timestamps[0]) + zigzag(i)
+               + (zigzag(-1) if key is None else zigzag(len(key)) + key)
+               + zigzag(len(value)) + value + zigzag(0))
+        body += zigzag(len(rec)) + rec
+    tail = struct.pack(">hiqqqhii", attributes, len(values) - 1, timestamps[0], max(timestamps),
+                       producer_id, producer_epoch, base_sequence, len(values)) + body
+    return struct.pack(">qiibI", 0, len(tail) + 9, leader_epoch, 2, doze.crc32c(tail)) + tail
 
+
+def _read_varint(buf, pos):
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def split_batches(data):
+    """Cut fetched records into whole batches (a trailing partial one is dropped)."""
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
+        if pos + size > len(data):
+            break
+        out.append(bytes(data[pos:pos + size]))
+        pos += size
+    return out
+
+
+def batch_records(batch):
+    """[(offset, key, value, timestamp)] of one uncompressed batch."""
+    base_offset, = struct.unpack_from(">q", batch, 0)
+    base_ts, = struct.unpack_from(">q", batch, 27)
+    count, = struct.unpack_from(">i", batch, 57)
+    out, pos = [], 61
+    for _ in range(count):
+        length, pos = _read_varint(batch, pos)
+        end = pos + length
+        pos += 1
+        ts_delta, pos = _read_varint(batch, pos)
+        off_delta, pos = _read_varint(batch, pos)
+        klen, pos = _read_varint(batch, pos)
+        key = None if klen < 0 else batch[pos:pos + klen]
+        pos += max(klen, 0)
+        vlen, pos = _read_varint(batch, pos)
+        value = None if vlen < 0 else batch[pos:pos + vlen]
+        out.append((base_offset + off_delta, key, value, base_ts + ts_delta))
+        pos = end
+    return out
+
+
+def header_of(batch):
+    return doze.read_batch_header(batch)
+
+
+# --- A broker on an ephemeral port, and a client of it ------------------------------
 
 class RawClient(doze.Client):
     """doze's own Client (requests by doze.encode_request, answers by
@@ -223,93 +297,438 @@ class RawClient(doze.Client):
                          allow_auto_topic_creation=allow_auto_topic_creation)
 
 
-# --- Test-side record batches (written without doze's build_batch) -----------
+@pytest.fixture
+def start_broker(tmp_path):
+    """start_broker(settings=None, files=None, clock=None) -> a running Broker on
+    127.0.0.1:<ephemeral port>, data in tmp_path/"data". Everything it starts is
+    stopped at teardown. Call it again (after broker.stop()) to restart on the
+    same directory."""
+    running = []
 
-def zigzag(n):
-    """Signed varint bytes (zig-zag, then LEB128), written independently of doze."""
-    u = (n << 1) ^ (n >> 63)
-    return uleb(u)
+    def start(settings=None, files=None, clock=None):
+        config = doze.Config(settings, data_dir=tmp_path / "data", host="127.0.0.1", port=0,
+                             clock=clock)
+        broker = doze.Broker(config, files=files)
+        thread = threading.Thread(target=broker.serve_forever, name="doze", daemon=True)
+        broker._thread = thread
+        thread.start()
+        running.append((broker, thread))
+        return broker
 
-
-def uleb(u):
-    out = bytearray()
-    while True:
-        byte = u & 0x7F
-        u >>= 7
-        if u:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def make_batch(values, timestamps=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-               attributes=0, leader_epoch=0, keys=None):
-    """An uncompressed RecordBatch v2 as a producer would send it (base offset 0)."""
-    timestamps = list(timestamps) if timestamps else [1_000] * len(values)
-    body = b""
-    for i, value in enumerate(values):
-        key = keys[i] if keys else None
-        rec = (b"\x00" + zigzag(timestamps[i] - timestamps[0]) + zigzag(i)
-               + (zigzag(-1) if key is None else zigzag(len(key)) + key)
-               + zigzag(len(value)) + value + zigzag(0))
-        body += zigzag(len(rec)) + rec
-    tail = struct.pack(">hiqqqhii", attributes, len(values) - 1, timestamps[0], max(timestamps),
-                       producer_id, producer_epoch, base_sequence, len(values)) + body
-    return struct.pack(">qiibI", 0, len(tail) + 9, leader_epoch, 2, doze.crc32c(tail)) + tail
+    yield start
+    for broker, thread in reversed(running):
+        broker.stop()
+        thread.join(timeout=5)
+        assert not thread.is_alive(), "broker loop did not stop within 5 s"
 
 
-def _read_varint(buf, pos):
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
+def stop(broker, clean=True):
+    """Stop a broker started by start_broker and wait for its loop to end."""
+    broker.stop(clean=clean)
+    assert broker.stopped.wait(5), "broker loop did not stop within 5 s"
 
 
-def split_batches(data):
-    """Cut fetched records into whole batches (a trailing partial one is dropped)."""
-    out, pos = [], 0
-    while pos + 12 <= len(data):
-        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
-        if pos + size > len(data):
+@pytest.fixture
+def broker(start_broker):
+    return start_broker()
+
+
+@pytest.fixture
+def client(broker):
+    with RawClient(broker.port) as c:
+        yield c
+
+
+SOFTWARE = dict(client_software_name="doze-test", client_software_version="1.0")
+
+
+@pytest.fixture
+def bystander(broker):
+    """A second client, connected before the misbehaving one, that must notice nothing."""
+    with RawClient(broker.port) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        yield c
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert c.metadata(None).brokers[0].node_id == 1
+
+
+# --- What clients say, spoken by hand: ids, groups, offsets, transactions, configs ---
+
+def init_producer_id(client, version=5):
+    resp = client.call(ApiKey.INIT_PRODUCER_ID, version, transactional_id=None,
+                       transaction_timeout_ms=60000)
+    assert resp.error_code == 0
+    return resp.producer_id, resp.producer_epoch
+
+
+def send_join(client, group, member_id="", instance=None, protocols=(("range", b"sub"),),
+              session_ms=10000, protocol_type="consumer", version=7):
+    return client.send(ApiKey.JOIN_GROUP, version, group_id=group, session_timeout_ms=session_ms,
+                       rebalance_timeout_ms=session_ms, member_id=member_id,
+                       group_instance_id=instance, protocol_type=protocol_type,
+                       protocols=[Msg(name=n, metadata=m) for n, m in protocols])
+
+
+def receive(client, key, sent):
+    cid, version = sent
+    got, msg = client.receive(key, version)
+    assert got == cid
+    return msg
+
+
+def join(client, group, **kw):
+    """A full first join: MEMBER_ID_REQUIRED, then the join with that id (KIP-394)."""
+    first = receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
+    if first.error_code != ErrorCode.MEMBER_ID_REQUIRED:
+        return first
+    kw["member_id"] = first.member_id
+    return receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
+
+
+def send_sync(client, group, generation, member_id, assignments=None, instance=None):
+    return client.send(ApiKey.SYNC_GROUP, 5, group_id=group, generation_id=generation,
+                       member_id=member_id, group_instance_id=instance, protocol_type="consumer",
+                       protocol_name="range", assignments=[
+                           Msg(member_id=m, assignment=a) for m, a in (assignments or {}).items()])
+
+
+def sync(client, group, generation, member_id, assignments=None, instance=None):
+    return receive(client, ApiKey.SYNC_GROUP,
+                   send_sync(client, group, generation, member_id, assignments, instance))
+
+
+def commit_offsets(client, group, offsets, generation=-1, member_id="", version=8):
+    r = client.call(ApiKey.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
+                    member_id=member_id, topics=[
+                        Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
+                                                    committed_metadata="m")])
+                        for (t, p), o in offsets.items()])
+    return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+
+def committed_offsets(client, group, tps, require_stable=False):
+    r = client.call(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
+                    topics=[Msg(name=t, partition_indexes=[p for tt, p in tps if tt == t])
+                            for t in dict.fromkeys(t for t, _ in tps)])
+    return {(t.name, p.partition_index): (p.error_code, p.committed_offset)
+            for t in r.topics for p in t.partitions}
+
+
+class Txn:
+    """A transactional producer spoken by hand over a RawClient."""
+
+    def __init__(self, client, transactional_id, timeout_ms=60000, version=4):
+        self.c, self.id = client, transactional_id
+        r = client.call(ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id,
+                        transaction_timeout_ms=timeout_ms)
+        assert r.error_code == 0, r
+        self.producer_id, self.epoch = r.producer_id, r.producer_epoch
+        self.seq = {}
+
+    def add(self, *tps, version=3):
+        r = self.c.call(ApiKey.ADD_PARTITIONS_TO_TXN, version, transactional_id=self.id,
+                        producer_id=self.producer_id, producer_epoch=self.epoch, topics=[
+                            Msg(name=t, partitions=[p for tt, p in tps if tt == t])
+                            for t in dict.fromkeys(t for t, _ in tps)])
+        return {(t.name, p.partition_index): p.partition_error_code
+                for t in r.results_by_topic for p in t.results_by_partition}
+
+    def produce(self, topic, partition, values, epoch=None):
+        seq = self.seq.get((topic, partition), 0)
+        batch = make_batch(values, producer_id=self.producer_id,
+                           producer_epoch=self.epoch if epoch is None else epoch,
+                           base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL)
+        resp = self.c.call(ApiKey.PRODUCE, 9, transactional_id=self.id, acks=-1, timeout_ms=5000,
+                           topic_data=[Msg(name=topic, partition_data=[
+                               Msg(index=partition, records=batch)])])
+        part = resp.responses[0].partition_responses[0]
+        if part.error_code == 0:
+            self.seq[(topic, partition)] = seq + len(values)
+        return part
+
+    def whole(self, topic, partition, values, commit):
+        """A whole transaction on one partition -> EndTxn's error code."""
+        self.add((topic, partition))
+        self.produce(topic, partition, values)
+        return self.end(commit)
+
+    def add_offsets(self, group, version=3):
+        return self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, version, transactional_id=self.id,
+                           producer_id=self.producer_id, producer_epoch=self.epoch,
+                           group_id=group).error_code
+
+    def commit_offsets(self, group, offsets, version=3, generation=-1, member=""):
+        r = self.c.call(ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=self.id, group_id=group,
+                        producer_id=self.producer_id, producer_epoch=self.epoch,
+                        generation_id=generation, member_id=member, topics=[
+                            Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
+                                                        committed_metadata="")])
+                            for (t, p), o in offsets.items()])
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+    def end(self, commit, epoch=None, producer_id=None, version=3):
+        return self.c.call(ApiKey.END_TXN, version, transactional_id=self.id,
+                           producer_id=self.producer_id if producer_id is None else producer_id,
+                           producer_epoch=self.epoch if epoch is None else epoch,
+                           committed=commit).error_code
+
+
+def fetch_isolated(client, topic, partition, offset=0, read_committed=True):
+    """One Fetch v12 with an isolation level -> the partition response."""
+    resp = client.call(ApiKey.FETCH, 12, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                       isolation_level=1 if read_committed else 0, topics=[Msg(topic=topic, partitions=[
+                           Msg(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+    part = resp.responses[0].partitions[0]
+    part.records = bytes(part.records or b"")
+    return part
+
+
+def visible_values(client, topic, partition, read_committed=True, every_segment=False):
+    """What a consumer sees: data records below the LSO (or HW), minus aborted
+    transactions' records and control batches, as Java's consumer filters.
+    One Fetch (one segment), or every_segment: fetches until the end."""
+    part = fetch_isolated(client, topic, partition, 0, read_committed)
+    batches, aborted_list = split_batches(part.records), list(part.aborted_transactions or [])
+    while every_segment and batches:
+        last = header_of(batches[-1])
+        nxt = fetch_isolated(client, topic, partition, last.base_offset + last.last_offset_delta + 1,
+                             read_committed)
+        if not nxt.records:
             break
-        out.append(bytes(data[pos:pos + size]))
-        pos += size
+        batches += split_batches(nxt.records)
+        aborted_list += nxt.aborted_transactions or []
+    pending = sorted({(a.first_offset, a.producer_id) for a in aborted_list})
+    aborting, out = set(), []                 # Java's consumer: the queue of aborted transactions
+    for batch in batches:
+        h = header_of(batch)
+        while pending and pending[0][0] <= h.base_offset + h.last_offset_delta:
+            aborting.add(pending.pop(0)[1])
+        if h.attributes & doze.ATTR_CONTROL:
+            if doze.control_type(batch) == doze.CONTROL_ABORT:
+                aborting.discard(h.producer_id)
+            continue
+        if read_committed and h.attributes & doze.ATTR_TRANSACTIONAL and h.producer_id in aborting:
+            continue
+        out += [v for _, _, v, _ in batch_records(batch)]
     return out
 
 
-def batch_records(batch):
-    """[(offset, key, value, timestamp)] of one uncompressed batch."""
-    base_offset, = struct.unpack_from(">q", batch, 0)
-    base_ts, = struct.unpack_from(">q", batch, 27)
-    count, = struct.unpack_from(">i", batch, 57)
-    out, pos = [], 61
-    for _ in range(count):
-        length, pos = _read_varint(batch, pos)
-        end = pos + length
-        pos += 1
-        ts_delta, pos = _read_varint(batch, pos)
-        off_delta, pos = _read_varint(batch, pos)
-        klen, pos = _read_varint(batch, pos)
-        key = None if klen < 0 else batch[pos:pos + klen]
-        pos += max(klen, 0)
-        vlen, pos = _read_varint(batch, pos)
-        value = None if vlen < 0 else batch[pos:pos + vlen]
-        out.append((base_offset + off_delta, key, value, base_ts + ts_delta))
-        pos = end
-    return out
+def describe_txn(client, transactional_id):
+    return client.call(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                       transactional_ids=[transactional_id]).transaction_states[0]
 
 
-def header_of(batch):
-    return doze.read_batch_header(batch)
+def describe_configs(client, rtype, name, keys=None, version=4, synonyms=False):
+    resp = client.call(ApiKey.DESCRIBE_CONFIGS, version, include_synonyms=synonyms, resources=[
+        Msg(resource_type=rtype, resource_name=name, configuration_keys=keys)])
+    [r] = resp.results
+    return r
+
+
+def config_map(result):
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+# --- SASL clients --------------------------------------------------------------------
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def sasl_settings(**more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                "connection.failed.authentication.delay.ms": 300}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+def sasl_port(broker):
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol.startswith("SASL_")]
+    return port
+
+
+def add_scram_user(broker, user, password, mechanism="SCRAM-SHA-256", iterations=4096):
+    broker.run_in_loop(lambda: broker.store.save_scram_credential(
+        user, mechanism, doze.new_scram_credential(mechanism, password, iterations)))
+
+
+def plain_token(user, password, authzid=""):
+    return f"{authzid}\0{user}\0{password}".encode()
+
+
+def sasl_authenticate(c, mechanism, tokens, handshake_version=1):
+    """SaslHandshake, then each token in a SaslAuthenticate -> the answers."""
+    h = c.call(ApiKey.SASL_HANDSHAKE, handshake_version, mechanism=mechanism)
+    assert h.error_code == 0, h
+    return [c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=t) for t in tokens]
 
 
 ###############################################################################
-# 3. VOCABULARY
+# 1. IMPORTS
+###############################################################################
+# (and the log's filter, _OneLine: whatever a client names, a log line stays one line)
+
+def test_server_client_text_cannot_break_a_log_line(client, caplog):
+    """A config name (or group id, client id) with a newline is logged escaped, on one line."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+        resource_type=4, resource_name="", configs=[Msg(name="log#\n2026-12-01 ERROR forged", config_operation=0,
+                                                         value="1")])])
+    lines = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
+    assert lines and all("\n" not in line and "\\n" in line for line in lines)
+
+
+###############################################################################
+# 2. CONFIG -- doze's settings, a value read as Kafka reads it, server.properties, listeners
+###############################################################################
+
+PROPERTIES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance", "configs", "properties")
+
+
+def properties_corpus():
+    with open(os.path.join(PROPERTIES_DIR, "expected.json"), encoding="utf-8") as f:
+        return sorted(json.load(f)["files"].items())
+
+
+def settings_read_by_the_code():
+    """Every broker setting name the code reads by a literal: config["x"],
+    .settings["x"] / .settings.get("x"), a listener's get("x") (sasl_setup,
+    tls_context), and the topic configs: config("x") / topic_config(..., "x")."""
+    with open(doze.__file__, encoding="utf-8") as f:
+        src = f.read()
+    start = src.index("BROKER_DEFAULTS = {")
+    src = src[:start] + src[src.index("\n}\n", start):]            # the table itself aside
+    broker = set(re.findall(r'config\["([a-z0-9_.]+)"\]|settings(?:\.get\(|\[)"([a-z0-9_.]+)"', src))
+    broker = {a or b for a, b in broker}
+    broker |= set(re.findall(r'(?<![.\w])get\("([a-z][a-z0-9_]*\.[a-z0-9_.]+)"\)', src))   # a listener's get
+    topic = set(re.findall(r'(?:\.config|config|topic_config\([^,()]+,)\s*\(?"([a-z0-9_.]+)"\)', src))
+    return broker, topic
+
+
+def test_config_every_setting_the_code_reads_is_one_the_start_log_says_doze_acts_on():
+    """One answer to "does doze act on this setting?" (acts_on), and it is the
+    code's: every setting the code reads is in it, every topic config it reads
+    is in TOPIC_CONFIGS_USED (and every one listed there is read)."""
+    broker, topic = settings_read_by_the_code()
+    assert broker, "the scan found nothing: it is broken"
+    assert {n for n in broker if not doze.acts_on(n)} == set()
+    topic = {n for n in topic if n in doze.KAFKA_TOPIC_CONFIGS}
+    assert topic == doze.TOPIC_CONFIGS_USED
+
+
+def test_config_start_log_says_what_doze_does_with_each_setting(caplog):
+    """Every setting Kafka has, given at start: no line if doze acts on it, else
+    Kafka's and not acted on (INFO); a name neither knows is a WARNING with the
+    nearest known name."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    for name in doze.KAFKA_BROKER_CONFIGS:
+        note = doze.setting_note(name)
+        assert (note is None) == doze.acts_on(name), name
+        if note:
+            assert note == (logging.INFO, f"setting {name}: Kafka's, accepted and described; doze does not act on it")
+    assert doze.setting_note("log.retention.hours") is None                 # a synonym of retention.ms
+    assert doze.setting_note("inter.broker.listener.name") is None           # checked at start
+    assert doze.setting_note("log.flush.interval.messages")[0] == logging.INFO
+    level, words = doze.setting_note("num.partition")
+    assert level == logging.WARNING and words.endswith("did you mean num.partitions?")
+    doze.Config({"num.partition": "3"})
+    assert "setting num.partition: not a setting of Kafka 4.3.1 or doze; kept, not used; " \
+           "did you mean num.partitions?" in caplog.text
+
+
+def test_broker_settings_doze_does_not_act_on_are_logged_once(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    broker = start_broker({"log.flush.interval.messages": "10", "no.such.setting": "1"})
+    assert "setting log.flush.interval.messages: Kafka's, accepted and described; doze does not act on it" \
+        in caplog.text
+    assert "setting no.such.setting: not a setting of Kafka 4.3.1 or doze" in caplog.text
+    with RawClient(broker.port) as c:
+        got = {e.name: e for e in describe_configs(c, 4, "1").configs}
+        assert (got["log.flush.interval.messages"].value, got["log.flush.interval.messages"].config_source) \
+            == ("10", 4)
+    with pytest.raises(ValueError, match="Value must be at least 1"):
+        doze.Config({"num.partitions": "0"})
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("earliest", True), ("latest", True), ("none", False), ("by_duration", False),
+    ("by_duration:PT1H", True), ("by_duration:p1dt2h3m4.5s", True), ("by_duration:-PT1H", False),
+    ("by_duration:P", False), ("by_duration:PT", False), ("by_duration:P1DT", False),
+    ("by_duration:PT-1S", False), ("by_duration:PT1H-30M", True), ("by_duration:-PT0S", True),
+    ("Earliest", False)])
+def test_share_auto_offset_reset_as_kafka_reads_it(text, ok):
+    assert doze.share_offset_reset_ok(text) is ok
+
+
+@pytest.mark.parametrize("name, java", properties_corpus(), ids=lambda x: x if isinstance(x, str) else "")
+def test_config_properties_read_as_java_reads_them(name, java):
+    """server.properties as java.util.Properties.load reads it (Kafka's
+    Utils.loadProps): every corpus file against what Java 17 gave for it
+    (expected.json, written only by conformance/configs/properties/check.py
+    --record from Java's output): continuations, escapes, separators, comments."""
+    with open(os.path.join(PROPERTIES_DIR, "corpus", name), "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == java["sha256"], "the corpus changed: record expected.json again"
+    if "error" in java:
+        with pytest.raises(ValueError, match="Malformed"):
+            doze.read_java_properties(data)
+    else:
+        assert doze.read_java_properties(data) == java["props"]
+
+
+def test_config_a_jaas_line_continued_as_kafkas_docs_write_it_starts_a_sasl_listener(tmp_path):
+    """Kafka's docs write sasl.jaas.config over several lines ending in a
+    backslash: read as Java reads it, the PLAIN users are all there."""
+    path = tmp_path / "server.properties"
+    path.write_bytes(b"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\n"
+                     b"sasl.enabled.mechanisms=PLAIN\n"
+                     b"num.partitions=\\\n    4\n"
+                     b"listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                     b"org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+                     b'    username="admin" \\\n    password="admin-secret" \\\n'
+                     b'    user_admin="admin-secret" \\\n    user_alice="alice-secret";\n')
+    config = doze.Config.from_properties(str(path), data_dir=str(tmp_path / "data"), port=0)
+    assert config["num.partitions"] == 4 and "user_alice" not in config.given
+    broker = doze.Broker(config)
+    thread = threading.Thread(target=broker.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with RawClient(sasl_port(broker)) as c:
+            [answer] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+            assert answer.error_code == 0
+            assert c.call(ApiKey.METADATA, 12, topics=None).brokers
+    finally:
+        broker.stop()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"listeners": "A://127.0.0.1:0,A://127.0.0.1:1", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "Each listener must have a different name"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:9"}, "No security protocol defined for listener OTHER"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,A://127.0.0.1:7,B://127.0.0.1:7",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,A:PLAINTEXT,B:PLAINTEXT"},
+     "Each listener must have a different port"),
+    ({"listener.security.protocol.map": "PLAINTEXT:TELNET"}, "is not NAME:PROTOCOL"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "nonroutable meta-address 0.0.0.0"),
+    ({"advertised.listeners": "PLAINTEXT://a:1,SSL://example:9093"},
+     "advertised.listeners listener names must be equal to or a subset"),
+    ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
+     "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"},
+     "sasl.enabled.mechanisms GSSAPI: doze serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
+])
+def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
+    with pytest.raises(ValueError, match=message):
+        start_broker(settings)
+
+
+###############################################################################
+# 3. PROTOCOL VOCABULARY -- API keys, error codes, errors
 ###############################################################################
 
 KAFKA_ERRORS = {   # from Kafka's org.apache.kafka.common.protocol.Errors
@@ -346,7 +765,7 @@ def test_vocabulary_older_clients_get_the_fallback_error():
 
 
 ###############################################################################
-# 4. WIRE CODEC
+# 4. WIRE CODEC -- primitive types, frames
 ###############################################################################
 
 # (value, zig-zag varint bytes): kafka-python's test_varint vectors and a few more
@@ -459,7 +878,7 @@ def test_codec_take_past_the_end_raises_protocol_error():
 
 
 ###############################################################################
-# 5. SCHEMAS
+# 5. SCHEMAS -- every API's request and response, declared once as data
 ###############################################################################
 
 SAMPLES = {"bool": True, "int8": -7, "int16": 300, "int32": -70000, "int64": 2 ** 40 + 5,
@@ -471,26 +890,32 @@ ERROR_SAMPLE = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)   # must survive OLDER_
 def sample_struct(fields, nulls, salt=0, version=None):
     """A Msg with a value for every field (all versions); fields nullable (in
     `version`, or in any) are None when nulls is set."""
+
+    def value(f):
+        if nulls and (f.nullable_in(version) if version is not None else f.nullable):
+            return None
+        if f.type == "[]":
+            return [sample_struct(f.fields, nulls, salt + i, version) for i in range(2)]
+        if f.type == "{}":
+            return sample_struct(f.fields, nulls, salt, version)
+        if f.type.startswith("[]"):
+            return [SAMPLES[f.type[2:]], SAMPLES[f.type[2:]]]
+        if f.name.endswith("error_code"):
+            return ERROR_SAMPLE
+        return SAMPLES[f.type] + salt if f.type == "int32" else SAMPLES[f.type]
     msg = Msg()
     for f in fields:
-        setattr(msg, f.name, sample_value(f, nulls, salt, version))
+        setattr(msg, f.name, value(f))
     return msg
 
 
-def sample_value(f, nulls, salt, version=None):
-    if nulls and (f.nullable_in(version) if version is not None else f.nullable):
-        return None
-    if f.type == "[]":
-        return [sample_struct(f.fields, nulls, salt + i, version) for i in range(2)]
-    if f.type == "{}":
-        return sample_struct(f.fields, nulls, salt, version)
-    if f.type.startswith("[]"):
-        return [SAMPLES[f.type[2:]], SAMPLES[f.type[2:]]]
-    if f.name.endswith("error_code"):
-        return ERROR_SAMPLE
-    value = SAMPLES[f.type]
-    if f.type == "int32":
-        value += salt
+def plain(value):
+    if isinstance(value, Msg):
+        return {k: plain(v) for k, v in vars(value).items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, memoryview):
+        return bytes(value)
     return value
 
 
@@ -510,16 +935,6 @@ def expected_plain(fields, msg, version):
         else:
             out[f.name] = plain(value)
     return out
-
-
-def plain(value):
-    if isinstance(value, Msg):
-        return {k: plain(v) for k, v in vars(value).items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, memoryview):
-        return bytes(value)
-    return value
 
 
 ALL_VERSIONS = [(key, v) for key, (spec, _) in sorted(doze.HANDLERS.items())
@@ -675,7 +1090,7 @@ def test_schema_api_versions_advertises_exactly_the_registry(client):
 
 
 ###############################################################################
-# 6. RECORD BATCHES
+# 6. RECORD BATCHES -- the unit a producer sends and the log stores
 ###############################################################################
 
 def _crc32c_reference(data, crc=0):
@@ -699,6 +1114,31 @@ def _crc32c_table_reference(data):
     for byte in data:
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+def batch_with_payload(payload, count, attributes=0, timestamp_ms=1_000):
+    """A RecordBatch v2 around arbitrary record bytes, with a right CRC-32C:
+    the shape of a batch whose header is fine and whose records are not."""
+    tail = struct.pack(">hiqqqhii", attributes, count - 1, timestamp_ms, timestamp_ms,
+                       -1, -1, -1, count) + payload
+    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, doze.crc32c(tail)) + tail
+
+
+GOOD_RECORD = zigzag(7) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(0)
+BAD_RECORDS = {   # name: (records bytes, records_count), each with a right CRC
+    "count-2^31-1-length--1": (zigzag(-1) + bytes(8), 2 ** 31 - 1),   # the 70-byte batch of the issue
+    "length--2": (zigzag(-2) + GOOD_RECORD, 2),
+    "length-too-short": (zigzag(3) + b"\x00\x00\x00", 1),
+    "bytes-left-over": (GOOD_RECORD + b"\x00\x00", 1),
+    "too-few-bytes-for-the-count": (GOOD_RECORD * 2, 3),
+    "length-past-the-end": (zigzag(500) + GOOD_RECORD[1:], 1),
+    "six-byte-varint": (b"\x80\x80\x80\x80\x80\x01" + GOOD_RECORD, 2),
+}
+
+
+def gzip_batch(payload, count):
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return batch_with_payload(co.compress(payload) + co.flush(), count, attributes=1)
 
 
 @pytest.mark.parametrize("e, terms", doze.CRC_FOLDS)
@@ -792,26 +1232,6 @@ def test_batch_control_flag_from_a_client_is_invalid_record():
     assert e.value.code == ErrorCode.INVALID_RECORD
 
 
-def batch_with_payload(payload, count, attributes=0, timestamp_ms=1_000):
-    """A RecordBatch v2 around arbitrary record bytes, with a right CRC-32C:
-    the shape of a batch whose header is fine and whose records are not."""
-    tail = struct.pack(">hiqqqhii", attributes, count - 1, timestamp_ms, timestamp_ms,
-                       -1, -1, -1, count) + payload
-    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, doze.crc32c(tail)) + tail
-
-
-GOOD_RECORD = zigzag(7) + b"\x00" + zigzag(0) + zigzag(0) + zigzag(-1) + zigzag(1) + b"v" + zigzag(0)
-BAD_RECORDS = {   # name: (records bytes, records_count), each with a right CRC
-    "count-2^31-1-length--1": (zigzag(-1) + bytes(8), 2 ** 31 - 1),   # the 70-byte batch of the issue
-    "length--2": (zigzag(-2) + GOOD_RECORD, 2),
-    "length-too-short": (zigzag(3) + b"\x00\x00\x00", 1),
-    "bytes-left-over": (GOOD_RECORD + b"\x00\x00", 1),
-    "too-few-bytes-for-the-count": (GOOD_RECORD * 2, 3),
-    "length-past-the-end": (zigzag(500) + GOOD_RECORD[1:], 1),
-    "six-byte-varint": (b"\x80\x80\x80\x80\x80\x01" + GOOD_RECORD, 2),
-}
-
-
 def test_batch_record_framing_accepts_what_producers_send():
     for values in ([b"a"], [b"x" * 70] * 3, [b"y" * 10_000, b"z"], [b""] * 500):
         batch = make_batch(values, keys=[b"k"] * len(values))
@@ -859,11 +1279,6 @@ def test_batch_decode_records_never_loops_on_random_payloads():
     assert time.perf_counter() - started < 10
 
 
-def gzip_batch(payload, count):
-    co = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return batch_with_payload(co.compress(payload) + co.flush(), count, attributes=1)
-
-
 @pytest.mark.parametrize("records,count,expected", [
     (GOOD_RECORD * 3, 3, None),
     (GOOD_RECORD * 3 + b"\x00", 3, ErrorCode.INVALID_RECORD),
@@ -887,7 +1302,7 @@ def test_batch_decode_records_bounds_gzip_output():
 
 
 ###############################################################################
-# 7. STORAGE -- PartitionLog and LogManager, no sockets
+# 7. STORAGE -- partition logs on disk, and meta.db
 ###############################################################################
 
 @pytest.fixture
@@ -929,6 +1344,126 @@ def append(logs, plog, values, flush=True, **kw):
 def log_files(plog):
     return sorted(n for n in os.listdir(plog.dir) if n.endswith(".log"))
 
+
+def _one_batch_per_segment(logs, clock, ages_s, **configs):
+    plog = new_topic(logs, segment_bytes=80, **configs)
+    now_ms = int(clock() * 1000)
+    for i, age in enumerate(ages_s):
+        append(logs, plog, [b"%02d" % i], timestamps=[now_ms - age * 1000])
+    assert len(plog.segments) == len(ages_s)
+    return plog
+
+
+def finish(steps):
+    """Run a step generator (what in_steps drives on the loop) to its end."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def _brute_force_for_timestamp(records, target, log_start):
+    """The first (offset, ts) at or after target by Kafka's rule, from a list of
+    (offset, ts, batch max ts) in log order: the first batch whose max reaches
+    the target, then its first record that does, from the log start."""
+    by_batch = {}
+    for off, ts, batch in records:
+        by_batch.setdefault(batch, []).append((off, ts))
+    for batch in sorted(by_batch):
+        recs = by_batch[batch]
+        if max(t for _, t in recs) >= target and recs[-1][0] >= log_start:
+            return next(((o, t) for o, t in recs if t >= target and o >= log_start),
+                        (max(recs[0][0], log_start), max(t for _, t in recs)))
+    return None
+
+
+class CountingFiles(doze.Files):
+    """Counts fsyncs; fails open_append with `fail_errno` from the N-th call on."""
+
+    def __init__(self, fail_from=None, fail_errno=errno.EMFILE):
+        self.fsyncs = self.dir_fsyncs = self.opens = 0
+        self.fail_from, self.fail_errno = fail_from, fail_errno
+
+    def open_append(self, path, create):
+        self.opens += 1
+        if self.fail_from is not None and self.opens >= self.fail_from:
+            raise OSError(self.fail_errno, os.strerror(self.fail_errno))
+        return super().open_append(path, create)
+
+    def fsync(self, fd):
+        self.fsyncs += 1
+        super().fsync(fd)
+
+    def fsync_dir(self, path):
+        self.dir_fsyncs += 1
+        super().fsync_dir(path)
+
+
+def fds_under(path):
+    """This process's descriptors open on files below `path` (other tests'
+    threads may open and close descriptors of their own meanwhile)."""
+    path, found = str(path), 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(path):
+                found += 1
+    return found
+
+
+class SickDisk(doze.Files):
+    """Files whose fsyncs (`fsync_errno`) or writes (`write_errno`) fail for
+    paths under `sick` (a partition directory), and whose meta.db commits fail
+    while `meta_db_error` is set. Counts the fsyncs each path gets."""
+
+    def __init__(self):
+        self.paths, self.fsyncs = {}, collections.Counter()
+        self.sick = self.fsync_errno = self.write_errno = self.meta_db_error = None
+
+    def _sick(self, fd):
+        return self.sick and self.paths.get(fd, "").startswith(self.sick + os.sep)
+
+    def open_append(self, path, create):
+        fd = super().open_append(path, create)
+        self.paths[fd] = str(path)
+        return fd
+
+    def write(self, fd, data):
+        if self.write_errno and self._sick(fd):
+            raise OSError(self.write_errno, os.strerror(self.write_errno))
+        super().write(fd, data)
+
+    def fsync(self, fd):
+        self.fsyncs[self.paths.get(fd)] += 1
+        if self.fsync_errno and self._sick(fd):
+            raise OSError(self.fsync_errno, os.strerror(self.fsync_errno))
+        super().fsync(fd)
+
+    def commit(self, db):
+        if self.meta_db_error:
+            raise sqlite3.OperationalError(self.meta_db_error)
+        super().commit(db)
+
+
+class MetaSyncLog(doze.Files):
+    """Files that record meta.db's commits and fsyncs in order, and can fail the fsyncs."""
+
+    def __init__(self):
+        self.events, self.sync_errno, self.sync_delay_s = [], None, 0
+
+    def commit(self, db):
+        super().commit(db)
+        self.events.append("commit")
+
+    def sync_file(self, path, fallback=None):
+        if self.sync_errno:
+            raise OSError(self.sync_errno, os.strerror(self.sync_errno))
+        super().sync_file(path, fallback)
+        time.sleep(self.sync_delay_s)            # a slow disk: an answer sent before the fsync would show
+        self.events.append("sync")
+
+
+# --- PartitionLog and LogManager, no sockets ------------------------------------------
 
 def test_storage_append_and_read_back(open_logs):
     logs = open_logs()
@@ -1132,15 +1667,6 @@ def test_storage_good_tail_is_not_cut(open_logs, caplog):
     assert not any("torn tail" in r.getMessage() for r in caplog.records)
 
 
-def _one_batch_per_segment(logs, clock, ages_s, **configs):
-    plog = new_topic(logs, segment_bytes=80, **configs)
-    now_ms = int(clock() * 1000)
-    for i, age in enumerate(ages_s):
-        append(logs, plog, [b"%02d" % i], timestamps=[now_ms - age * 1000])
-    assert len(plog.segments) == len(ages_s)
-    return plog
-
-
 def test_storage_retention_by_time(open_logs):
     clock = FakeClock()
     logs = open_logs(clock=clock)
@@ -1242,15 +1768,6 @@ def test_storage_delete_everything_keeps_the_offsets_going(open_logs):
     assert (plog2.log_start_offset, plog2.next_offset) == (4, 5)
 
 
-def finish(steps):
-    """Run a step generator (what in_steps drives on the loop) to its end."""
-    try:
-        while True:
-            next(steps)
-    except StopIteration as done:
-        return done.value
-
-
 def test_storage_offset_for_timestamp(open_logs):
     logs = open_logs()
     plog = new_topic(logs)
@@ -1261,21 +1778,6 @@ def test_storage_offset_for_timestamp(open_logs):
     assert finish(plog.offset_for_timestamp(400)) == (3, 500)
     assert finish(plog.offset_for_timestamp(501)) is None
     assert finish(plog.offset_of_max_timestamp()) == (3, 500)
-
-
-def _brute_force_for_timestamp(records, target, log_start):
-    """The first (offset, ts) at or after target by Kafka's rule, from a list of
-    (offset, ts, batch max ts) in log order: the first batch whose max reaches
-    the target, then its first record that does, from the log start."""
-    by_batch = {}
-    for off, ts, batch in records:
-        by_batch.setdefault(batch, []).append((off, ts))
-    for batch in sorted(by_batch):
-        recs = by_batch[batch]
-        if max(t for _, t in recs) >= target and recs[-1][0] >= log_start:
-            return next(((o, t) for o, t in recs if t >= target and o >= log_start),
-                        (max(recs[0][0], log_start), max(t for _, t in recs)))
-    return None
 
 
 def test_storage_offset_for_timestamp_agrees_with_a_scan_of_every_record(open_logs):
@@ -1314,39 +1816,6 @@ def test_storage_topic_directories_unknown_to_meta_db_are_removed(open_logs, tmp
     logs2 = open_logs()
     assert not os.path.exists(tmp_path / "logs" / "ghost-0")
     assert "kept" in logs2.topics
-
-
-class CountingFiles(doze.Files):
-    """Counts fsyncs; fails open_append with `fail_errno` from the N-th call on."""
-
-    def __init__(self, fail_from=None, fail_errno=errno.EMFILE):
-        self.fsyncs = self.dir_fsyncs = self.opens = 0
-        self.fail_from, self.fail_errno = fail_from, fail_errno
-
-    def open_append(self, path, create):
-        self.opens += 1
-        if self.fail_from is not None and self.opens >= self.fail_from:
-            raise OSError(self.fail_errno, os.strerror(self.fail_errno))
-        return super().open_append(path, create)
-
-    def fsync(self, fd):
-        self.fsyncs += 1
-        super().fsync(fd)
-
-    def fsync_dir(self, path):
-        self.dir_fsyncs += 1
-        super().fsync_dir(path)
-
-
-def fds_under(path):
-    """This process's descriptors open on files below `path` (other tests'
-    threads may open and close descriptors of their own meanwhile)."""
-    path, found = str(path), 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(path):
-                found += 1
-    return found
 
 
 def test_storage_creating_partitions_needs_no_fsync_per_partition(open_logs):
@@ -1427,1856 +1896,11 @@ def test_storage_partition_directory_lost_is_recreated(open_logs, tmp_path):
     assert os.path.isdir(tmp_path / "logs" / "t-1")
 
 
-###############################################################################
-# 8. COORDINATORS -- producer state, no sockets
-###############################################################################
-
-def idem_header(seq, count=1, producer_id=7, epoch=0):
-    return header_of(make_batch([b"x"] * count, producer_id=producer_id, producer_epoch=epoch,
-                                base_sequence=seq))
-
-
-def test_producer_state_unknown_producer_takes_any_sequence():
-    table = doze.ProducerStateTable()
-    assert table.check(idem_header(42)) is None
-
-
-def test_producer_state_duplicate_is_recognised_with_its_offsets():
-    table = doze.ProducerStateTable()
-    h = idem_header(0, count=3)
-    table.update(h, 10)
-    assert table.check(h) == (10, 12)
-    h2 = idem_header(3, count=2)
-    assert table.check(h2) is None
-    table.update(h2, 13)
-    assert table.check(h) == (10, 12) and table.check(h2) == (13, 14)
-
-
-@pytest.mark.parametrize("seq", [2, 4, 100])
-def test_producer_state_gap_is_out_of_order(seq):
-    table = doze.ProducerStateTable()
-    table.update(idem_header(0, count=3), 0)
-    with pytest.raises(doze.KafkaError) as e:
-        table.check(idem_header(seq))
-    assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-
-
-def test_producer_state_older_epoch_is_fenced():
-    table = doze.ProducerStateTable()
-    table.update(idem_header(0, epoch=3), 0)
-    with pytest.raises(doze.KafkaError) as e:
-        table.check(idem_header(1, epoch=2))
-    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
-
-
-def test_producer_state_aborted_between_equals_a_scan_of_every_aborted_transaction():
-    """Interleaved transactions of 6 producers, some aborted: the early stop of
-    aborted_between (Kafka's stable-offset rule) never drops one a brute-force
-    scan (marker at or after the fetch offset, first offset below the bound) lists."""
-    rng = random.Random(11)
-    table, offset, opened, aborted = doze.ProducerStateTable(), 0, {}, []
-    for _ in range(600):
-        pid = rng.randrange(6)
-        if pid not in opened:
-            h = idem_header(0, producer_id=pid)._replace(attributes=doze.ATTR_TRANSACTIONAL)
-            table.producers.pop(pid, None)
-            table.update(h, offset)
-            opened[pid] = offset
-        else:
-            commit = rng.random() < 0.5
-            table.apply_marker(pid, 0, commit, offset, 0)
-            if not commit:
-                aborted.append((pid, opened[pid], offset))
-            del opened[pid]
-        offset += 1
-    for _ in range(300):
-        fetch = rng.randrange(offset)
-        upper = fetch + rng.randrange(1, 80)
-        want = [(p, f) for p, f, m in aborted if m >= fetch and f < upper]
-        assert table.aborted_between(fetch, upper) == want, (fetch, upper)
-    table.forget_before(300)
-    assert table.aborted_between(0, offset) == [(p, f) for p, f, m in aborted if m >= 300]
-
-
-def test_producer_state_new_epoch_starts_at_zero():
-    table = doze.ProducerStateTable()
-    table.update(idem_header(0, epoch=0), 0)
-    assert table.check(idem_header(0, epoch=1)) is None
-    with pytest.raises(doze.KafkaError) as e:
-        table.check(idem_header(5, epoch=1))
-    assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-
-
-def test_producer_state_remembers_only_five_batches():
-    table = doze.ProducerStateTable()
-    for i in range(6):
-        table.update(idem_header(i), i)
-    assert table.check(idem_header(1)) == (1, 1)
-    with pytest.raises(doze.KafkaError):
-        table.check(idem_header(0))          # fell out of the window: not a known duplicate
-
-
-def test_producer_state_sequence_wraps_at_int32_max():
-    table = doze.ProducerStateTable()
-    table.update(idem_header(doze.INT32_MAX - 1, count=2), 0)
-    assert table.check(idem_header(0)) is None
-    with pytest.raises(doze.KafkaError):
-        table.check(idem_header(1))
-
-
-###############################################################################
-# 9. HANDLERS ON THE WIRE
-###############################################################################
-
-# --- ApiVersions (18) ----------------------------------------------------------
-
-SOFTWARE = dict(client_software_name="doze-test", client_software_version="1.0")
-
-
-@pytest.mark.parametrize("version", range(0, 5))
-def test_api_versions_every_version(client, version):
-    fields = dict(client_software_name="doze-test", client_software_version="1.0") \
-        if version >= 3 else {}
-    resp = client.call(ApiKey.API_VERSIONS, version, **fields)
-    assert resp.error_code == 0
-    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert keys[ApiKey.API_VERSIONS] == (0, 4)
-    assert keys[ApiKey.PRODUCE][1] == 9 and keys[ApiKey.METADATA] == (0, 12)
-
-
-@pytest.mark.parametrize("name,version", [("", "1"), ("a", ""), ("bad name", "1"), ("-x", "1")])
-def test_api_versions_v3_checks_the_client_software_name(client, name, version):
-    """KIP-511: Kafka refuses names and versions that are not [a-zA-Z0-9.-]."""
-    resp = client.call(ApiKey.API_VERSIONS, 3, client_software_name=name,
-                       client_software_version=version)
-    assert (resp.error_code, resp.api_keys) == (ErrorCode.INVALID_REQUEST, [])
-
-
-# --- Metadata (3) ----------------------------------------------------------------
-
-@pytest.mark.parametrize("version", [0, 1, 4, 9, 12])
-def test_metadata_lists_broker_and_topics(client, broker, version):
-    client.create_topic("meta-a", partitions=3)
-    resp = client.metadata(["meta-a"], version=version)
-    [b] = resp.brokers
-    assert (b.node_id, b.host, b.port) == (1, "127.0.0.1", broker.port)
-    [t] = resp.topics
-    assert (t.error_code, t.name) == (0, "meta-a")
-    assert sorted(p.partition_index for p in t.partitions) == [0, 1, 2]
-    assert all(p.leader_id == 1 and p.replica_nodes == [1] for p in t.partitions)
-
-
-def test_metadata_v0_empty_list_means_all_topics(client):
-    client.create_topic("all-1")
-    client.create_topic("all-2")
-    assert {t.name for t in client.metadata([], version=0).topics} == {"all-1", "all-2"}
-    assert client.metadata([], version=1).topics == []              # v1+: empty is none
-    assert {t.name for t in client.metadata(None, version=1).topics} == {"all-1", "all-2"}
-
-
-def test_metadata_auto_creates_topics_when_allowed(client):
-    [t] = client.metadata(["auto-1"]).topics
-    assert t.error_code == 0 and len(t.partitions) == 1
-    [t] = client.metadata(["auto-2"], allow_auto_topic_creation=False).topics
-    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert "auto-2" not in {t.name for t in client.metadata(None).topics}
-    assert "auto-1" in {t.name for t in client.metadata(None).topics}
-
-
-def test_metadata_auto_create_uses_num_partitions(start_broker):
-    broker = start_broker({"num.partitions": 3})
-    with RawClient(broker.port) as c:
-        [t] = c.metadata(["auto-3"]).topics
-        assert len(t.partitions) == 3
-
-
-def test_metadata_auto_create_off_by_broker_setting(start_broker):
-    broker = start_broker({"auto.create.topics.enable": "false"})
-    with RawClient(broker.port) as c:
-        [t] = c.metadata(["nope"]).topics
-        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        [t] = c.metadata(["nope"], version=3).topics          # v0-3 always "allow"
-        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_metadata_invalid_topic_name(client):
-    [t] = client.metadata(["bad name!"]).topics
-    assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
-
-
-def test_metadata_topic_by_id(client):
-    created = client.create_topic("by-id")
-    [t] = client.call(ApiKey.METADATA, 12, topics=[Msg(topic_id=created.topic_id, name=None)]).topics
-    assert (t.error_code, t.name) == (0, "by-id")
-    [t] = client.call(ApiKey.METADATA, 12, topics=[Msg(topic_id=b"\x01" * 16, name=None)]).topics
-    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_ID
-
-
-# --- CreateTopics (19) -----------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(2, 8))
-def test_create_topics_every_version(client, version):
-    [res] = client.create_topics(("ct-%d" % version, 2, {"retention.ms": "1234"}), version=version)
-    assert res.error_code == 0
-    if version >= 5:
-        assert (res.num_partitions, res.replication_factor) == (2, 1)
-        configs = {c.name: (c.value, c.config_source) for c in res.configs}
-        assert configs["retention.ms"] == ("1234", 1)
-        assert configs["cleanup.policy"] == ("delete", 5)
-    if version >= 7:
-        assert res.topic_id != bytes(16)
-    [t] = client.metadata(["ct-%d" % version], allow_auto_topic_creation=False).topics
-    assert t.error_code == 0 and len(t.partitions) == 2
-
-
-def test_create_topics_default_partitions(client):
-    [res] = client.create_topics(("dflt", -1, None))
-    assert (res.error_code, res.num_partitions) == (0, 1)
-
-
-def test_create_topics_validate_only_creates_nothing(client):
-    [res] = client.create_topics(("dry", 4, None), validate_only=True)
-    assert (res.error_code, res.num_partitions) == (0, 4)
-    [t] = client.metadata(["dry"], allow_auto_topic_creation=False).topics
-    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-@pytest.mark.parametrize("topic,code", [
-    (("", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (("a/b", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
-    ((".", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (("x" * 250, 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (("zero", 0, None), ErrorCode.INVALID_PARTITIONS),
-    (("minus", -5, None), ErrorCode.INVALID_PARTITIONS),
-    (("cfg", 1, {"no.such.config": "1"}), ErrorCode.INVALID_CONFIG),
-    (("cfg2", 1, {"retention.ms": "soon"}), ErrorCode.INVALID_CONFIG),
-    (("cfg3", 1, {"cleanup.policy": "shred"}), ErrorCode.INVALID_CONFIG),
-])
-def test_create_topics_errors(client, topic, code):
-    [res] = client.create_topics(topic)
-    assert res.error_code == code
-    assert res.error_message
-
-
-@pytest.mark.parametrize("replication", [0, 2, 3])
-def test_create_topics_invalid_replication_factor(client, replication):
-    [res] = client.call(ApiKey.CREATE_TOPICS, 7, topics=[
-        Msg(name="rf", num_partitions=1, replication_factor=replication, configs=[])],
-        timeout_ms=1000).topics
-    assert res.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
-
-
-def test_create_topics_already_exists_and_collision(client):
-    client.create_topic("exists.here")
-    [res] = client.create_topics(("exists.here", 1, None))
-    assert res.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
-    [res] = client.create_topics(("exists_here", 1, None))           # '.' and '_' collide
-    assert res.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
-
-
-def test_create_topics_duplicate_in_request_is_invalid_request(client):
-    results = client.create_topics(("dup", 1, None), ("dup", 1, None), ("single", 1, None))
-    # Kafka 4.3.1 (ControllerApis): one entry per duplicated name, after the others
-    assert [(r.name, r.error_code, r.error_message) for r in results] == [
-        ("single", 0, None), ("dup", ErrorCode.INVALID_REQUEST, "Duplicate topic name.")]
-    names = {t.name for t in client.metadata(None).topics}
-    assert "dup" not in names and "single" in names
-
-
-# --- DeleteTopics (20) -----------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(1, 7))
-def test_delete_topics_every_version(client, version):
-    created = client.create_topic("del-me")
-    if version >= 6:
-        resp = client.call(ApiKey.DELETE_TOPICS, version, timeout_ms=1000,
-                           topics=[Msg(name="del-me", topic_id=bytes(16)),
-                                   Msg(name="never-was", topic_id=bytes(16))])
-    else:
-        resp = client.call(ApiKey.DELETE_TOPICS, version, timeout_ms=1000,
-                           topic_names=["del-me", "never-was"])
-    got = [(r.name, r.error_code) for r in resp.responses]
-    assert got == [("del-me", 0), ("never-was", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
-    if version >= 6:
-        assert resp.responses[0].topic_id == created.topic_id
-    [t] = client.metadata(["del-me"], allow_auto_topic_creation=False).topics
-    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_delete_topics_by_id_and_recreate_starts_empty(client):
-    created = client.create_topic("again")
-    assert client.produce("again", 0, make_batch([b"old"])).error_code == 0
-    resp = client.call(ApiKey.DELETE_TOPICS, 6, timeout_ms=1000,
-                       topics=[Msg(name=None, topic_id=created.topic_id)])
-    assert [(r.name, r.error_code) for r in resp.responses] == [("again", 0)]
-    client.create_topic("again")
-    assert client.values("again", 0) == []
-    assert client.produce("again", 0, make_batch([b"new"])).base_offset == 0
-
-
-# --- CreatePartitions (37) -------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(0, 4))
-def test_create_partitions_grow(client, version):
-    client.create_topic("grow", partitions=1)
-    resp = client.call(ApiKey.CREATE_PARTITIONS, version, timeout_ms=1000, validate_only=False,
-                       topics=[Msg(name="grow", count=3, assignments=None)])
-    assert [(r.name, r.error_code) for r in resp.results] == [("grow", 0)]
-    [t] = client.metadata(["grow"]).topics
-    assert len(t.partitions) == 3
-    assert client.produce("grow", 2, make_batch([b"p2"])).error_code == 0
-    assert client.values("grow", 2) == [(0, b"p2")]
-
-
-@pytest.mark.parametrize("count", [1, 2])
-def test_create_partitions_shrink_or_same_is_invalid(client, count):
-    client.create_topic("keep", partitions=2)
-    resp = client.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
-                       topics=[Msg(name="keep", count=count, assignments=None)])
-    assert resp.results[0].error_code == ErrorCode.INVALID_PARTITIONS
-    assert len(client.metadata(["keep"]).topics[0].partitions) == 2
-
-
-def test_create_partitions_unknown_topic_and_validate_only(client):
-    client.create_topic("vo", partitions=1)
-    resp = client.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=True,
-                       topics=[Msg(name="vo", count=5, assignments=None),
-                               Msg(name="ghost", count=5, assignments=None)])
-    assert [r.error_code for r in resp.results] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    assert len(client.metadata(["vo"]).topics[0].partitions) == 1
-
-
-# --- Produce (0) -----------------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(3, 10))
-def test_produce_every_served_version(client, version):
-    client.create_topic("pv")
-    first = client.produce("pv", 0, make_batch([b"a", b"b"]), version=version)
-    second = client.produce("pv", 0, make_batch([b"c"]), version=version)
-    assert (first.error_code, first.base_offset) == (0, 0)
-    assert (second.error_code, second.base_offset) == (0, 2)
-    if version >= 5:
-        assert second.log_start_offset == 0
-    assert client.values("pv", 0) == [(0, b"a"), (1, b"b"), (2, b"c")]
-
-
-@pytest.mark.parametrize("acks", [1, -1])
-def test_produce_acked_is_readable(client, acks):
-    client.create_topic("acks")
-    p = client.produce("acks", 0, make_batch([b"x"]), acks=acks)
-    assert (p.error_code, p.base_offset) == (0, 0)
-    assert client.values("acks", 0) == [(0, b"x")]
-
-
-def test_produce_acks_zero_gets_no_response(client):
-    client.create_topic("fire")
-    client.produce("fire", 0, make_batch([b"f1"]), acks=0)
-    client.produce("fire", 0, make_batch([b"f2"]), acks=0)
-    # the next answer on this connection is the Metadata's, not a Produce's
-    assert client.metadata(["fire"]).topics[0].error_code == 0
-    assert client.values("fire", 0) == [(0, b"f1"), (1, b"f2")]
-
-
-@pytest.mark.parametrize("acks", [2, -2, 5])
-def test_produce_invalid_required_acks(client, acks):
-    client.create_topic("badacks")
-    p = client.produce("badacks", 0, make_batch([b"x"]), acks=acks)
-    assert p.error_code == ErrorCode.INVALID_REQUIRED_ACKS
-    assert client.values("badacks", 0) == []
-
-
-def test_produce_unknown_topic_or_partition(client):
-    client.create_topic("known")
-    assert client.produce("unknown-topic", 0, make_batch([b"x"])).error_code == \
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert client.produce("known", 7, make_batch([b"x"])).error_code == \
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_produce_bad_crc_is_corrupt_message(client):
-    client.create_topic("crc")
-    batch = bytearray(make_batch([b"payload"]))
-    batch[-2] ^= 0xFF
-    p = client.produce("crc", 0, bytes(batch))
-    assert p.error_code == ErrorCode.CORRUPT_MESSAGE
-    assert client.produce("crc", 0, make_batch([b"good"])).base_offset == 0   # nothing written
-
-
-def test_produce_message_too_large_by_topic_config(client):
-    client.create_topic("small", max_message_bytes=100)
-    p = client.produce("small", 0, make_batch([b"x" * 200]))
-    assert p.error_code == ErrorCode.MESSAGE_TOO_LARGE
-    assert client.produce("small", 0, make_batch([b"x" * 10])).error_code == 0
-
-
-def test_produce_control_batch_is_invalid_record(client):
-    client.create_topic("ctl")
-    # a non-transactional batch with the control bit (a transactional one without a
-    # transactional_id is refused earlier, with TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    batch = make_batch([b"\x00\x00\x00\x01"], attributes=doze.ATTR_CONTROL)
-    assert client.produce("ctl", 0, batch).error_code == ErrorCode.INVALID_RECORD
-    assert client.values("ctl", 0) == []
-
-
-def test_produce_several_partitions_in_one_request(client):
-    client.create_topic("multi", partitions=2)
-    resp = client.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=1000, topic_data=[
-        Msg(name="multi", partition_data=[Msg(index=0, records=make_batch([b"zero"])),
-                                          Msg(index=1, records=make_batch([b"one"])),
-                                          Msg(index=9, records=make_batch([b"nine"]))])])
-    [t] = resp.responses
-    assert [(p.index, p.error_code) for p in t.partition_responses] == \
-        [(0, 0), (1, 0), (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
-    assert client.values("multi", 1) == [(0, b"one")]
-
-
-def init_producer_id(client, version=5):
-    resp = client.call(ApiKey.INIT_PRODUCER_ID, version, transactional_id=None,
-                       transaction_timeout_ms=60000)
-    assert resp.error_code == 0
-    return resp.producer_id, resp.producer_epoch
-
-
-def test_produce_idempotent_duplicate_gets_same_offset_and_is_not_written(client):
-    client.create_topic("idem")
-    pid, epoch = init_producer_id(client)
-    first = make_batch([b"a", b"b"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
-    assert client.produce("idem", 0, first).base_offset == 0
-    again = client.produce("idem", 0, first)
-    assert (again.error_code, again.base_offset) == (0, 0)
-    nxt = make_batch([b"c"], producer_id=pid, producer_epoch=epoch, base_sequence=2)
-    assert client.produce("idem", 0, nxt).base_offset == 2
-    assert client.values("idem", 0) == [(0, b"a"), (1, b"b"), (2, b"c")]
-
-
-def test_produce_out_of_order_sequence(client):
-    client.create_topic("ooo")
-    pid, epoch = init_producer_id(client)
-    client.produce("ooo", 0, make_batch([b"a"], producer_id=pid, producer_epoch=epoch,
-                                        base_sequence=0))
-    p = client.produce("ooo", 0, make_batch([b"gap"], producer_id=pid, producer_epoch=epoch,
-                                            base_sequence=5))
-    assert p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert client.values("ooo", 0) == [(0, b"a")]
-
-
-def test_produce_older_epoch_is_invalid_producer_epoch(client):
-    client.create_topic("epoch")
-    pid, _ = init_producer_id(client)
-    client.produce("epoch", 0, make_batch([b"new"], producer_id=pid, producer_epoch=2,
-                                          base_sequence=0))
-    p = client.produce("epoch", 0, make_batch([b"old"], producer_id=pid, producer_epoch=1,
-                                              base_sequence=1))
-    assert p.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert client.values("epoch", 0) == [(0, b"new")]
-
-
-def test_produce_log_append_time_stamps_the_batch(client):
-    client.create_topic("lat", message_timestamp_type="LogAppendTime")
-    before = int(time.time() * 1000)
-    p = client.produce("lat", 0, make_batch([b"x"], timestamps=[5]))
-    assert p.error_code == 0 and p.log_append_time_ms >= before
-    batch = client.fetch("lat", 0, 0).records
-    h = header_of(batch)
-    assert h.attributes & 0x08 and h.max_timestamp == p.log_append_time_ms
-    assert doze.crc32c(batch[doze.CRC_START:]) == h.crc
-
-
-# --- InitProducerId (22) ---------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(0, 6))
-def test_init_producer_id_every_version_gives_fresh_ids(client, version):
-    a = init_producer_id(client, version)
-    b = init_producer_id(client, version)
-    assert a[0] >= 0 and b[0] >= 0 and a[0] != b[0]
-    assert a[1] == b[1] == 0
-
-
-def test_init_producer_id_ids_are_not_reused_after_restart(start_broker):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        before = {init_producer_id(c)[0] for _ in range(3)}
-    stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        after = {init_producer_id(c)[0] for _ in range(3)}
-    assert not before & after and min(after) > max(before)
-
-
-# --- Fetch (1) -------------------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(4, 13))
-def test_fetch_every_served_version(client, version):
-    client.create_topic("fv")
-    sent = make_batch([b"one", b"two"])
-    client.produce("fv", 0, sent)
-    p = client.fetch("fv", 0, 0, version=version)
-    assert (p.error_code, p.high_watermark, p.last_stable_offset) == (0, 2, 2)
-    if version >= 5:
-        assert p.log_start_offset == 0
-    assert p.records[8:] == sent[8:]             # byte-identical but for the base offset
-
-
-def test_fetch_records_are_byte_identical_except_base_offset(client):
-    client.create_topic("same")
-    sent = [make_batch([b"k%d" % i] * (i + 1), timestamps=list(range(i + 1)), keys=[b"key"] * (i + 1))
-            for i in range(4)]
-    for batch in sent:
-        client.produce("same", 0, batch)
-    got = split_batches(client.fetch("same", 0, 0).records)
-    assert len(got) == 4
-    offset = 0
-    for original, fetched in zip(sent, got):
-        assert struct.unpack_from(">q", fetched)[0] == offset
-        assert fetched[8:] == original[8:]
-        offset += header_of(original).records_count
-
-
-def test_fetch_from_the_middle_of_a_batch_returns_the_whole_batch(client):
-    client.create_topic("mid")
-    client.produce("mid", 0, make_batch([b"a", b"b", b"c"]))
-    client.produce("mid", 0, make_batch([b"d"]))
-    batches = split_batches(client.fetch("mid", 0, 1).records)
-    assert [header_of(b).base_offset for b in batches] == [0, 3]
-    assert client.values("mid", 0, offset=1) == [(1, b"b"), (2, b"c"), (3, b"d")]
-
-
-def test_fetch_at_high_watermark_is_empty(client):
-    client.create_topic("hw")
-    client.produce("hw", 0, make_batch([b"a"]))
-    p = client.fetch("hw", 0, 1)
-    assert (p.error_code, p.records, p.high_watermark) == (0, b"", 1)
-
-
-@pytest.mark.parametrize("offset", [2, 100, -1])
-def test_fetch_out_of_range(client, offset):
-    client.create_topic("oor")
-    client.produce("oor", 0, make_batch([b"a"]))
-    assert client.fetch("oor", 0, offset).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-
-
-def test_fetch_max_bytes_limits_but_returns_at_least_one_batch(client):
-    client.create_topic("mb")
-    for i in range(3):
-        client.produce("mb", 0, make_batch([b"v" * 40]))
-    size = len(client.fetch("mb", 0, 0).records) // 3
-    assert len(split_batches(client.fetch("mb", 0, 0, max_bytes=size * 2).records)) == 2
-    assert len(split_batches(client.fetch("mb", 0, 0, max_bytes=1).records)) == 1
-    assert len(split_batches(client.fetch("mb", 0, 0, partition_max_bytes=size + 1).records)) == 1
-
-
-def test_fetch_unknown_partition_and_session_id(client):
-    client.create_topic("fs")
-    assert client.fetch("nowhere", 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    resp = client.call(ApiKey.FETCH, 12, max_wait_ms=0, min_bytes=0, session_id=77,
-                       session_epoch=1, topics=[])
-    assert resp.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-
-
-# --- ListOffsets (2) -------------------------------------------------------------
-
-@pytest.fixture
-def timed_topic(client):
-    """Topic "times": offsets 0-2 at 100, 300, 200 ms; offset 3 at 500 ms."""
-    client.create_topic("times")
-    client.produce("times", 0, make_batch([b"a", b"b", b"c"], timestamps=[100, 300, 200]))
-    client.produce("times", 0, make_batch([b"d"], timestamps=[500]))
-    return "times"
-
-
-def test_in_steps_answers_at_once_or_parks_until_done():
-    def work(n):
-        for _ in range(n):
-            yield
-        return Msg(done=n)
-    assert doze.in_steps(work(3)).done == 3
-    park = doze.in_steps(work(10 ** 9), budget_s=0)
-    assert isinstance(park, doze.Park) and park.keys == (doze.STEP,)
-    assert park.poll(False) is None
-
-
-def test_list_offsets_by_time_over_many_batches_lets_others_through(broker, client, bystander):
-    """A ListOffsets whose lookups decode many records is worked out in steps:
-    a request on another connection, sent after it, is answered before it."""
-    client.create_topic("steps", 40)
-    values = [b"%06d" % i for i in range(3000)]
-    batch = make_batch(values, timestamps=range(1_000, 4_000))
-    for p in range(40):
-        assert client.produce("steps", p, batch).error_code == 0
-    cid, version = client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
-        Msg(name="steps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
-    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # taken, in steps
-    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-    lookup_done = select.select([client.sock], [], [], 0)[0]
-    got, resp = client.receive(ApiKey.LIST_OFFSETS, version)
-    assert got == cid and {p.offset for p in resp.topics[0].partitions} == {2999}
-    assert not lookup_done, "the bystander was answered only after the whole lookup"
-
-
-def test_list_offsets_in_one_go_would_hold_the_bystander(broker, client, bystander, monkeypatch):
-    """The control: with an unbounded step the same lookup holds the loop."""
-    monkeypatch.setattr(doze, "STEP_BUDGET_S", 1000)
-    client.create_topic("nosteps", 40)
-    batch = make_batch([b"%06d" % i for i in range(3000)], timestamps=range(1_000, 4_000))
-    for p in range(40):
-        client.produce("nosteps", p, batch)
-    client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
-        Msg(name="nosteps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
-    loop_passes(broker, 1)                                 # the pass that took it
-    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-    assert select.select([client.sock], [], [], 0)[0], "the lookup was not done in one go"
-
-
-@pytest.mark.parametrize("version", range(1, 12))
-def test_list_offsets_every_version(client, timed_topic, version):
-    assert client.list_offset(timed_topic, 0, -2, version).offset == 0
-    assert client.list_offset(timed_topic, 0, -1, version).offset == 4
-    by_time = client.list_offset(timed_topic, 0, 250, version)
-    assert (by_time.error_code, by_time.offset, by_time.timestamp) == (0, 1, 300)
-
-
-@pytest.mark.parametrize("timestamp,offset,found_ts", [
-    (-2, 0, -1), (-1, 4, -1), (0, 0, 100), (100, 0, 100), (101, 1, 300), (301, 3, 500),
-    (501, -1, -1), (-3, 3, 500),
-], ids=["earliest", "latest", "ts0", "ts100", "ts101", "ts301", "after-all", "max-timestamp"])
-def test_list_offsets_by_time(client, timed_topic, timestamp, offset, found_ts):
-    p = client.list_offset(timed_topic, 0, timestamp)
-    assert (p.error_code, p.offset, p.timestamp) == (0, offset, found_ts)
-
-
-def test_list_offsets_max_timestamp_inside_a_batch(client):
-    client.create_topic("maxts")
-    client.produce("maxts", 0, make_batch([b"a", b"b", b"c"], timestamps=[10, 90, 20]))
-    client.produce("maxts", 0, make_batch([b"d"], timestamps=[50]))
-    p = client.list_offset("maxts", 0, -3)
-    assert (p.offset, p.timestamp) == (1, 90)
-
-
-def test_list_offsets_unknown_partition(client):
-    assert client.list_offset("nope", 0, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_list_offsets_after_delete_records_inside_a_batch(client, timed_topic):
-    delete_records(client, timed_topic, 0, 1)
-    assert client.list_offset(timed_topic, 0, -2).offset == 1
-    # The batch holding offsets 0-2 starts below the log start offset but still
-    # holds readable records: Kafka answers offset 1 (first record at or after
-    # ts 250 at or above the log start).
-    p = client.list_offset(timed_topic, 0, 250)
-    assert (p.offset, p.timestamp) == (1, 300)
-
-
-# --- DeleteRecords (21) ----------------------------------------------------------
-
-def delete_records(client, topic, partition, offset, version=2):
-    resp = client.call(ApiKey.DELETE_RECORDS, version, timeout_ms=1000, topics=[
-        Msg(name=topic, partitions=[Msg(partition_index=partition, offset=offset)])])
-    return resp.topics[0].partitions[0]
-
-
-@pytest.mark.parametrize("version", range(0, 3))
-def test_delete_records_moves_log_start(client, version):
-    client.create_topic("dr")
-    for i in range(5):
-        client.produce("dr", 0, make_batch([b"%d" % i]))
-    p = delete_records(client, "dr", 0, 3, version)
-    assert (p.error_code, p.low_watermark) == (0, 3)
-    assert client.list_offset("dr", 0, -2).offset == 3
-    assert client.fetch("dr", 0, 2).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert client.values("dr", 0, offset=3) == [(3, b"3"), (4, b"4")]
-    assert client.fetch("dr", 0, 3).log_start_offset == 3
-
-
-def test_delete_records_to_high_watermark_with_minus_one(client):
-    client.create_topic("drhw")
-    client.produce("drhw", 0, make_batch([b"a", b"b"]))
-    p = delete_records(client, "drhw", 0, -1)
-    assert (p.error_code, p.low_watermark) == (0, 2)
-    assert client.produce("drhw", 0, make_batch([b"c"])).base_offset == 2
-    assert client.values("drhw", 0, offset=2) == [(2, b"c")]
-
-
-@pytest.mark.parametrize("offset", [3, 1000, -5])
-def test_delete_records_beyond_high_watermark_is_out_of_range(client, offset):
-    client.create_topic("drx")
-    client.produce("drx", 0, make_batch([b"a", b"b"]))
-    p = delete_records(client, "drx", 0, offset)
-    assert p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert client.list_offset("drx", 0, -2).offset == 0
-
-
-def test_delete_records_unknown_partition(client):
-    assert delete_records(client, "nope", 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-# --- Work in steps, and a DeleteTopics between two of its steps -------------------
-# CreatePartitions, CreateTopics and DeleteRecords run in steps (in_steps), so
-# other connections are served between them -- a DeleteTopics among them. Kafka's
-# controller applies each request whole, so each must end as if the deletion came
-# wholly before or wholly after it. held() pins the step generator at one point,
-# yielding (the loop serves everyone else) until the test lets it go.
-
-def held(monkeypatch, owner, name, where):
-    """Pin the step generator owner.name "before" its first step or "after" its
-    last -> (reached, release): Events the test waits on and sets."""
-    reached, release = threading.Event(), threading.Event()
-    real = getattr(owner, name)
-
-    def pinned(*args):
-        if where == "before":
-            reached.set()
-            while not release.is_set():
-                yield
-        result = yield from real(*args)
-        if where == "after":
-            reached.set()
-            while not release.is_set():
-                yield
-        return result
-    monkeypatch.setattr(owner, name, pinned)
-    return reached, release
-
-
-def delete_topic(client, name):
-    [r] = client.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=[name]).responses
-    assert r.error_code == 0, r
-
-
-def test_create_partitions_of_a_topic_deleted_between_two_steps_leaves_nothing(start_broker, monkeypatch):
-    """Verifies that partitions made for a topic a DeleteTopics removed meanwhile
-    are thrown away: the CreatePartitions answers UNKNOWN_TOPIC_OR_PARTITION, and
-    neither memory nor meta.db (after a restart) nor the data directory keeps any
-    of them. (It used to save the topic's row again and keep 10,000 orphan logs.)"""
-    broker = start_broker()
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        a.create_topic("gone", partitions=1)
-        reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
-        cid, _ = a.send(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
-                        topics=[Msg(name="gone", count=300, assignments=None)])
-        assert reached.wait(5)
-        delete_topic(b, "gone")
-        release.set()
-        got, resp = a.receive(ApiKey.CREATE_PARTITIONS, 3)
-        assert (got, [r.error_code for r in resp.results]) == (cid, [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
-        assert [tp for tp in broker.logs.logs if tp[0] == "gone"] == [] and not broker.logs.creating
-        data = broker.config.data_dir
-        assert wait_until(lambda: not [d for d in os.listdir(data) if d.startswith("gone-")])
-    stop(broker)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        [t] = c.metadata(["gone"], allow_auto_topic_creation=False).topics
-        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_delete_records_of_a_topic_deleted_and_made_again_between_two_steps(start_broker, monkeypatch):
-    """Verifies that DeleteRecords does not touch a topic made again under the
-    name of the one it was asked about: UNKNOWN_TOPIC_OR_PARTITION, and the new
-    topic keeps log start offset 0 and its records, before and after a restart.
-    (It used to write the old log start offsets into the new topic's meta.db rows
-    and cut segments in the directory both share.)"""
-    broker = start_broker()
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        a.create_topic("dr-again", partitions=2)
-        for p in (0, 1):
-            a.produce("dr-again", p, make_batch([b"old-%d" % i for i in range(3)]))
-        reached, release = held(monkeypatch, doze.LogManager, "delete_records", "before")
-        a.send(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[Msg(name="dr-again", partitions=[
-            Msg(partition_index=0, offset=2), Msg(partition_index=1, offset=-1)])])
-        assert reached.wait(5)
-        delete_topic(b, "dr-again")
-        b.create_topic("dr-again", partitions=2)
-        assert b.produce("dr-again", 0, make_batch([b"new"])).base_offset == 0
-        release.set()
-        _, resp = a.receive(ApiKey.DELETE_RECORDS, 2)
-        assert [(p.error_code, p.low_watermark) for p in resp.topics[0].partitions] == \
-            [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)] * 2
-        assert b.values("dr-again", 0) == [(0, b"new")]
-    stop(broker)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert [c.list_offset("dr-again", p, -2).offset for p in (0, 1)] == [0, 0]
-        assert c.values("dr-again", 0) == [(0, b"new")]
-
-
-def test_find_coordinator_while_a_create_topics_makes_the_internal_topic(start_broker, monkeypatch):
-    """Verifies that a coordinator lookup while a CreateTopics is still making
-    __consumer_offsets in steps is told to come back (COORDINATOR_NOT_AVAILABLE)
-    instead of making the topic a second time over the first's directories."""
-    broker = start_broker()
-    reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        a.send(ApiKey.CREATE_TOPICS, 7, timeout_ms=5000, validate_only=False, topics=[
-            Msg(name=doze.CONSUMER_OFFSETS, num_partitions=3, replication_factor=-1, configs=[])])
-        assert reached.wait(5)
-        r = b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
-        assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        release.set()
-        _, resp = a.receive(ApiKey.CREATE_TOPICS, 7)
-        assert resp.topics[0].error_code == 0
-        assert b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0).error_code == 0
-        [t] = b.metadata([doze.CONSUMER_OFFSETS]).topics
-        assert len(t.partitions) == 3
-        for p in range(3):
-            assert os.path.isdir(os.path.join(broker.config.data_dir, f"{doze.CONSUMER_OFFSETS}-{p}"))
-
-
-# --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ---------
-
-def describe_configs(client, rtype, name, keys=None, version=4, synonyms=False):
-    resp = client.call(ApiKey.DESCRIBE_CONFIGS, version, include_synonyms=synonyms, resources=[
-        Msg(resource_type=rtype, resource_name=name, configuration_keys=keys)])
-    [r] = resp.results
-    return r
-
-
-def config_map(result):
-    return {c.name: (c.value, c.config_source) for c in result.configs}
-
-
-@pytest.mark.parametrize("version", range(1, 5))
-def test_describe_configs_topic_sources(client, version):
-    client.create_topic("dc", retention_ms=5000)
-    r = describe_configs(client, 2, "dc", version=version)
-    assert r.error_code == 0
-    got = config_map(r)
-    assert got["retention.ms"] == ("5000", 1)                     # TOPIC_CONFIG
-    assert got["cleanup.policy"] == ("delete", 5)                 # DEFAULT_CONFIG
-    assert got["max.message.bytes"] == ("1048588", 5)
-    assert set(got) == set(doze.TOPIC_CONFIGS)
-
-
-def test_describe_configs_static_broker_setting_is_source_4(start_broker):
-    broker = start_broker({"log.retention.ms": "777"})
-    with RawClient(broker.port) as c:
-        c.create_topic("st")
-        r = describe_configs(c, 2, "st", keys=["retention.ms"], synonyms=True)
-        [entry] = r.configs
-        assert (entry.value, entry.config_source) == ("777", 4)   # STATIC_BROKER_CONFIG
-        # Kafka has no default of its own for log.retention.ms (it derives it from
-        # log.retention.hours), so the chain goes on to log.retention.hours' default
-        assert [(s.name, s.value, s.source) for s in entry.synonyms] == \
-            [("log.retention.ms", "777", 4), ("log.retention.hours", "168", 5)]
-
-
-def test_describe_configs_keys_filter_and_errors(client):
-    client.create_topic("dk")
-    r = describe_configs(client, 2, "dk", keys=["segment.bytes"])
-    assert [c.name for c in r.configs] == ["segment.bytes"]
-    assert describe_configs(client, 2, "missing").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert describe_configs(client, 4, "99").error_code == ErrorCode.INVALID_REQUEST
-    assert describe_configs(client, 77, "x").error_code == ErrorCode.INVALID_REQUEST
-
-
-def test_describe_configs_broker(client):
-    r = describe_configs(client, 4, "1")
-    assert r.error_code == 0
-    got = {c.name: c for c in r.configs}
-    assert got["num.partitions"].value == "1" and got["num.partitions"].config_source == 5
-    assert got["num.partitions"].config_type == 3                       # INT, as in Kafka
-    assert got["log.retention.ms"].read_only is False
-    assert got["log.retention.ms"].value is None                        # Kafka: derived from hours
-    assert got["node.id"].read_only is True
-    # the cluster-wide default resource lists only what was set dynamically for it
-    # (a KRaft cluster is formatted with min.insync.replicas set so)
-    assert [(e.name, e.value) for e in describe_configs(client, 4, "").configs] == [("min.insync.replicas", "1")]
-    assert incremental_alter(client, 4, "", [("log.retention.ms", 0, "5000")]).error_code == 0
-    entry = {e.name: e for e in describe_configs(client, 4, "").configs}["log.retention.ms"]
-    assert (entry.name, entry.value, entry.config_source) == ("log.retention.ms", "5000", 3)
-
-
-def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
-    resp = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, validate_only=validate_only,
-                       resources=[Msg(resource_type=rtype, resource_name=name, configs=[
-                           Msg(name=n, config_operation=op, value=v) for n, op, v in ops])])
-    return resp.responses[0]
-
-
-@pytest.mark.parametrize("version", range(0, 2))
-def test_incremental_alter_configs_topic_set_delete_append(client, version):
-    client.create_topic("iac", retention_ms=1000)
-    r = incremental_alter(client, 2, "iac", [("segment.bytes", 0, "2097152"), ("retention.ms", 1, None),
-                                              ("cleanup.policy", 2, "compact")], version=version)
-    assert r.error_code == 0
-    got = config_map(describe_configs(client, 2, "iac"))
-    assert got["segment.bytes"] == ("2097152", 1)
-    assert got["retention.ms"] == ("604800000", 5)
-    assert got["cleanup.policy"] == ("delete,compact", 1)
-    r = incremental_alter(client, 2, "iac", [("cleanup.policy", 3, "delete")])
-    assert r.error_code == 0
-    assert config_map(describe_configs(client, 2, "iac"))["cleanup.policy"] == ("compact", 1)
-
-
-@pytest.mark.parametrize("ops,code", [
-    ([("no.such", 0, "1")], ErrorCode.INVALID_CONFIG),
-    ([("retention.ms", 0, "forever")], ErrorCode.INVALID_CONFIG),
-    ([("retention.ms", 2, "5")], ErrorCode.INVALID_CONFIG),       # APPEND to a non-list
-    ([("retention.ms", 9, "5")], ErrorCode.UNKNOWN_SERVER_ERROR),  # no such operation: as Kafka
-    ([("retention.ms", 0, "5"), ("retention.ms", 0, "6")], ErrorCode.INVALID_REQUEST),  # twice
-])
-def test_incremental_alter_configs_errors_change_nothing(client, ops, code):
-    client.create_topic("iae", retention_ms=1000)
-    assert incremental_alter(client, 2, "iae", ops).error_code == code
-    assert config_map(describe_configs(client, 2, "iae"))["retention.ms"] == ("1000", 1)
-
-
-def test_incremental_alter_configs_validate_only_and_unknown_topic(client):
-    client.create_topic("iav")
-    assert incremental_alter(client, 2, "iav", [("retention.ms", 0, "9")], True).error_code == 0
-    assert config_map(describe_configs(client, 2, "iav"))["retention.ms"][1] == 5
-    assert incremental_alter(client, 2, "ghost", [("retention.ms", 0, "9")]).error_code == \
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_topic_config_change_takes_effect(client):
-    client.create_topic("live")
-    assert client.produce("live", 0, make_batch([b"x" * 300])).error_code == 0
-    incremental_alter(client, 2, "live", [("max.message.bytes", 0, "200")])
-    assert client.produce("live", 0, make_batch([b"x" * 300])).error_code == \
-        ErrorCode.MESSAGE_TOO_LARGE
-
-
-@pytest.mark.parametrize("version", range(0, 3))
-def test_alter_configs_replaces_all_topic_overrides(client, version):
-    client.create_topic("ac", retention_ms=1000, segment_bytes=2097152)
-    resp = client.call(ApiKey.ALTER_CONFIGS, version, validate_only=False, resources=[
-        Msg(resource_type=2, resource_name="ac", configs=[Msg(name="retention.ms", value="2000")])])
-    assert resp.responses[0].error_code == 0
-    got = config_map(describe_configs(client, 2, "ac"))
-    assert got["retention.ms"] == ("2000", 1)
-    assert got["segment.bytes"][1] == 5                           # the override is gone
-    resp = client.call(ApiKey.ALTER_CONFIGS, version, validate_only=False, resources=[
-        Msg(resource_type=2, resource_name="ac", configs=[Msg(name="retention.ms", value="x")])])
-    assert resp.responses[0].error_code == ErrorCode.INVALID_CONFIG
-
-
-def test_alter_configs_broker_dynamic_default(client, broker):
-    r = incremental_alter(client, 4, "", [("log.retention.ms", 0, "123456")])
-    assert r.error_code == 0
-    got = {c.name: c for c in describe_configs(client, 4, "").configs}
-    assert (got["log.retention.ms"].value, got["log.retention.ms"].config_source) == ("123456", 3)
-    client.create_topic("inherit")
-    assert config_map(describe_configs(client, 2, "inherit"))["retention.ms"] == ("123456", 3)
-
-
-@pytest.mark.parametrize("ops,code", [                # broker configs: INVALID_REQUEST, as Kafka
-    ([("log.retention.ms", 0, "soon")], ErrorCode.INVALID_REQUEST),
-    ([("log.segment.bytes", 0, "5")], ErrorCode.INVALID_REQUEST),   # under Kafka's 1 MiB
-    ([("node.id", 0, "5")], ErrorCode.INVALID_REQUEST),             # not dynamic
-])
-def test_alter_configs_broker_errors(client, ops, code):
-    assert incremental_alter(client, 4, "", ops).error_code == code
-    assert [e.name for e in describe_configs(client, 4, "").configs] == ["min.insync.replicas"]
-    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
-    assert got["log.retention.ms"].config_source == 5 and got["node.id"].value == "1"
-
-
-def test_create_topics_takes_every_topic_config_kafka_knows(client):
-    """Each of Kafka 4.3.1's topic configs, at its default, is accepted,
-    stored and described as an override (source 1)."""
-    names = sorted(n for n, spec in doze.KAFKA_TOPIC_CONFIGS.items()
-                   if spec[1] is not None and n != "remote.storage.enable")
-    configs = {n: doze.KAFKA_TOPIC_CONFIGS[n][1] for n in names}
-    [res] = client.create_topics(("all-configs", 1, configs))
-    assert res.error_code == 0, res
-    got = config_map(describe_configs(client, 2, "all-configs"))
-    assert {n: got[n] for n in names} == {n: (configs[n], 1) for n in names}
-    assert len(got) == len(doze.TOPIC_CONFIGS) == 33          # what a Kafka 4.3.1 topic lists
-    assert len(describe_configs(client, 2, "all-configs", keys=[]).configs) == 33   # [] is "all"
-
-
-@pytest.mark.parametrize("name,value,code,message", [     # Kafka 4.3.1's answers, word for word
-    ("retention.ms", "-5", 40, "Invalid value -5 for configuration retention.ms: Value must be at least -1"),
-    ("segment.bytes", "abc", 40, "Invalid value abc for configuration segment.bytes: Not a number of type INT"),
-    ("compression.type", "brotli", 40, "Invalid value brotli for configuration compression.type: String must "
-                                       "be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
-    ("cleanup.policy", "delete,bogus", 40, "Invalid value bogus for configuration cleanup.policy: String must "
-                                           "be one of: compact, delete"),
-    ("cleanup.policy", "delete,,compact", 40, "Configuration 'cleanup.policy' values must not be empty."),
-    ("unclean.leader.election.enable", "yes", 40, "Invalid value yes for configuration "
-                                                  "unclean.leader.election.enable: Expected value to be either true or false"),
-    ("min.cleanable.dirty.ratio", "2", 40, "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: "
-                                           "Value must be no more than 1"),
-    ("compression.gzip.level", "0", 40, "Invalid value 0 for configuration compression.gzip.level: Value must "
-                                        "be between 1 and 9 or equal to -1"),
-    ("foo.bar", "1", 40, "Unknown topic config name: foo.bar"),
-    ("retention.ms", None, 42, "Null value not supported for : retention.ms"),
-])
-def test_topic_config_values_are_checked_as_kafka_checks_them(client, name, value, code, message):
-    client.create_topic("checked")
-    r = incremental_alter(client, 2, "checked", [(name, 0, value)])
-    assert (r.error_code, r.error_message) == (code, message)
-
-
-def test_topic_config_values_are_stored_as_kafka_writes_them(client):
-    client.create_topic("norm")
-    assert incremental_alter(client, 2, "norm", [("retention.ms", 0, " +5 "), ("preallocate", 0, "TRUE"),
-                                                  ("cleanup.policy", 0, " compact , delete ,delete"),
-                                                  ("min.cleanable.dirty.ratio", 0, "0.5d")]).error_code == 0
-    got = config_map(describe_configs(client, 2, "norm"))
-    assert [got[n][0] for n in ("retention.ms", "preallocate", "cleanup.policy", "min.cleanable.dirty.ratio")] \
-        == ["5", "true", "compact,delete", "0.5"]
-    r = incremental_alter(client, 2, "norm", [("min.compaction.lag.ms", 0, "10"), ("max.compaction.lag.ms", 0, "5")])
-    assert (r.error_code, r.error_message) == (40, "conflict topic config setting min.compaction.lag.ms (10) > "
-                                                   "max.compaction.lag.ms (5)")
-
-
-def test_broker_configs_kafka_has_are_described_and_unknown_ones_kept(client, broker):
-    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
-    assert "sasl.kerberos.min.time.before.relogin" in got and "internal.metadata.log.segment.bytes" not in got
-    assert (got["listeners"].config_type, got["ssl.key.password"].is_sensitive) == (7, True)
-    assert got["log.flush.interval.messages"].value == "9223372036854775807"
-    assert incremental_alter(client, 4, "1", [("sasl.kerberos.min.time.before.relogin", 0, "70000"),
-                                              ("made.up.setting", 0, "x")]).error_code == 0
-    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
-    assert (got["sasl.kerberos.min.time.before.relogin"].value,
-            got["sasl.kerberos.min.time.before.relogin"].config_source) == ("70000", 2)
-    made_up = got["made.up.setting"]                    # Kafka: kept, shown as unknown and secret
-    assert (made_up.value, made_up.is_sensitive, made_up.read_only, made_up.config_type) == (None, True, True, 0)
-    r = incremental_alter(client, 4, "", [("listeners", 0, "PLAINTEXT://:1")])
-    assert (r.error_code, r.error_message) == (42, "Cannot update these configs at default cluster level, "
-                                                   "broker id must be specified: [listeners]")
-    r = incremental_alter(client, 4, "1", [("node.id", 0, "5")])
-    assert (r.error_code, r.error_message) == (42, "Cannot update these configs dynamically: [node.id]")
-
-
-def test_broker_settings_doze_does_not_act_on_are_logged_once(start_broker, caplog):
-    caplog.set_level(logging.INFO, logger="doze_kafka")
-    broker = start_broker({"log.flush.interval.messages": "10", "no.such.setting": "1"})
-    assert "setting log.flush.interval.messages: Kafka's, accepted and described; doze does not act on it" \
-        in caplog.text
-    assert "setting no.such.setting: not a setting of Kafka 4.3.1 or doze" in caplog.text
-    with RawClient(broker.port) as c:
-        got = {e.name: e for e in describe_configs(c, 4, "1").configs}
-        assert (got["log.flush.interval.messages"].value, got["log.flush.interval.messages"].config_source) \
-            == ("10", 4)
-    with pytest.raises(ValueError, match="Value must be at least 1"):
-        doze.Config({"num.partitions": "0"})
-
-
-def test_retention_hours_set_in_server_properties_reaches_topics(start_broker):
-    broker = start_broker({"log.retention.hours": "2"})
-    with RawClient(broker.port) as c:
-        c.create_topic("hours")
-        assert config_map(describe_configs(c, 2, "hours"))["retention.ms"] == ("7200000", 5)
-    assert broker.logs.topic_config("hours", "retention.ms") == 7_200_000
-
-
-def test_alter_configs_broker_survives_restart(start_broker):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert incremental_alter(c, 4, "1", [("log.segment.bytes", 0, "5000000")]).error_code == 0
-    stop(broker)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        got = {c_.name: c_.value for c_ in describe_configs(c, 4, "1").configs}
-        assert got["log.segment.bytes"] == "5000000"
-
-
-def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker):
-    # GROUP resources (32): a group's own value is kept in meta.db; the bounds are the
-    # broker's group.consumer.min/max settings of the run that checks (recorded: group-configs).
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 0, "+50000"),
-                                              ("share.renew.acknowledge.enable", 0, "FALSE")]).error_code == 0
-    stop(broker)
-    broker = start_broker({"group.consumer.max.session.timeout.ms": "40000",
-                           "group.consumer.min.session.timeout.ms": "30000",
-                           "group.consumer.session.timeout.ms": "35000"})
-    with RawClient(broker.port) as c:
-        got = config_map(describe_configs(c, 32, "g"))
-        assert got["consumer.session.timeout.ms"] == ("50000", 8)
-        assert got["share.renew.acknowledge.enable"] == ("false", 8)
-        assert got["consumer.heartbeat.interval.ms"] == ("5000", 5)
-        bad = incremental_alter(c, 32, "g", [("share.isolation.level", 0, "read_committed")])
-        assert (bad.error_code, bad.error_message) == (40, "consumer.session.timeout.ms must be less than "
-                                                           "or equal to group.consumer.max.session.timeout.ms")
-        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 1, None)]).error_code == 0
-        assert config_map(describe_configs(c, 32, "g"))["consumer.session.timeout.ms"] == ("35000", 4)
-    assert broker.store.group_configs() == {"g": {"share.renew.acknowledge.enable": "false"}}
-
-
-@pytest.mark.parametrize("text, ok", [
-    ("earliest", True), ("latest", True), ("none", False), ("by_duration", False),
-    ("by_duration:PT1H", True), ("by_duration:p1dt2h3m4.5s", True), ("by_duration:-PT1H", False),
-    ("by_duration:P", False), ("by_duration:PT", False), ("by_duration:P1DT", False),
-    ("by_duration:PT-1S", False), ("by_duration:PT1H-30M", True), ("by_duration:-PT0S", True),
-    ("Earliest", False)])
-def test_share_auto_offset_reset_as_kafka_reads_it(text, ok):
-    assert doze.share_offset_reset_ok(text) is ok
-
-
-# --- DescribeCluster (60) ----------------------------------------------------------
-
-@pytest.mark.parametrize("version", range(0, 2))
-def test_describe_cluster(client, broker, version):
-    resp = client.call(ApiKey.DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=False)
-    assert resp.error_code == 0
-    assert resp.controller_id == 1 and len(resp.cluster_id) == 22
-    [b] = resp.brokers
-    assert (b.broker_id, b.host, b.port) == (1, "127.0.0.1", broker.port)
-    assert resp.cluster_id == client.metadata(None).cluster_id
-
-
-def test_describe_cluster_id_survives_restart(start_broker):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        first = c.call(ApiKey.DESCRIBE_CLUSTER, 1).cluster_id
-    stop(broker)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert c.call(ApiKey.DESCRIBE_CLUSTER, 1).cluster_id == first
-
-
-def test_describe_cluster_unknown_endpoint_type(client):
-    resp = client.call(ApiKey.DESCRIBE_CLUSTER, 1, endpoint_type=3)
-    # Kafka (KIP-919): UNSUPPORTED_ENDPOINT_TYPE, 115 in Kafka's Errors
-    assert resp.error_code == 115
-
-
-###############################################################################
-# 10. SCENARIOS -- kill/restart, torn tail on start, simulated power cut
-###############################################################################
-
-def test_restart_scenario_kill_keeps_every_acked_record_and_continues_offsets(start_broker):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        c.create_topic("k", partitions=2, internal_segment_bytes=300)
-        acked = []
-        for i in range(20):
-            p = c.produce("k", i % 2, make_batch([b"k%d" % i]), acks=(-1, 1)[i % 2])
-            assert p.error_code == 0
-            acked.append((i % 2, p.base_offset, b"k%d" % i))
-    stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        for partition in (0, 1):
-            want = [(o, v) for p, o, v in acked if p == partition]
-            assert c.values("k", partition) == want
-            nxt = c.produce("k", partition, make_batch([b"after"]))
-            assert nxt.base_offset == want[-1][0] + 1                 # no offset reused
-
-
-@pytest.mark.parametrize("torn", ["garbage", "partial batch", "bad crc"])
-def test_restart_scenario_torn_last_batch_is_cut_with_a_log_line(start_broker, tmp_path, caplog,
-                                                                 torn):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        c.create_topic("torn")
-        for i in range(3):
-            c.produce("torn", 0, make_batch([b"t%d" % i]))
-    stop(broker, clean=False)
-    segment = tmp_path / "data" / "torn-0" / doze.segment_name(0)
-    size = os.path.getsize(segment)
-    whole = struct.pack(">q", 3) + make_batch([b"torn-away" * 10])[8:]
-    with open(segment, "ab") as f:
-        f.write({"garbage": os.urandom(37),
-                 "partial batch": whole[:len(whole) // 2],
-                 "bad crc": whole[:-3] + b"???"}[torn])
-    caplog.set_level(logging.WARNING, logger="doze_kafka")
-    broker = start_broker()
-    assert any("torn tail" in r.getMessage() and "torn-0" in r.getMessage()
-               for r in caplog.records)
-    assert os.path.getsize(segment) == size
-    with RawClient(broker.port) as c:
-        assert [v for _, v in c.values("torn", 0)] == [b"t0", b"t1", b"t2"]
-        assert c.produce("torn", 0, make_batch([b"t3"])).base_offset == 3
-        assert [v for _, v in c.values("torn", 0)] == [b"t0", b"t1", b"t2", b"t3"]
-
-
-def test_restart_scenario_idempotent_retry_after_restart_is_not_written_twice(start_broker):
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        c.create_topic("idem-restart")
-        pid, epoch = init_producer_id(c)
-        batch = make_batch([b"once"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
-        assert c.produce("idem-restart", 0, batch).base_offset == 0
-    stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        retry = c.produce("idem-restart", 0, batch)     # the producer never saw the answer
-        # Kafka rebuilds producer state from the log (ProducerStateManager), so
-        # the retry is answered with its original offset, not written again.
-        assert (retry.error_code, retry.base_offset) == (0, 0)
-        assert c.values("idem-restart", 0) == [(0, b"once")]
-
-
-class PowerCutFiles(doze.Files):
-    """A Files layer that remembers what a power cut would leave behind.
-
-    Per file: the content as of its last fsync (the "durable" content). Per
-    path: whether its directory entry is durable, which it becomes when its
-    parent directory is fsynced. Everything already on disk when the layer is
-    made counts as durable (it survived the previous boot). meta.db is
-    written by sqlite without an fsync (synchronous=NORMAL); the broker's
-    sync_file of meta.db-wal makes it durable, so the layer keeps a copy of
-    meta.db and its WAL as they were at each sync_file, and a power cut puts
-    that copy back (sqlite's own fsyncs at checkpoints are not counted: a cut
-    loses at least as much as a real one would).
-
-    cut_at=N: the power goes out at the N-th change the broker asks for (a
-    write, fsync, rename... or a meta.db commit): that change and every later
-    one fail with EIO (a commit: sqlite's disk I/O error, rolled back), and
-    on_cut() is called (the test's hook to stop the broker). cut() then
-    rewrites the directory to what would be on disk after the reboot; without
-    it, what is left is what a crash (kill -9) at that point leaves. .labels
-    names every change made, in order (which call, which file)."""
-
-    SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
-
-    def __init__(self, root, cut_at=None, on_cut=None):
-        self.root = os.path.abspath(root)
-        self.cut_at, self.on_cut = cut_at, on_cut
-        self.changes = 0
-        self.labels = []
-        self.dead = False
-        self.paths = {}                  # fd -> path
-        self.durable = {}                # path -> bytes as of the last fsync
-        self.entries = set()             # paths whose directory entry is durable
-        if os.path.isdir(self.root):
-            self.entries.add(self.root)
-            for directory, dirs, names in os.walk(self.root):
-                for name in dirs + names:
-                    self.entries.add(os.path.join(directory, name))
-                for name in names:
-                    if not name.startswith("meta.db"):
-                        path = os.path.join(directory, name)
-                        self.durable[path] = self._read(path)
-        self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
-
-    def _meta_files(self):
-        """{meta.db and its WAL: bytes} as they are now."""
-        out = {}
-        for name in ("meta.db", "meta.db-wal"):
-            path = os.path.join(self.root, name)
-            if os.path.isfile(path):
-                out[path] = self._read(path)
-        return out
-
-    @staticmethod
-    def _read(path):
-        with open(path, "rb") as f:
-            return f.read()
-
-    def _change(self, what=None):
-        if self.dead:
-            raise OSError(5, "power is out")
-        self.changes += 1
-        caller = sys._getframe(1)
-        what = what or caller.f_locals.get("path") or self.paths.get(caller.f_locals.get("fd"), "")
-        what = os.path.relpath(what, self.root) if os.path.isabs(str(what)) else what
-        self.labels.append(f"{caller.f_code.co_name} {what}")
-        if self.cut_at is not None and self.changes >= self.cut_at:
-            self.dead = True
-            if self.on_cut:
-                self.on_cut()
-            raise OSError(5, "power is out")
-
-    # --- the Files interface ---
-    def open_append(self, path, create):
-        self._change()
-        fd = super().open_append(path, create)
-        path = os.path.abspath(path)
-        self.paths[fd] = path
-        if create:
-            self.durable[path] = b""
-        else:
-            self.durable.setdefault(path, self._read(path))
-        return fd
-
-    def write(self, fd, data):
-        self._change()
-        super().write(fd, data)
-
-    def fsync(self, fd):
-        self._change()
-        super().fsync(fd)
-        self.durable[self.paths[fd]] = self._read(self.paths[fd])
-
-    def truncate(self, path, size):
-        self._change()
-        super().truncate(path, size)                 # doze's truncate fsyncs
-        self.durable[os.path.abspath(path)] = self._read(path)
-
-    def truncate_fd(self, fd, size):
-        self._change()
-        super().truncate_fd(fd, size)
-
-    def close(self, fd):
-        super().close(fd)                            # closing is not a change
-        self.paths.pop(fd, None)
-
-    def mkdir(self, path):
-        self._change()
-        super().mkdir(path)
-
-    def fsync_dir(self, path):
-        self._change()
-        super().fsync_dir(path)
-        path = os.path.abspath(path)
-        for name in os.listdir(path):
-            self.entries.add(os.path.join(path, name))
-
-    def write_file(self, path, data):
-        self._change()
-        super().write_file(path, data)
-        self.durable.setdefault(os.path.abspath(path), b"")    # written, never fsynced
-
-    def unlink(self, path):
-        self._change()
-        super().unlink(path)
-        path = os.path.abspath(path)
-        self.durable.pop(path, None)
-        self.entries.discard(path)
-
-    def rename(self, src, dst):
-        self._change(src)
-        super().rename(src, dst)
-        src, dst = os.path.abspath(src), os.path.abspath(dst)
-        self.durable[dst] = self.durable.pop(src, b"")
-        self.entries.discard(src)
-
-    def rmtree(self, path):
-        self._change()
-        super().rmtree(path)
-        path = os.path.abspath(path)
-        for known in (self.durable, self.entries):
-            for p in [p for p in known if p == path or p.startswith(path + os.sep)]:
-                known.pop(p) if isinstance(known, dict) else known.discard(p)
-
-    def commit(self, db):
-        try:
-            self._change("meta.db")
-        except OSError as e:
-            raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
-        super().commit(db)
-
-    def sync_file(self, path, fallback=None):
-        self._change(path)
-        super().sync_file(path, fallback)
-        if os.path.basename(path).startswith("meta.db"):
-            self.meta = self._meta_files()
-
-    # --- the power cut ---
-    def _restore_meta(self):
-        """meta.db as of its last sync."""
-        for name in ("meta.db",) + self.SQLITE_OWN:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.root, name))
-        for path, content in self.meta.items():
-            with open(path, "wb") as f:
-                f.write(content)
-
-    def cut(self, written_back=False):
-        """Forget every write not fsynced and every entry whose directory was not.
-        written_back: the kernel had written every log file and directory back
-        (as it may at any moment), but meta.db is as of its last sync."""
-        import shutil
-        if written_back:
-            self._restore_meta()
-            return
-        for path, content in self.durable.items():
-            if os.path.isfile(path):
-                with open(path, "wb") as f:
-                    f.write(content)
-        self._restore_meta()
-        if self.root not in self.entries:
-            shutil.rmtree(self.root, ignore_errors=True)
-            return
-        for directory, dirs, names in os.walk(self.root):
-            for name in list(dirs):
-                if os.path.join(directory, name) not in self.entries:
-                    shutil.rmtree(os.path.join(directory, name))
-                    dirs.remove(name)
-            for name in names:
-                path = os.path.join(directory, name)
-                if path not in self.entries and name not in self.SQLITE_OWN:
-                    os.unlink(path)
-
-
-def test_power_cut_layer_forgets_unsynced_writes_and_entries(tmp_path):
-    root = tmp_path / "data"
-    os.mkdir(root)
-    files = PowerCutFiles(root)
-    synced, unsynced_entry = str(root / "synced.log"), str(root / "lost.log")
-    fd = files.open_append(synced, create=True)
-    files.fsync_dir(str(root))
-    files.write(fd, b"durable")
-    files.fsync(fd)
-    files.write(fd, b"-volatile")
-    fd2 = files.open_append(unsynced_entry, create=True)
-    files.write(fd2, b"data")
-    files.fsync(fd2)                         # the file is synced, its entry is not
-    files.mkdir(str(root / "newdir"))
-    files.close(fd)
-    files.close(fd2)
-    assert open(synced, "rb").read() == b"durable-volatile"
-    files.cut()
-    assert open(synced, "rb").read() == b"durable"
-    assert not os.path.exists(unsynced_entry)
-    assert not os.path.exists(root / "newdir")
-
-
-def test_power_cut_layer_fails_every_change_after_the_cut(tmp_path):
-    root = tmp_path / "data"
-    os.mkdir(root)
-    cuts = []
-    files = PowerCutFiles(root, cut_at=2, on_cut=lambda: cuts.append(1))
-    files.mkdir(str(root / "a"))
-    with pytest.raises(OSError):
-        files.mkdir(str(root / "b"))
-    with pytest.raises(OSError):
-        files.fsync_dir(str(root))
-    assert cuts == [1] and not os.path.exists(root / "b")
-
-
-def run_workload(broker, files, log_bytes_topics=3):
-    """Create topics and produce with acks=-1/1 (plus acks=0 noise) until the
-    broker goes away. Returns (acked records {(topic, p): {offset: value}},
-    created topics {name: partitions})."""
-    acked, created = {}, {}
-    try:
-        with RawClient(broker.port, timeout=3) as c:
-            for t in range(log_bytes_topics):
-                name = "pc-%d" % t
-                [res] = c.create_topics((name, 2, {"internal.segment.bytes": "400"}))
-                if res.error_code == 0:
-                    created[name] = 2
-                for i in range(40):
-                    tp = ("pc-%d" % (i % (t + 1)), i % 2)
-                    value = b"%s/%d/%d" % (tp[0].encode(), tp[1], i + 100 * t)
-                    if i % 5 == 4:
-                        c.produce(*tp, make_batch([value + b"-noise"]), acks=0)
-                        continue
-                    p = c.produce(*tp, make_batch([value, value + b"+"]), acks=(-1, 1)[i % 2])
-                    if p.error_code == 0:
-                        acked.setdefault(tp, {}).update({p.base_offset: value,
-                                                         p.base_offset + 1: value + b"+"})
-    except (EOFError, ConnectionError, socket.timeout):
-        pass                                               # the power went out
-    return acked, created
-
-
-def check_nothing_acknowledged_was_lost(broker, acked, created):
-    """-> the acknowledged records that are missing (empty when all is well)."""
-    missing = []
-    with RawClient(broker.port) as c:
-        topics = {t.name: len(t.partitions) for t in c.metadata(None).topics}
-        for name, partitions in created.items():
-            assert topics.get(name) == partitions, f"created topic {name} is gone"
-        for (topic, partition), records in acked.items():
-            got = dict(c.values(topic, partition)) if topic in topics else {}
-            missing += [(topic, partition, o) for o, v in records.items() if got.get(o) != v]
-            if records and topic in topics:
-                nxt = c.produce(topic, partition, make_batch([b"after the cut"]))
-                if nxt.error_code != 0 or nxt.base_offset <= max(records):
-                    missing.append((topic, partition, "offset reused", nxt.base_offset))
-    return missing
-
-
-@pytest.mark.parametrize("cut_at", [9, 42, 92, 162, 262, None],
-                         ids=["at-9", "at-42", "at-92", "at-162", "at-262", "after-all"])
-def test_power_cut_loses_nothing_acknowledged(start_broker, tmp_path, cut_at):
-    """Verifies that every record acknowledged with acks=1/-1 and every topic
-    whose CreateTopics was answered survive a power cut at any point: acks
-    are only sent after the fsyncs (of data and of directory entries)."""
-    holder = []
-    files = PowerCutFiles(tmp_path / "data", cut_at=cut_at,
-                          on_cut=lambda: holder[0].stop(clean=False))
-    broker = start_broker(files=files)
-    holder.append(broker)
-    acked, created = run_workload(broker, files)
-    stop(broker, clean=False)
-    assert files.dead == (cut_at is not None)
-    files.cut()
-    if cut_at is None:
-        assert len(created) == 3 and sum(map(len, acked.values())) > 100
-        assert files.changes > 300            # so every cut_at above falls inside the run
-    broker = start_broker()
-    assert check_nothing_acknowledged_was_lost(broker, acked, created) == []
-
-
-class LyingDisk(PowerCutFiles):
-    """A disk whose fsync returns without making anything durable."""
-
-    def fsync(self, fd):
-        self._change()
-
-
-def test_power_cut_negative_control_lying_fsync_loses_acked_records(start_broker, tmp_path):
-    """The check above can fail: when fsync lies, acknowledged records vanish."""
-    files = LyingDisk(tmp_path / "data")
-    broker = start_broker(files=files)
-    acked, created = run_workload(broker, files, log_bytes_topics=1)
-    stop(broker, clean=False)
-    files.cut()
-    broker = start_broker()
-    assert acked and check_nothing_acknowledged_was_lost(broker, acked, created) != []
-
-
-def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
-    """The broker fsyncs the data directory after sqlite creates meta.db; a
-    layer that skips directory fsyncs loses the topic with it."""
-    class NoDirSync(PowerCutFiles):
-        def fsync_dir(self, path):
-            self._change()
-    files = NoDirSync(tmp_path / "data")
-    broker = start_broker(files=files)
-    with RawClient(broker.port) as c:
-        c.create_topic("entry")
-    stop(broker, clean=False)
-    files.cut()
-    assert not os.path.exists(tmp_path / "data")
-    files = PowerCutFiles(tmp_path / "data")
-    broker = start_broker(files=files)
-    with RawClient(broker.port) as c:
-        c.create_topic("entry")
-    stop(broker, clean=False)
-    files.cut()
-    assert os.path.exists(tmp_path / "data" / "meta.db")
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert c.metadata(["entry"], allow_auto_topic_creation=False).topics[0].error_code == 0
-
-
-# --- Crash at every point ---------------------------------------------------------
-# A transactional workload on the PowerCutFiles layer numbers every change the
-# broker makes (write, fsync, directory fsync, rename, truncate, mkdir, unlink,
-# meta.db commit). For each point N the disk dies at N (the broker is stopped
-# there), and the broker restarts on what a crash leaves (every write made) or,
-# separately, on what a power cut leaves (only what was fsynced). Then every
-# invariant is checked against what the clients were told.
-
-class Ledger:
-    """What the workload's clients were told, and so may rely on."""
-
-    def __init__(self):
-        self.topic_created = False
-        self.acked = {}              # (topic, partition) -> {offset: value}: every answered produce
-        self.txns = []               # [{"values": {tp: [v]}, "offsets": {tp: o}, "end": None/True/False, "told": bool}]
-        self.plain_offset = None     # an OffsetCommit answered
-        self.member_offset = None    # ... and one by a group's member, with its generation
-        self.idem_sent = []          # (batch, seq, values) of the idempotent producer, in order
-        self.idem_acked = {}         # seq -> offset
-
-
-CP_TOPIC, CP_GROUP, CP_PLAIN_GROUP, CP_MEMBERS = "cp", "cp-group", "cp-plain", "cp-members"
-
-
-def crash_workload(port, ledger, strict=False):
-    """Topics, three transactions (committed, aborted, left open), an
-    idempotent producer, plain offset commits. Ends where the broker goes away
-    (strict: it must not)."""
-    try:
-        with RawClient(port, timeout=5) as c:
-            [res] = c.create_topics((CP_TOPIC, 2, {"internal.segment.bytes": "300"}))
-            assert res.error_code == 0, res
-            ledger.topic_created = True
-            txn = Txn(c, "cp-txn", timeout_ms=600000)
-            for n, (commit, tps) in enumerate([(True, [(CP_TOPIC, 0), (CP_TOPIC, 1)]),
-                                               (False, [(CP_TOPIC, 0)]),
-                                               (True, [(CP_TOPIC, 1), (CP_TOPIC, 0)]),
-                                               (None, [(CP_TOPIC, 1)])]):
-                t = {"values": {}, "offsets": {}, "end": commit, "told": False}
-                ledger.txns.append(t)
-                assert set(txn.add(*tps).values()) == {0}
-                for tp in tps:
-                    values = [b"txn%d-%s-%d-%d" % (n, tp[0].encode(), tp[1], i) for i in range(2)]
-                    t["values"][tp] = values
-                    part = txn.produce(*tp, values)
-                    assert part.error_code == 0, part
-                    ledger.acked.setdefault(tp, {}).update({part.base_offset + i: v for i, v in enumerate(values)})
-                if commit is None:
-                    return True                              # left open: undecided
-                assert txn.add_offsets(CP_GROUP) == 0
-                t["offsets"] = {(CP_TOPIC, 0): 10 + n}
-                assert set(txn.commit_offsets(CP_GROUP, t["offsets"]).values()) == {0}
-                assert txn.end(commit) == 0
-                t["told"] = True
-                if n == 0:
-                    crash_idempotent(c, ledger)
-                    crash_group_and_wide_produce(c, ledger)
-    except (EOFError, ConnectionError, socket.timeout, AssertionError):
-        if strict:
-            raise
-        return False                                          # the disk died: the broker is gone
-
-
-def crash_idempotent(c, ledger):
-    """An idempotent producer's two batches, then a plain OffsetCommit."""
-    pid, epoch = init_producer_id(c)
-    for seq in (0, 2):
-        values = [b"idem-%d" % seq, b"idem-%d" % (seq + 1)]
-        batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
-        ledger.idem_sent.append((batch, seq, values))
-        p = c.produce(CP_TOPIC, 1, batch)
-        assert p.error_code == 0, p
-        ledger.idem_acked[seq] = p.base_offset
-        ledger.acked.setdefault((CP_TOPIC, 1), {}).update({p.base_offset: values[0], p.base_offset + 1: values[1]})
-    assert commit_offsets(c, CP_PLAIN_GROUP, {(CP_TOPIC, 1): 77}) == {(CP_TOPIC, 1): 0}
-    ledger.plain_offset = 77
-
-
-def crash_group_and_wide_produce(c, ledger):
-    """A group's member joins and commits with its generation; then one
-    Produce to both partitions (two logs in one group commit)."""
-    joined = join(c, CP_MEMBERS)
-    assert joined.error_code == 0, joined
-    assert sync(c, CP_MEMBERS, joined.generation_id, joined.member_id,
-                {joined.member_id: b"assignment"}).error_code == 0
-    assert commit_offsets(c, CP_MEMBERS, {(CP_TOPIC, 0): 3}, joined.generation_id,
-                          joined.member_id) == {(CP_TOPIC, 0): 0}
-    ledger.member_offset = 3
-    resp = c.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name=CP_TOPIC, partition_data=[
-        Msg(index=p, records=make_batch([b"wide-%d" % p])) for p in (0, 1)])])
-    for part in resp.responses[0].partition_responses:
-        assert part.error_code == 0, part
-        ledger.acked.setdefault((CP_TOPIC, part.index), {})[part.base_offset] = b"wide-%d" % part.index
-
-
-def crash_violations(port, ledger):
-    """-> [what is wrong] after a restart, checked against the ledger."""
-    bad = []
-    with RawClient(port) as c:
-        topics = {t.name: t for t in c.metadata([CP_TOPIC], allow_auto_topic_creation=False).topics}
-        if not ledger.topic_created:
-            return bad
-        if topics[CP_TOPIC].error_code != 0 or len(topics[CP_TOPIC].partitions) != 2:
-            return ["the answered CreateTopics is gone"]
-        tps = [(CP_TOPIC, 0), (CP_TOPIC, 1)]
-        logs = {tp: dict(c.values(*tp)) for tp in tps}
-        for tp, records in ledger.acked.items():
-            bad += [f"acknowledged {tp} @{o} {v!r} reads {logs[tp].get(o)!r}" for o, v in records.items()
-                    if logs[tp].get(o) != v]
-        bad += crash_idempotent_violations(c, ledger, logs)
-        # The application restarts: its InitProducerId aborts what is open, finishes what is decided.
-        assert wait_until(lambda: c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="cp-txn",
-                                         transaction_timeout_ms=60000).error_code == 0, timeout_s=10)
-        for tp in tps:
-            if not wait_until(lambda: (lambda p: p.last_stable_offset == p.high_watermark)(
-                    fetch_isolated(c, *tp)), timeout_s=5):
-                bad.append(f"{tp}: the LSO is stuck below the high watermark")
-        visible = {tp: set(visible_values(c, *tp, every_segment=True)) for tp in tps}
-        offsets = committed_offsets(c, CP_GROUP, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
-        for n, t in enumerate(ledger.txns):
-            shown = {tp: set(vs) <= visible[tp] for tp, vs in t["values"].items()}
-            hidden = {tp: not (set(vs) & visible[tp]) for tp, vs in t["values"].items()}
-            if t["told"] and t["end"]:
-                if not all(shown.values()):
-                    bad.append(f"transaction {n}: its commit was answered, its records are not all visible")
-            elif t["told"] or t["end"] is None:
-                if not all(hidden.values()):
-                    bad.append(f"transaction {n}: aborted or undecided, yet read_committed shows its records")
-            elif not (all(shown.values()) or all(hidden.values())):
-                bad.append(f"transaction {n}: half of it is visible ({shown})")
-        committed = [t for t in ledger.txns if t["end"] and t["offsets"] and
-                     t["values"] and all(set(vs) <= visible[tp] for tp, vs in t["values"].items())]
-        want = committed[-1]["offsets"][(CP_TOPIC, 0)] if committed else -1
-        if offsets != want:
-            bad.append(f"the group's offset is {offsets}, its committed transactions say {want}")
-        if ledger.plain_offset is not None:
-            got = committed_offsets(c, CP_PLAIN_GROUP, [(CP_TOPIC, 1)])[(CP_TOPIC, 1)][1]
-            if got != ledger.plain_offset:
-                bad.append(f"the answered OffsetCommit reads {got}")
-        if ledger.member_offset is not None:
-            got = committed_offsets(c, CP_MEMBERS, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
-            if got != ledger.member_offset:
-                bad.append(f"the member's answered OffsetCommit reads {got}")
-    return bad
-
-
-def crash_idempotent_violations(c, ledger, logs):
-    """The idempotent producer retries its last batch, then sends the next:
-    one copy of each in the log, no sequence error."""
-    if not ledger.idem_sent:
-        return []
-    bad = []
-    batch, seq, values = ledger.idem_sent[-1]
-    retry = c.produce(CP_TOPIC, 1, batch)
-    if retry.error_code != 0 or seq in ledger.idem_acked and retry.base_offset != ledger.idem_acked[seq]:
-        bad.append(f"the idempotent retry of seq {seq} got {retry.error_code} @{retry.base_offset}")
-    if seq == 0:
-        pid, epoch = header_of(batch).producer_id, header_of(batch).producer_epoch
-        nxt = c.produce(CP_TOPIC, 1, make_batch([b"idem-2", b"idem-3"], producer_id=pid,
-                                                producer_epoch=epoch, base_sequence=2))
-        if nxt.error_code != 0:
-            bad.append(f"the idempotent producer's next batch got {nxt.error_code}")
-    after = [v for _, v in c.values(CP_TOPIC, 1) if v.startswith(b"idem-")]
-    if sorted(after) != sorted(set(after)):
-        bad.append(f"idempotent records written twice: {after}")
-    return bad
-
-
-def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False,
-                 patch=None):
-    """Run the workload once to number its changes, then crash at each (or at
-    `points`; first_failure: stop at the first point that fails). power_cut:
-    False (a crash), True (files.cut()) or "written back" (files.cut(written_back=True)).
-    patch(broker) changes the broker under test (for negative controls).
-    -> (number of points, [(point, its change, what is wrong)])."""
-    count, labels = None, None
-    failures = []
-    n = 0
-    while count is None or n <= count:
-        data = tmp_path / f"run-{n}"
-        holder = []
-        files = files_class(data)
-
-        def die():
-            holder[0].stop(clean=False)
-        files.on_cut = die
-        broker = _crash_broker(data, files)
-        holder.append(broker)
-        if patch:
-            broker.run_in_loop(lambda: patch(broker))
-        if n:
-            files.cut_at = files.changes + n
-        before = files.changes
-        ledger = Ledger()
-        crash_workload(broker.port, ledger, strict=not n)
-        broker.stop(clean=False)
-        assert broker.stopped.wait(5)
-        made = files.labels[before:]
-        if not n:
-            count, labels = len(made), made
-            n = 1 if points is None else points.pop(0)
-            continue
-        assert made == labels[:n], f"the workload is not deterministic at point {n}: {made[-3:]}"
-        if power_cut:
-            files.cut(written_back=power_cut == "written back")
-        broker = _crash_broker(data)
-        try:
-            failures += [(n, labels[n - 1], why) for why in crash_violations(broker.port, ledger)]
-        finally:
-            broker.stop(clean=False)
-            assert broker.stopped.wait(5)
-        import shutil
-        shutil.rmtree(data)
-        if first_failure and failures:
-            break
-        if points is not None:
-            if not points:
-                break
-            n = points.pop(0)
-        else:
-            n += 1
-    return count, failures
-
-
-def _crash_broker(data, files=None):
-    config = doze.Config({"group.initial.rebalance.delay.ms": 0}, data_dir=data, host="127.0.0.1", port=0)
-    broker = doze.Broker(config, files=files)
-    thread = threading.Thread(target=broker.serve_forever, name="doze-crash", daemon=True)
-    broker._thread = thread
-    thread.start()
-    return broker
-
-
-@pytest.mark.parametrize("power_cut", [False, True, "written back"],
-                         ids=["crash", "power-cut", "power-cut-logs-written-back"])
-def test_crash_at_every_point_loses_nothing_acknowledged(tmp_path, power_cut):
-    """Verifies, for every change the workload makes, that a crash (or a power
-    cut, with or without the kernel having written the logs back before it:
-    meta.db's unsynced commits lost either way) exactly there loses nothing any client was told: answered produces at
-    their offsets, answered commits whole with their offsets, aborted and
-    undecided transactions invisible to read_committed, no LSO stuck, the
-    idempotent producer's sequences intact."""
-    count, failures = crash_points(tmp_path, power_cut)
-    assert failures == []
-    assert count > 60                  # the workload reaches its every part (its size is in the README)
-
-
-class SkipsMarkerFsync(PowerCutFiles):
-    """A doze that forgot to fsync the markers before finishing the commit: an
-    fsync right after a marker's write returns without making it durable."""
-
-    def write(self, fd, data):
-        super().write(fd, data)
-        self.marker_last = len(data) > 22 and bool(data[22] & doze.ATTR_CONTROL)
-
-    def fsync(self, fd):
-        if getattr(self, "marker_last", False):
-            self._change()
-            return
-        super().fsync(fd)
-
-
-def test_crash_at_every_point_negative_control_fails_without_an_fsync(tmp_path):
-    """The check above can fail: a layer that skips the markers' fsync loses
-    answered commits at some power-cut point."""
-    count, failures = crash_points(tmp_path, power_cut=True, files_class=SkipsMarkerFsync, first_failure=True)
-    assert any("commit was answered" in why for _, _, why in failures), failures
-
-
-class LyingMetaSync(PowerCutFiles):
-    """A doze whose fsync of meta.db-wal returns without making anything durable."""
-
-    def sync_file(self, path, fallback=None):
-        self._change(path)
-
-
-def test_crash_at_every_point_negative_control_fails_without_meta_db_fsync(tmp_path):
-    """The check above can fail: without meta.db's fsync a power cut loses
-    what was answered (offsets, transactions, topics)."""
-    count, failures = crash_points(tmp_path, power_cut=True, files_class=LyingMetaSync, first_failure=True)
-    assert failures, "no point failed"
-
-
-def test_crash_at_every_point_negative_control_markers_before_decision(tmp_path):
-    """The check above can fail: markers written (and written back) before
-    their decision is durable leave a transaction that the restart does not
-    know was decided -- half committed, or its answered commit undone."""
-    def markers_at_once(broker):
-        txns, deferred = broker.txns, broker.txns._write_markers
-
-        def write_markers(meta):           # as EndTxn did when meta.db fsynced each commit itself
-            deferred(meta)
-            txns._append_markers(meta)
-        txns._write_markers = write_markers
-    count, failures = crash_points(tmp_path, power_cut="written back", patch=markers_at_once,
-                                   first_failure=True)
-    assert any("half of it is visible" in why or "commit was answered" in why for _, _, why in failures), failures
-
-
 # --- Failing disks ------------------------------------------------------------------
 # Injected through the Files layer: EIO on an fsync, ENOSPC on a write, a
 # meta.db that refuses commits. Each gets Kafka's answer and loses nothing
 # acknowledged; conformance/disk/check.py does the same on a real, small,
 # full and then read-only file system.
-
-class SickDisk(doze.Files):
-    """Files whose fsyncs (`fsync_errno`) or writes (`write_errno`) fail for
-    paths under `sick` (a partition directory), and whose meta.db commits fail
-    while `meta_db_error` is set. Counts the fsyncs each path gets."""
-
-    def __init__(self):
-        self.paths, self.fsyncs = {}, collections.Counter()
-        self.sick = self.fsync_errno = self.write_errno = self.meta_db_error = None
-
-    def _sick(self, fd):
-        return self.sick and self.paths.get(fd, "").startswith(self.sick + os.sep)
-
-    def open_append(self, path, create):
-        fd = super().open_append(path, create)
-        self.paths[fd] = str(path)
-        return fd
-
-    def write(self, fd, data):
-        if self.write_errno and self._sick(fd):
-            raise OSError(self.write_errno, os.strerror(self.write_errno))
-        super().write(fd, data)
-
-    def fsync(self, fd):
-        self.fsyncs[self.paths.get(fd)] += 1
-        if self.fsync_errno and self._sick(fd):
-            raise OSError(self.fsync_errno, os.strerror(self.fsync_errno))
-        super().fsync(fd)
-
-    def commit(self, db):
-        if self.meta_db_error:
-            raise sqlite3.OperationalError(self.meta_db_error)
-        super().commit(db)
-
 
 def test_disk_fsync_eio_takes_the_partition_offline_and_never_retries(start_broker, tmp_path, caplog):
     """Verifies fsyncgate's rule: after EIO on an fsync the batch waiting on it
@@ -3398,24 +2022,6 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
     assert broker.stopped.is_set() is False
 
 
-class MetaSyncLog(doze.Files):
-    """Files that record meta.db's commits and fsyncs in order, and can fail the fsyncs."""
-
-    def __init__(self):
-        self.events, self.sync_errno, self.sync_delay_s = [], None, 0
-
-    def commit(self, db):
-        super().commit(db)
-        self.events.append("commit")
-
-    def sync_file(self, path, fallback=None):
-        if self.sync_errno:
-            raise OSError(self.sync_errno, os.strerror(self.sync_errno))
-        super().sync_file(path, fallback)
-        time.sleep(self.sync_delay_s)            # a slow disk: an answer sent before the fsync would show
-        self.events.append("sync")
-
-
 def test_meta_db_answers_wait_for_its_fsync_and_share_one(start_broker):
     """Verifies meta.db's group commit: an OffsetCommit (or AddPartitionsToTxn)
     is answered only once its change is fsynced, and twenty OffsetCommits sent
@@ -3487,36 +2093,6 @@ def test_disk_meta_db_damaged_at_start_says_so(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_disk_one_broker_per_data_directory(start_broker, tmp_path):
-    """Verifies Kafka's .lock: a second broker on a data directory in use
-    refuses to start (with Kafka's message) and changes nothing; once the
-    first stops, the directory can be used again."""
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        c.create_topic("locked")
-        c.produce("locked", 0, make_batch([b"mine"]))
-    with pytest.raises(OSError, match="Failed to acquire lock on file .lock in .* another process or thread"):
-        doze.Broker(doze.Config(None, data_dir=tmp_path / "data", host="127.0.0.1", port=0))
-    with RawClient(broker.port) as c:
-        assert c.values("locked", 0) == [(0, b"mine")]
-    stop(broker)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        assert c.values("locked", 0) == [(0, b"mine")]
-
-def test_console_cluster_shows_a_partition_the_disk_took_offline(start_broker, tmp_path):
-    files = SickDisk()
-    broker = start_broker({"doze.console.listener": "127.0.0.1:0"}, files=files)
-    with RawClient(broker.port) as c:
-        c.create_topic("shaky", partitions=2)
-        files.sick, files.fsync_errno = str(tmp_path / "data" / "shaky-1"), errno.EIO
-        assert c.produce("shaky", 1, make_batch([b"x"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
-    rows = console_json(broker, "/api/cluster")["partitions"]
-    assert rows[0]["topic"] == "shaky" and rows[0]["partition"] == 1 and "fsync failed" in rows[0]["offline"]
-    assert [r["offline"] for r in rows if (r["topic"], r["partition"]) == ("shaky", 0)] == [None]
-    status, _, body = http_get(broker.console.port, "/")
-    assert status == 200 and "offline: fsync failed" in body.decode()
-
 def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(start_broker, tmp_path):
     """Verifies that a meta.db another process holds locked (here sqlite's own
     EXCLUSIVE lock, as a tool could) gets NOT_COORDINATOR after
@@ -3537,1434 +2113,486 @@ def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(star
         assert commit_offsets(c, "lk-g", {("lk", 0): 5}) == {("lk", 0): 0}
 
 
-# --- Consumer groups (the classic protocol) ------------------------------------------
+###############################################################################
+# 8. COORDINATORS -- producer state, consumer groups, transactions
+###############################################################################
+
+def idem_header(seq, count=1, producer_id=7, epoch=0):
+    return header_of(make_batch([b"x"] * count, producer_id=producer_id, producer_epoch=epoch,
+                                base_sequence=seq))
+
 
 GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
 
 
-def send_join(client, group, member_id="", instance=None, protocols=(("range", b"sub"),),
-              session_ms=10000, protocol_type="consumer", version=7):
-    return client.send(ApiKey.JOIN_GROUP, version, group_id=group, session_timeout_ms=session_ms,
-                       rebalance_timeout_ms=session_ms, member_id=member_id,
-                       group_instance_id=instance, protocol_type=protocol_type,
-                       protocols=[Msg(name=n, metadata=m) for n, m in protocols])
-
-
-def receive(client, key, sent):
-    cid, version = sent
-    got, msg = client.receive(key, version)
-    assert got == cid
-    return msg
-
-
-def join(client, group, **kw):
-    """A full first join: MEMBER_ID_REQUIRED, then the join with that id (KIP-394)."""
-    first = receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
-    if first.error_code != ErrorCode.MEMBER_ID_REQUIRED:
-        return first
-    kw["member_id"] = first.member_id
-    return receive(client, ApiKey.JOIN_GROUP, send_join(client, group, **kw))
-
-
-def send_sync(client, group, generation, member_id, assignments=None, instance=None):
-    return client.send(ApiKey.SYNC_GROUP, 5, group_id=group, generation_id=generation,
-                       member_id=member_id, group_instance_id=instance, protocol_type="consumer",
-                       protocol_name="range", assignments=[
-                           Msg(member_id=m, assignment=a) for m, a in (assignments or {}).items()])
-
-
-def sync(client, group, generation, member_id, assignments=None, instance=None):
-    return receive(client, ApiKey.SYNC_GROUP,
-                   send_sync(client, group, generation, member_id, assignments, instance))
-
-
-def heartbeat(client, group, generation, member_id, instance=None):
-    return client.call(ApiKey.HEARTBEAT, 4, group_id=group, generation_id=generation,
-                       member_id=member_id, group_instance_id=instance).error_code
-
-
-def describe_group(client, group):
-    return client.call(ApiKey.DESCRIBE_GROUPS, 5, groups=[group]).groups[0]
-
-
-def test_group_one_member_joins_syncs_heartbeats_and_leaves(start_broker):
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        first = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo"))
-        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
-        j = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo", member_id=first.member_id))
-        assert (j.error_code, j.generation_id, j.leader, j.protocol_name) == \
-            (0, 1, first.member_id, "range")
-        assert [(m.member_id, m.metadata) for m in j.members] == [(first.member_id, b"sub")]
-        s = sync(c, "solo", 1, j.member_id, {j.member_id: b"assigned"})
-        assert (s.error_code, s.assignment) == (0, b"assigned")
-        assert heartbeat(c, "solo", 1, j.member_id) == 0
-        d = describe_group(c, "solo")
-        assert (d.group_state, d.protocol_data, [m.member_assignment for m in d.members]) == \
-            ("Stable", "range", [b"assigned"])
-        r = c.call(ApiKey.LEAVE_GROUP, 5, group_id="solo", members=[Msg(member_id=j.member_id)])
-        assert (r.error_code, r.members[0].error_code) == (0, 0)
-        assert describe_group(c, "solo").group_state == "Empty"
-        assert heartbeat(c, "solo", 1, j.member_id) == ErrorCode.UNKNOWN_MEMBER_ID
-
-
-def test_group_second_member_triggers_a_rebalance(start_broker):
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        ja = join(a, "pair")
-        assert sync(a, "pair", 1, ja.member_id, {ja.member_id: b"all"}).assignment == b"all"
-        sent_b = send_join(b, "pair")
-        first_b = receive(b, ApiKey.JOIN_GROUP, sent_b)
-        sent_b = send_join(b, "pair", member_id=first_b.member_id)      # parks: rebalance
-        assert wait_until(lambda: describe_group(a, "pair").group_state == "PreparingRebalance")
-        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS
-        ja2 = join(a, "pair", member_id=ja.member_id)
-        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
-        assert ja2.generation_id == jb.generation_id == 2
-        assert ja2.leader == jb.leader == ja.member_id
-        assert sorted(m.member_id for m in ja2.members) == sorted([ja.member_id, jb.member_id])
-        assert jb.members == []                        # only the leader sees subscriptions
-        sent_sync_b = send_sync(b, "pair", 2, jb.member_id)              # waits for the leader
-        sa = sync(a, "pair", 2, ja.member_id, {ja.member_id: b"p0", jb.member_id: b"p1"})
-        sb = receive(b, ApiKey.SYNC_GROUP, sent_sync_b)
-        assert (sa.assignment, sb.assignment) == (b"p0", b"p1")
-        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.ILLEGAL_GENERATION
-        assert heartbeat(b, "pair", 2, jb.member_id) == 0
-
-
-def test_group_session_timeout_expels_a_silent_member(start_broker):
-    clock = FakeClock()
-    broker = start_broker(GROUP_SETTINGS, clock=clock)
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        ja = join(a, "quiet", session_ms=6000)
-        sync(a, "quiet", 1, ja.member_id, {ja.member_id: b"x"})
-        sent_b = send_join(b, "quiet", session_ms=6000)
-        jb0 = receive(b, ApiKey.JOIN_GROUP, sent_b)
-        sent_b = send_join(b, "quiet", member_id=jb0.member_id, session_ms=6000)
-        assert wait_until(lambda: describe_group(a, "quiet").group_state == "PreparingRebalance")
-        ja2 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
-        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
-        sent_sb = send_sync(b, "quiet", 2, jb.member_id)
-        sync(a, "quiet", 2, ja.member_id, {ja.member_id: b"0", jb.member_id: b"1"})
-        receive(b, ApiKey.SYNC_GROUP, sent_sb)
-        clock.advance(4000)
-        assert heartbeat(a, "quiet", 2, ja.member_id) == 0           # a keeps beating, b does not
-        clock.advance(4000)
-        broker.waker.wake()
-        assert wait_until(lambda: heartbeat(a, "quiet", 2, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS)
-        ja3 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
-        assert (ja3.generation_id, [m.member_id for m in ja3.members]) == (3, [ja.member_id])
-        assert ja2.generation_id == 2
-
-
-def test_group_tick_comes_at_a_members_deadline_not_a_ms_later(start_broker):
-    # librdkafka's 0081 closes static members (no LeaveGroup; their last OffsetCommit
-    # restarts the session), sleeps exactly session.timeout.ms, then deletes the groups:
-    # a sweep even 1 ms late leaves the group non-empty, where Kafka's exact timer does not.
-    clock = FakeClock()
-    broker = start_broker(GROUP_SETTINGS, clock=clock)
-    with RawClient(broker.port) as a:
-        ja = join(a, "exact", session_ms=6000, instance="i-0")
-        sync(a, "exact", 1, ja.member_id, {ja.member_id: b"x"})
-        deadline_ms = broker.groups.groups["exact"].members[ja.member_id].deadline_ms
-        clock.advance(5950.25)                        # inside the last sweep before the deadline
-        broker.waker.wake()
-
-        def next_tick():
-            return broker.run_in_loop(lambda: broker.groups.next_tick_s)
-        assert wait_until(lambda: next_tick() == deadline_ms / 1000)
-        clock.advance(deadline_ms - clock.now * 1000)  # exactly the deadline
-        broker.waker.wake()
-        assert wait_until(lambda: describe_group(a, "exact").group_state == "Empty")
-
-
-def test_group_static_member_restart_gets_its_assignment_without_a_rebalance(start_broker):
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        ja = join(a, "static", instance="instance-a")
-        assert ja.error_code == 0                      # static members need no MEMBER_ID_REQUIRED
-        sync(a, "static", 1, ja.member_id, {ja.member_id: b"everything"}, instance="instance-a")
-        sent_b = send_join(b, "static", instance="instance-b")
-        assert wait_until(lambda: describe_group(a, "static").group_state == "PreparingRebalance")
-        ja2 = join(a, "static", member_id=ja.member_id, instance="instance-a")
-        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
-        generation = ja2.generation_id
-        sent_sb = send_sync(b, "static", generation, jb.member_id, instance="instance-b")
-        sync(a, "static", generation, ja.member_id,
-             {ja.member_id: b"part-a", jb.member_id: b"part-b"}, instance="instance-a")
-        assert receive(b, ApiKey.SYNC_GROUP, sent_sb).assignment == b"part-b"
-    with RawClient(broker.port) as b2, RawClient(broker.port) as a:
-        # instance-b "restarts": a new connection, no member id, same instance id
-        # a restarted consumer's subscription bytes differ (it owns nothing yet):
-        # only a change of the selected protocol would mean a rebalance (Kafka)
-        back = join(b2, "static", instance="instance-b", protocols=(("range", b"restarted"),))
-        assert (back.error_code, back.generation_id) == (0, generation)   # no new generation
-        assert back.member_id != jb.member_id
-        assert sync(b2, "static", generation, back.member_id, instance="instance-b").assignment == b"part-b"
-        assert heartbeat(a, "static", generation, ja.member_id, instance="instance-a") == 0
-        assert describe_group(a, "static").group_state == "Stable"
-        assert heartbeat(a, "static", generation, jb.member_id, instance="instance-b") == \
-            ErrorCode.FENCED_INSTANCE_ID
-
-
-@pytest.mark.parametrize("case,expected", [
-    ("other protocol type", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
-    ("no common assignor", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
-    ("session too short", ErrorCode.INVALID_SESSION_TIMEOUT),
-    ("unknown member", ErrorCode.UNKNOWN_MEMBER_ID),
-    ("group full", ErrorCode.GROUP_MAX_SIZE_REACHED),
-    ("empty group id", ErrorCode.INVALID_GROUP_ID),
-])
-def test_group_join_errors(start_broker, case, expected):
-    broker = start_broker(dict(GROUP_SETTINGS, **{"group.max.size": 1}))
-    with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        j = join(a, "g")
-        sync(a, "g", 1, j.member_id, {j.member_id: b""})
-        kw = {"other protocol type": dict(protocol_type="connect"),
-              "no common assignor": dict(protocols=(("roundrobin", b""),)),
-              "session too short": dict(session_ms=10),
-              "unknown member": dict(member_id="ghost"),
-              "group full": {}, "empty group id": {}}[case]
-        group = "" if case == "empty group id" else "g"
-        assert receive(b, ApiKey.JOIN_GROUP, send_join(b, group, **kw)).error_code == expected
-
-
-def commit_offsets(client, group, offsets, generation=-1, member_id="", version=8):
-    r = client.call(ApiKey.OFFSET_COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
-                    member_id=member_id, topics=[
-                        Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
-                                                    committed_metadata="m")])
-                        for (t, p), o in offsets.items()])
-    return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
-
-
-def test_offsets_commit_fetch_and_survive_a_restart(start_broker):
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        c.create_topic("ot", 2)
-        assert commit_offsets(c, "simple", {("ot", 0): 10, ("ot", 1): 20}) == \
-            {("ot", 0): 0, ("ot", 1): 0}
-        assert commit_offsets(c, "simple", {("nope", 0): 1}) == \
-            {("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1)]) == \
-            {("ot", 0): (0, 10), ("ot", 1): (0, 20)}
-    stop(broker, clean=False)
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1), ("ot", 5)]) == \
-            {("ot", 0): (0, 10), ("ot", 1): (0, 20), ("ot", 5): (0, -1)}
-        r = c.call(ApiKey.OFFSET_FETCH, 8, groups=[Msg(group_id="simple", topics=None),
-                                                   Msg(group_id="none", topics=None)])
-        assert [(g.group_id, [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
-                              for t in g.topics]) for g in r.groups] == \
-            [("simple", [("ot", [(0, 10), (1, 20)])]), ("none", [])]
-        r = c.call(ApiKey.OFFSET_DELETE, 0, group_id="simple",
-                   topics=[Msg(name="ot", partitions=[Msg(partition_index=0)])])
-        assert (r.error_code, r.topics[0].partitions[0].error_code) == (0, 0)
-        assert committed_offsets(c, "simple", [("ot", 0)]) == {("ot", 0): (0, -1)}
-        lg = c.call(ApiKey.LIST_GROUPS, 4, states_filter=["Empty"])
-        assert [g.group_id for g in lg.groups] == ["simple"]
-        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["simple", "never"])
-        assert [(x.group_id, x.error_code) for x in r.results] == \
-            [("simple", 0), ("never", ErrorCode.GROUP_ID_NOT_FOUND)]
-        assert committed_offsets(c, "simple", [("ot", 1)]) == {("ot", 1): (0, -1)}
-
-
-def test_offsets_commit_checks_generation_and_member(start_broker):
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        c.create_topic("gt", 1)
-        j = join(c, "live")
-        tp = ("gt", 0)
-        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: ErrorCode.REBALANCE_IN_PROGRESS}
-        sync(c, "live", 1, j.member_id, {j.member_id: b""})
-        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: 0}
-        assert commit_offsets(c, "live", {tp: 1}, 7, j.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
-        assert commit_offsets(c, "live", {tp: 1}, 1, "ghost") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
-        assert commit_offsets(c, "live", {tp: 1}) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}  # not empty
-        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["live"])
-        assert r.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
-
-
-def test_group_members_carry_on_after_a_restart(start_broker):
-    """Verifies that a stable group is stored: after a restart its members'
-    heartbeats and commits with the same generation are accepted."""
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        c.create_topic("rt", 1)
-        j = join(c, "durable")
-        sync(c, "durable", 1, j.member_id, {j.member_id: b"mine"})
-    stop(broker, clean=False)
-    broker = start_broker(GROUP_SETTINGS)
-    with RawClient(broker.port) as c:
-        assert heartbeat(c, "durable", 1, j.member_id) == 0
-        assert sync(c, "durable", 1, j.member_id).assignment == b"mine"
-        assert commit_offsets(c, "durable", {("rt", 0): 3}, 1, j.member_id) == {("rt", 0): 0}
-
-
-def test_offsets_expire_after_the_group_is_empty_for_the_retention(start_broker):
-    clock = FakeClock()
-    broker = start_broker(dict(GROUP_SETTINGS, **{"offsets.retention.minutes": 1,
-                                                  "offsets.retention.check.interval.ms": 100}),
-                          clock=clock)
-    with RawClient(broker.port) as c:
-        c.create_topic("xt", 1)
-        commit_offsets(c, "old", {("xt", 0): 5})
-        clock.advance(30_000)
-        loop_passes(broker)                                  # the expiry check ran: too early
-        assert committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, 5)}
-        clock.advance(31_000)
-        broker.waker.wake()
-        assert wait_until(lambda: committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, -1)})
-
-
-def test_find_coordinator_is_always_this_broker(client, broker):
-    """The first lookup makes the internal topic and answers COORDINATOR_NOT_AVAILABLE,
-    as Kafka does (clients retry); from then on, always this broker."""
-    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
-    assert (r.error_code, r.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
-    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
-    assert (r.error_code, r.node_id, r.port) == (0, 1, broker.port)
-    assert client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t0"]) \
-        .coordinators[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-    r = client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t1", "t2"])
-    assert [(x.key, x.port, x.error_code) for x in r.coordinators] == \
-        [("t1", broker.port, 0), ("t2", broker.port, 0)]
-
-
-def test_internal_topics_are_shown_as_kafka_shows_them(client, broker):
-    """Made by the first coordinator lookup, with Kafka's partition counts and
-    configs; listed with is_internal; closed to clients' writes and deletes."""
-    md = client.metadata([doze.CONSUMER_OFFSETS], allow_auto_topic_creation=False)
-    assert (md.topics[0].error_code, md.topics[0].is_internal) == (3, True)
-    client.call(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"])
-    [t] = client.metadata([doze.CONSUMER_OFFSETS]).topics
-    assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
-    assert [n for n in (x.name for x in client.metadata(None).topics)] == [doze.CONSUMER_OFFSETS]
-    got = config_map(describe_configs(client, 2, doze.CONSUMER_OFFSETS))
-    assert (got["cleanup.policy"], got["segment.bytes"]) == (("compact", 1), ("104857600", 1))
-    assert client.produce(doze.CONSUMER_OFFSETS, 0, make_batch([b"x"])).error_code == \
-        ErrorCode.INVALID_TOPIC_EXCEPTION
-    r = client.call(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[
-        Msg(name=doze.CONSUMER_OFFSETS, partitions=[Msg(partition_index=0, offset=0)])])
-    assert r.topics[0].partitions[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
-    [res] = client.create_topics(("__cluster_metadata", 1, {}))
-    assert res.error_code == ErrorCode.INVALID_REQUEST
-
-
-# --- Transactions (KIP-98, classic protocol) --------------------------------------
-
-class Txn:
-    """A transactional producer spoken by hand over a RawClient."""
-
-    def __init__(self, client, transactional_id, timeout_ms=60000, version=4):
-        self.c, self.id = client, transactional_id
-        r = client.call(ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id,
-                        transaction_timeout_ms=timeout_ms)
-        assert r.error_code == 0, r
-        self.producer_id, self.epoch = r.producer_id, r.producer_epoch
-        self.seq = {}
-
-    def add(self, *tps, version=3):
-        r = self.c.call(ApiKey.ADD_PARTITIONS_TO_TXN, version, transactional_id=self.id,
-                        producer_id=self.producer_id, producer_epoch=self.epoch, topics=[
-                            Msg(name=t, partitions=[p for tt, p in tps if tt == t])
-                            for t in dict.fromkeys(t for t, _ in tps)])
-        return {(t.name, p.partition_index): p.partition_error_code
-                for t in r.results_by_topic for p in t.results_by_partition}
-
-    def produce(self, topic, partition, values, epoch=None):
-        seq = self.seq.get((topic, partition), 0)
-        batch = make_batch(values, producer_id=self.producer_id,
-                           producer_epoch=self.epoch if epoch is None else epoch,
-                           base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL)
-        resp = self.c.call(ApiKey.PRODUCE, 9, transactional_id=self.id, acks=-1, timeout_ms=5000,
-                           topic_data=[Msg(name=topic, partition_data=[
-                               Msg(index=partition, records=batch)])])
-        part = resp.responses[0].partition_responses[0]
-        if part.error_code == 0:
-            self.seq[(topic, partition)] = seq + len(values)
-        return part
-
-    def whole(self, topic, partition, values, commit):
-        """A whole transaction on one partition -> EndTxn's error code."""
-        self.add((topic, partition))
-        self.produce(topic, partition, values)
-        return self.end(commit)
-
-    def add_offsets(self, group, version=3):
-        return self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, version, transactional_id=self.id,
-                           producer_id=self.producer_id, producer_epoch=self.epoch,
-                           group_id=group).error_code
-
-    def commit_offsets(self, group, offsets, version=3, generation=-1, member=""):
-        r = self.c.call(ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=self.id, group_id=group,
-                        producer_id=self.producer_id, producer_epoch=self.epoch,
-                        generation_id=generation, member_id=member, topics=[
-                            Msg(name=t, partitions=[Msg(partition_index=p, committed_offset=o,
-                                                        committed_metadata="")])
-                            for (t, p), o in offsets.items()])
-        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
-
-    def end(self, commit, epoch=None, producer_id=None, version=3):
-        return self.c.call(ApiKey.END_TXN, version, transactional_id=self.id,
-                           producer_id=self.producer_id if producer_id is None else producer_id,
-                           producer_epoch=self.epoch if epoch is None else epoch,
-                           committed=commit).error_code
-
-
-def fetch_isolated(client, topic, partition, offset=0, read_committed=True):
-    """One Fetch v12 with an isolation level -> the partition response."""
-    resp = client.call(ApiKey.FETCH, 12, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                       isolation_level=1 if read_committed else 0, topics=[Msg(topic=topic, partitions=[
-                           Msg(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
-    part = resp.responses[0].partitions[0]
-    part.records = bytes(part.records or b"")
-    return part
-
-
-def visible_values(client, topic, partition, read_committed=True, every_segment=False):
-    """What a consumer sees: data records below the LSO (or HW), minus aborted
-    transactions' records and control batches, as Java's consumer filters.
-    One Fetch (one segment), or every_segment: fetches until the end."""
-    part = fetch_isolated(client, topic, partition, 0, read_committed)
-    batches, aborted_list = split_batches(part.records), list(part.aborted_transactions or [])
-    while every_segment and batches:
-        last = header_of(batches[-1])
-        nxt = fetch_isolated(client, topic, partition, last.base_offset + last.last_offset_delta + 1,
-                             read_committed)
-        if not nxt.records:
-            break
-        batches += split_batches(nxt.records)
-        aborted_list += nxt.aborted_transactions or []
-    pending = sorted({(a.first_offset, a.producer_id) for a in aborted_list})
-    aborting, out = set(), []                 # Java's consumer: the queue of aborted transactions
-    for batch in batches:
-        h = header_of(batch)
-        while pending and pending[0][0] <= h.base_offset + h.last_offset_delta:
-            aborting.add(pending.pop(0)[1])
-        if h.attributes & doze.ATTR_CONTROL:
-            if doze.control_type(batch) == doze.CONTROL_ABORT:
-                aborting.discard(h.producer_id)
-            continue
-        if read_committed and h.attributes & doze.ATTR_TRANSACTIONAL and h.producer_id in aborting:
-            continue
-        out += [v for _, _, v, _ in batch_records(batch)]
-    return out
-
-
-def describe_txn(client, transactional_id):
-    return client.call(ApiKey.DESCRIBE_TRANSACTIONS, 0,
-                       transactional_ids=[transactional_id]).transaction_states[0]
-
-
-def committed_offsets(client, group, tps, require_stable=False):
-    r = client.call(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
-                    topics=[Msg(name=t, partition_indexes=[p for tt, p in tps if tt == t])
-                            for t in dict.fromkeys(t for t, _ in tps)])
-    return {(t.name, p.partition_index): (p.error_code, p.committed_offset)
-            for t in r.topics for p in t.partitions}
-
-
-def wait_until(check, timeout_s=5, poll_s=0.02):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(poll_s)             # polling: what it waits for is the check, not the time
-    return False
-
-
-def test_txn_scenario_commit_and_abort_as_read_committed_sees_them(client):
-    """Verifies that read_committed sees exactly the committed transactions, and
-    read_uncommitted everything, with the aborted ones listed (KIP-98)."""
-    client.create_topic("orders", 1)
-    txn = Txn(client, "tx-orders")
-    assert txn.add(("orders", 0)) == {("orders", 0): 0}
-    assert txn.produce("orders", 0, [b"a1", b"a2"]).error_code == 0
-    assert txn.end(commit=True) == 0
-    assert txn.add(("orders", 0)) == {("orders", 0): 0}
-    assert txn.produce("orders", 0, [b"b1"]).error_code == 0
-    assert txn.end(commit=False) == 0
-    assert txn.add(("orders", 0)) == {("orders", 0): 0}
-    assert txn.produce("orders", 0, [b"c1"]).error_code == 0
-    assert txn.end(commit=True) == 0
-    assert visible_values(client, "orders", 0) == [b"a1", b"a2", b"c1"]
-    assert visible_values(client, "orders", 0, read_committed=False) == [b"a1", b"a2", b"b1", b"c1"]
-    part = fetch_isolated(client, "orders", 0)
-    # offsets: a1 a2 COMMIT(2) b1(3) ABORT(4) c1(5) COMMIT(6)
-    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(txn.producer_id, 3)]
-    assert part.last_stable_offset == part.high_watermark == 7
-    assert fetch_isolated(client, "orders", 0, read_committed=False).aborted_transactions is None
-
-
-def test_txn_over_hundreds_of_partitions_writes_its_markers_in_steps(client, broker):
-    """A transaction over 300 partitions: EndTxn's markers go out PARTITIONS_PER_STEP
-    a pass, over several passes, and the answer still comes only once every
-    marker is durable: read_committed then sees every partition."""
-    client.create_topic("wide", 300)
-    txn = Txn(client, "tx-wide")
-    tps = [("wide", p) for p in range(300)]
-    assert set(txn.add(*tps).values()) == {0}
-    for p in range(300):
-        assert txn.produce("wide", p, [b"w%d" % p]).error_code == 0
-    assert doze.PARTITIONS_PER_STEP < 300
-    assert txn.end(commit=True) == 0
-    assert all(visible_values(client, "wide", p) == [b"w%d" % p] for p in range(300))
-    assert all(fetch_isolated(client, "wide", p).last_stable_offset == 2 for p in (0, 150, 299))
-
-
-def test_txn_scenario_open_transaction_holds_the_last_stable_offset(client):
-    """Verifies that read_committed stops at the first offset of an open
-    transaction, and ListOffsets(latest, read_committed) answers that LSO."""
-    client.create_topic("lso", 1)
-    client.produce("lso", 0, make_batch([b"plain"]))
-    txn = Txn(client, "tx-lso")
-    txn.add(("lso", 0))
-    txn.produce("lso", 0, [b"pending"])
-    client.produce("lso", 0, make_batch([b"after"]))
-    part = fetch_isolated(client, "lso", 0)
-    assert (part.high_watermark, part.last_stable_offset) == (3, 1)
-    assert visible_values(client, "lso", 0) == [b"plain"]
-    r = client.call(ApiKey.LIST_OFFSETS, 5, replica_id=-1, isolation_level=1, topics=[
-        Msg(name="lso", partitions=[Msg(partition_index=0, timestamp=-1)])])
-    assert r.topics[0].partitions[0].offset == 1
-    assert client.list_offset("lso", 0, -1).offset == 3          # read_uncommitted: the HW
-    assert txn.end(commit=True) == 0
-    assert visible_values(client, "lso", 0) == [b"plain", b"pending", b"after"]
-
-
-# (state the transaction is put in, action, expected error) -- Kafka's EndTxn table
-END_TXN_CASES = [
-    ("empty",            "commit",            ErrorCode.INVALID_TXN_STATE),
-    ("empty",            "abort",             ErrorCode.INVALID_TXN_STATE),
-    ("ongoing",          "commit",            ErrorCode.NONE),
-    ("ongoing",          "abort",             ErrorCode.NONE),
-    ("complete commit",  "commit",            ErrorCode.NONE),
-    ("complete commit",  "abort",             ErrorCode.INVALID_TXN_STATE),
-    ("complete abort",   "abort",             ErrorCode.NONE),
-    ("complete abort",   "commit",            ErrorCode.INVALID_TXN_STATE),
-    ("ongoing",          "commit, old epoch", ErrorCode.PRODUCER_FENCED),
-    ("ongoing",          "commit, v1",        ErrorCode.NONE),
-    ("fenced",           "commit",            ErrorCode.PRODUCER_FENCED),
-    ("fenced",           "commit, v1",        ErrorCode.INVALID_PRODUCER_EPOCH),
-    ("ongoing",          "commit, other id",  ErrorCode.INVALID_PRODUCER_ID_MAPPING),
-]
-
-
-def _put_txn_in(client, state):
-    client.create_topic("et", 1)
-    txn = Txn(client, "tx-et")
-    if state != "empty":
-        txn.add(("et", 0))
-        txn.produce("et", 0, [b"x"])
-    if state == "complete commit":
-        assert txn.end(True) == 0
-    elif state == "complete abort":
-        assert txn.end(False) == 0
-    elif state == "fenced":
-        Txn(client, "tx-et")                 # a second owner fences the first
-    return txn
-
-
-@pytest.mark.parametrize("state,action,expected", END_TXN_CASES,
-                         ids=[f"{s}-{a}" for s, a, _ in END_TXN_CASES])
-def test_end_txn_in_every_state(client, state, action, expected):
-    txn = _put_txn_in(client, state)
-    commit = action.startswith("commit")
-    kw = {}
-    if "old epoch" in action:
-        kw["epoch"] = txn.epoch - 1
-    if "v1" in action:
-        kw["version"] = 1
-    if "other id" in action:
-        kw["producer_id"] = txn.producer_id + 1000
-    assert txn.end(commit, **kw) == expected
-
-
-ADD_PARTITIONS_CASES = [
-    # state,     partitions asked,                 expected per partition
-    ("empty",   [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),
-    ("ongoing", [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),           # a retry
-    ("empty",   [("ap", 0), ("nope", 0)],          {("ap", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
-                                                    ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}),
-    ("fenced",  [("ap", 0)],                       {("ap", 0): ErrorCode.PRODUCER_FENCED}),
-    ("fenced v1", [("ap", 0)],                     {("ap", 0): ErrorCode.INVALID_PRODUCER_EPOCH}),
-]
-
-
-@pytest.mark.parametrize("state,tps,expected", ADD_PARTITIONS_CASES,
-                         ids=[c[0] + "-" + str(len(c[1])) for c in ADD_PARTITIONS_CASES])
-def test_add_partitions_to_txn_in_every_state(client, state, tps, expected):
-    client.create_topic("ap", 1)
-    txn = Txn(client, "tx-ap")
-    if state == "ongoing":
-        txn.add(("ap", 0))
-    if state.startswith("fenced"):
-        Txn(client, "tx-ap")
-    assert txn.add(*tps, version=1 if state.endswith("v1") else 3) == expected
-    if ErrorCode.OPERATION_NOT_ATTEMPTED in expected.values():
-        assert describe_txn(client, "tx-ap").transaction_state == "Empty"   # nothing was added
-
-
-def test_add_partitions_unknown_transactional_id_is_a_mapping_error(client):
-    client.create_topic("ap2", 1)
-    r = client.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, transactional_id="never-inited",
-                    producer_id=5, producer_epoch=0, topics=[Msg(name="ap2", partitions=[0])])
-    assert r.results_by_topic[0].results_by_partition[0].partition_error_code == \
-        ErrorCode.INVALID_PRODUCER_ID_MAPPING
-
-
-PRODUCE_TXN_CASES = [
-    ("added",              ErrorCode.NONE),
-    ("not added",          ErrorCode.INVALID_TXN_STATE),
-    ("stale epoch",        ErrorCode.INVALID_PRODUCER_EPOCH),
-    ("no transactional id", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-]
-
-
-@pytest.mark.parametrize("case,expected", PRODUCE_TXN_CASES, ids=[c for c, _ in PRODUCE_TXN_CASES])
-def test_produce_transactional_batch_checks(client, case, expected):
-    client.create_topic("pt", 2)
-    txn = Txn(client, "tx-pt")
-    txn.add(("pt", 0))
-    if case == "stale epoch":
-        fresh = Txn(client, "tx-pt")
-        fresh.add(("pt", 0))
-    if case == "no transactional id":
-        batch = make_batch([b"v"], producer_id=txn.producer_id, producer_epoch=txn.epoch,
-                           base_sequence=0, attributes=doze.ATTR_TRANSACTIONAL)
-        assert client.produce("pt", 0, batch).error_code == expected
-        return
-    part = txn.produce("pt", 1 if case == "not added" else 0, [b"v"])
-    assert part.error_code == expected
-    if expected:
-        assert part.base_offset == -1
-
-
-def test_txn_offset_commit_staged_until_commit_and_require_stable(client):
-    """Verifies that offsets sent with a transaction are invisible until it
-    commits, that require_stable gets UNSTABLE_OFFSET_COMMIT meanwhile (KIP-447),
-    and that an abort discards them."""
-    client.create_topic("src", 1)
-    client.create_topic("dst", 1)
-    tp = ("src", 0)
-    txn = Txn(client, "tx-copy")
-    txn.add(("dst", 0))
-    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: ErrorCode.INVALID_TXN_STATE}
-    assert txn.add_offsets("copy-group") == 0
-    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: 0}
-    assert committed_offsets(client, "copy-group", [tp]) == {tp: (0, -1)}
-    assert committed_offsets(client, "copy-group", [tp], require_stable=True)[tp][0] == \
-        ErrorCode.UNSTABLE_OFFSET_COMMIT
-    assert txn.end(commit=True) == 0
-    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
-    txn.add(("dst", 0))
-    txn.add_offsets("copy-group")
-    assert txn.commit_offsets("copy-group", {tp: 9}) == {tp: 0}
-    assert txn.end(commit=False) == 0
-    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
-
-
-def test_txn_offset_commit_checks_the_group_generation(start_broker):
-    """KIP-447: a transactional commit naming a member must match the group."""
-    broker = start_broker({"group.initial.rebalance.delay.ms": 0})
-    client = RawClient(broker.port)
-    client.create_topic("gsrc", 1)
-    join = client.call(ApiKey.JOIN_GROUP, 3, group_id="eos-g", session_timeout_ms=10000,
-                       rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
-                       protocols=[Msg(name="range", metadata=b"")])
-    assert join.error_code == 0, join
-    txn = Txn(client, "tx-gen")
-    txn.add_offsets("eos-g")
-    tp = ("gsrc", 0)
-    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
-                              member=join.member_id) == {tp: 0}
-    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id + 5,
-                              member=join.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
-    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
-                              member="nobody") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
-
-
-def test_init_producer_id_fences_and_aborts_the_open_transaction(client):
-    """Verifies that a second InitProducerId aborts the open transaction before
-    answering (doze), returns the epoch Kafka's retry would (old + 2), and that
-    the old producer is fenced everywhere."""
-    client.create_topic("fence", 1)
-    old = Txn(client, "tx-fence")
-    old.add(("fence", 0))
-    old.produce("fence", 0, [b"zombie"])
-    new = Txn(client, "tx-fence")
-    assert (new.producer_id, new.epoch) == (old.producer_id, old.epoch + 2)
-    assert describe_txn(client, "tx-fence").transaction_state == "Empty"
-    assert visible_values(client, "fence", 0) == []
-    assert fetch_isolated(client, "fence", 0).last_stable_offset == 2      # data + ABORT marker
-    assert old.produce("fence", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert old.add(("fence", 0)) == {("fence", 0): ErrorCode.PRODUCER_FENCED}
-    assert old.end(True) == ErrorCode.PRODUCER_FENCED
-    assert old.end(True, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
-
-
-def test_init_producer_id_rules(client):
-    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-max",
-                    transaction_timeout_ms=900_001)
-    assert r.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
-    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new", transaction_timeout_ms=1000)
-    assert (r.error_code, r.producer_epoch) == (0, 0)                    # never used: epoch 0
-    again = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
-                        transaction_timeout_ms=1000, producer_id=r.producer_id,
-                        producer_epoch=r.producer_epoch)
-    assert (again.producer_id, again.producer_epoch) == (r.producer_id, 1)   # KIP-360 bump
-    retry = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
-                        transaction_timeout_ms=1000, producer_id=r.producer_id,
-                        producer_epoch=r.producer_epoch)
-    assert (retry.error_code, retry.producer_epoch) == (0, 1)            # a retry: same answer
-    stale = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
-                        transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
-    assert stale.error_code == ErrorCode.PRODUCER_FENCED
-    stale3 = client.call(ApiKey.INIT_PRODUCER_ID, 3, transactional_id="t-new",
-                         transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
-    assert stale3.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    idem = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=1)
-    assert idem.error_code == 0 and idem.producer_id != r.producer_id
-
-
-def test_txn_timeout_aborts_and_fences(start_broker):
-    """Verifies that a transaction idle past its timeout is aborted by the
-    broker's timer, the LSO moves on, and its producer is fenced."""
-    clock = FakeClock()
-    broker = start_broker(clock=clock)
-    with RawClient(broker.port) as client:
-        client.create_topic("slow", 1)
-        txn = Txn(client, "tx-slow", timeout_ms=2000)
-        txn.add(("slow", 0))
-        txn.produce("slow", 0, [b"abandoned"])
-        assert fetch_isolated(client, "slow", 0).last_stable_offset == 0
-        clock.advance(2500)
-        broker.waker.wake()
-        assert wait_until(lambda: describe_txn(client, "tx-slow").transaction_state == "CompleteAbort")
-        assert describe_txn(client, "tx-slow").producer_epoch == txn.epoch + 1
-        assert fetch_isolated(client, "slow", 0).last_stable_offset == 2
-        assert visible_values(client, "slow", 0) == []
-        assert txn.end(True) == ErrorCode.PRODUCER_FENCED
-        assert txn.produce("slow", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-
-
-def test_txn_timeout_runs_from_the_transactions_start_not_its_last_request(start_broker):
-    """As Kafka's TransactionStateManager.timedOutTransactions: start + timeout,
-    however busy the transaction keeps itself (AddPartitionsToTxn, TxnOffsetCommit)."""
-    clock = FakeClock()
-    broker = start_broker(clock=clock)
-    with RawClient(broker.port) as client:
-        client.create_topic("busy", 2)
-        txn = Txn(client, "tx-busy", timeout_ms=2000)
-        txn.add(("busy", 0))
-        for step in range(3):
-            clock.advance(600)
-            assert txn.add(("busy", step % 2)) == {("busy", step % 2): 0}      # still Ongoing, and touched
-        assert describe_txn(client, "tx-busy").transaction_state == "Ongoing"
-        clock.advance(300)                                                    # 2100 ms since it began
-        broker.waker.wake()
-        assert wait_until(lambda: describe_txn(client, "tx-busy").transaction_state == "CompleteAbort")
-
-
-def test_a_timer_that_fails_loses_one_run_and_the_broker_serves_on(start_broker, monkeypatch, caplog):
-    """A bug in a periodic chore (here the transaction tick, once) is logged;
-    the loop lives, and the chore's next run still comes (the timeout fires)."""
-    clock = FakeClock()
-    broker = start_broker(clock=clock)
-    real, calls = broker.txns.tick, []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("a bug")
-        return real()
-    monkeypatch.setattr(broker.txns, "tick", flaky)
-    with RawClient(broker.port) as client:
-        client.create_topic("t", 1)
-        txn = Txn(client, "tx-t", timeout_ms=1000)
-        txn.add(("t", 0))
-        clock.advance(200)
-        broker.waker.wake()
-        assert wait_until(lambda: "a timer (TransactionCoordinator._tick) failed: RuntimeError: a bug" in caplog.text)
-        clock.advance(1000)
-        broker.waker.wake()
-        assert wait_until(lambda: describe_txn(client, "tx-t").transaction_state == "CompleteAbort")
-    assert broker._thread.is_alive() and len(calls) > 1
-
-
-def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
-    """Verifies that after a restart an open transaction is still open (its
-    producer can commit it) and aborted transactions are still listed."""
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        client.create_topic("rs", 1)
-        txn = Txn(client, "tx-rs")
-        assert txn.whole("rs", 0, [b"dropped"], commit=False) == 0
-        txn.add(("rs", 0))
-        txn.produce("rs", 0, [b"kept"])
-        pid, epoch = txn.producer_id, txn.epoch
-    stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        part = fetch_isolated(client, "rs", 0)
-        assert part.last_stable_offset == 2 and part.high_watermark == 3
-        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
-        resumed = Txn.__new__(Txn)
-        resumed.c, resumed.id, resumed.producer_id, resumed.epoch, resumed.seq = \
-            client, "tx-rs", pid, epoch, {("rs", 0): 2}
-        assert resumed.end(True) == 0                  # a fresh connection, no InitProducerId
-        assert visible_values(client, "rs", 0) == [b"kept"]
-
-
-def test_txn_a_topic_made_again_under_a_deleted_ones_name_is_rebuilt_whole_after_a_restart(
-        start_broker, monkeypatch):
-    """Verifies that a topic made again under the name of a deleted one that
-    held transactions is noted as transactional in meta.db when it takes its
-    own, so a restart rebuilds its aborted index whole: read_committed still
-    hides an aborted record that more than the tail window of plain records
-    followed. (The broker used to remember the deleted topic's partitions as
-    noted, and skipped the note.)"""
-    monkeypatch.setattr(doze, "PRODUCER_STATE_WINDOW", 4096)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        c.create_topic("twice", 1)
-        assert Txn(c, "tx-twice").whole("twice", 0, [b"first topic"], commit=False) == 0
-        delete_topic(c, "twice")
-        c.create_topic("twice", 1)
-        assert Txn(c, "tx-twice").whole("twice", 0, [b"aborted"], commit=False) == 0
-        for _ in range(4):
-            assert c.produce("twice", 0, make_batch([b"p" * 1000, b"q" * 1000])).error_code == 0
-        assert b"aborted" not in visible_values(c, "twice", 0)
-    stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as c:
-        seen = visible_values(c, "twice", 0)
-        assert len(seen) == 8 and b"aborted" not in seen
-
-
-def _wait_for_state(broker, transactional_id, state):
-    """Wait (test thread) until meta.db holds the transaction in `state`."""
-    path = os.path.join(broker.config.data_dir, "meta.db")
-
-    def stored():
-        db = sqlite3.connect(path)
-        try:
-            row = db.execute("SELECT state FROM transactions WHERE transactional_id = ?",
-                             (transactional_id,)).fetchone()
-        finally:
-            db.close()
-        return row and row[0] == state
-    assert wait_until(stored), f"{transactional_id} never reached {state} in meta.db"
-
-
-def _txn_with_offsets(client, name):
-    client.create_topic(name, 2)
-    txn = Txn(client, "tx-" + name)
-    txn.add((name, 0), (name, 1))
-    txn.produce(name, 0, [b"p0"])
-    txn.produce(name, 1, [b"p1"])
-    txn.add_offsets("g-" + name)
-    assert txn.commit_offsets("g-" + name, {(name, 0): 42}) == {(name, 0): 0}
-    return txn
-
-
-def _check_committed(client, name, txn):
-    assert visible_values(client, name, 0) == [b"p0"]
-    assert visible_values(client, name, 1) == [b"p1"]
-    assert committed_offsets(client, "g-" + name, [(name, 0)], require_stable=True) == \
-        {(name, 0): (0, 42)}
-    assert describe_txn(client, "tx-" + name).transaction_state == "CompleteCommit"
-    assert txn.end(True) == 0                          # EndTxn retried gets the outcome
-    assert txn.end(False) == ErrorCode.INVALID_TXN_STATE
-
-
-def test_txn_crash_between_the_decision_and_the_markers(start_broker, monkeypatch):
-    """Verifies that a commit decided in meta.db but with no marker written is
-    carried out on restart: markers, offsets, and EndTxn retried succeeds."""
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        txn = _txn_with_offsets(client, "crash1")
-        monkeypatch.setattr(broker.txns, "_append_markers", lambda meta: None)
-        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
-                    producer_epoch=txn.epoch, committed=True)
-        _wait_for_state(broker, txn.id, "PrepareCommit")
-        stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        txn.c = client
-        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
-        _check_committed(client, "crash1", txn)
-
-
-def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch):
-    """Verifies that a commit whose markers are on disk but whose offsets and
-    Complete state are not is finished on restart."""
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        txn = _txn_with_offsets(client, "crash2")
-
-        def fail(*args):
-            raise doze.StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, "injected: disk I/O error")
-        monkeypatch.setattr(broker.store, "complete_txn", fail)
-        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
-                    producer_epoch=txn.epoch, committed=True)
-        with RawClient(broker.port) as other:          # the markers are durable...
-            assert wait_until(lambda: fetch_isolated(other, "crash2", 1, read_committed=False)
-                              .high_watermark == 2)
-        _wait_for_state(broker, txn.id, "PrepareCommit")  # ...the offsets are not
-        stop(broker, clean=False)
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        txn.c = client
-        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
-        _check_committed(client, "crash2", txn)
-
-
-class FailingMarkers(doze.Files):
-    """A disk that refuses control batches (markers) while .broken is set,
-    with .errno (ENOSPC: no room, then room again)."""
-    broken = False
-    errno = errno.ENOSPC
-
-    def write(self, fd, data):
-        if self.broken and len(data) > 21 and data[21 + 1] & doze.ATTR_CONTROL:
-            raise OSError(self.errno, "injected: marker write failed")
-        super().write(fd, data)
-
-
-def test_txn_marker_write_failure_keeps_the_decision(start_broker, monkeypatch):
-    """Verifies that when a marker cannot be written for want of room the
-    decision stands: EndTxn answers CONCURRENT_TRANSACTIONS, the other decision
-    is never carried out, and the coordinator finishes on its own once there
-    is room again."""
-    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
-    files = FailingMarkers()
-    broker = start_broker(files=files)
-    with RawClient(broker.port) as client:
-        txn = _txn_with_offsets(client, "mfail")
-        files.broken = True
-        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
-        assert txn.end(False) == ErrorCode.CONCURRENT_TRANSACTIONS
-        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
-        assert describe_txn(client, txn.id).transaction_state == "PrepareCommit"
-        assert fetch_isolated(client, "mfail", 0).last_stable_offset == 0
-        files.broken = False
-        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
-        _check_committed(client, "mfail", txn)
-
-
-TXN_STATES = ["empty", "ongoing", "prepare commit", "complete commit", "complete abort", "fenced"]
-# API -> expected error in each of TXN_STATES (doze; Kafka's where they agree -- see
-# the conformance recordings for the two places they do not: InitProducerId on an
-# open transaction, and anything while markers are being written).
-TXN_TABLE = {
-    "InitProducerId":     [0, 0, 51, 0, 0, 90],
-    "AddPartitionsToTxn": [0, 0, 51, 0, 0, 90],
-    "AddOffsetsToTxn":    [0, 0, 51, 0, 0, 90],
-    "TxnOffsetCommit":    [48, 0, 51, 48, 48, 47],
-    "EndTxn commit":      [48, 0, 51, 0, 48, 90],
-    "EndTxn abort":       [48, 0, 51, 48, 0, 90],
-    "Produce":            [48, 0, 19, 48, 48, 47],
-}
-
-
-@pytest.mark.parametrize("api,state", [(a, s) for a in TXN_TABLE for s in TXN_STATES])
-def test_txn_every_api_in_every_state(start_broker, monkeypatch, api, state):
-    """Each transactional API, asked by the transaction's producer (or, in
-    "fenced", by the producer a newer InitProducerId replaced), in each state."""
-    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 200)
-    files = FailingMarkers()
-    broker = start_broker(files=files)
-    with RawClient(broker.port) as c:
-        c.create_topic("st", 2)
-        txn = Txn(c, "tx-state")
-        if state != "empty":
-            txn.add(("st", 0))
-            txn.add_offsets("g-state")
-            txn.produce("st", 0, [b"x"])
-        if state == "prepare commit":
-            files.broken = True
-            assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
-        elif state in ("complete commit", "complete abort"):
-            assert txn.end(state == "complete commit") == 0
-        elif state == "fenced":
-            Txn(c, "tx-state")
-        want = ErrorCode(TXN_TABLE[api][TXN_STATES.index(state)])
-        if api == "InitProducerId":
-            kw = dict(producer_id=txn.producer_id, producer_epoch=txn.epoch) if state == "fenced" else {}
-            got = c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-state",
-                         transaction_timeout_ms=60000, **kw).error_code
-        elif api == "AddPartitionsToTxn":
-            got = txn.add(("st", 1))[("st", 1)]
-        elif api == "AddOffsetsToTxn":
-            got = txn.add_offsets("g-other")
-        elif api == "TxnOffsetCommit":
-            got = txn.commit_offsets("g-state", {("st", 0): 1})[("st", 0)]
-        elif api.startswith("EndTxn"):
-            got = txn.end(api.endswith("commit"))
+class Coordinators:
+    """The group and transaction coordinators over a real meta.db and real
+    partition logs in data_dir, composed as Broker._compose composes them, with
+    no socket, loop or Broker: the clock is a FakeClock, and the loop's group
+    commit is group_commit(), by hand."""
+
+    def __init__(self, data_dir, clock, settings=None):
+        self.clock = clock
+        self.config = doze.Config(settings, data_dir=data_dir, clock=clock)
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.store = doze.MetadataStore(os.path.join(self.config.data_dir, "meta.db"))
+        self.logs = doze.LogManager(self.config, self.store)
+        self.logs.load()
+        self.woken = []                         # what notify() was told: ("group", id), ("txn", id)
+        self.producer_states = doze.ProducerStates(self.config, self.store, self.logs)
+        self.producer_ids = doze.ProducerIdManager(self.store)
+        self.groups = doze.GroupCoordinator(self.config, self.store, self.logs, self.woken.append)
+        self.txns = doze.TransactionCoordinator(self.config, self.store, self.logs, self.groups,
+                                                self.producer_states, self.producer_ids, self.woken.append)
+        self.txns.load()
+        self.closed = False
+
+    def group_commit(self):
+        """GroupCommit.run's steps (§17): meta.db's fsync; the markers of the
+        decisions now durable; the logs' fsync, which moves high watermarks;
+        then the decisions whose markers are all durable are completed."""
+        self.store.sync()
+        if self.txns.completing:
+            self.txns.progress()
+        self.logs.flush_dirty()
+        if self.txns.completing:
+            self.txns.progress()
+        self.store.sync()
+
+    def produce(self, meta, tp, values, seq=0):
+        """A transactional batch of meta's producer, appended as Produce appends
+        one (§10's produce_partition and verify_producer) -> its base offset."""
+        self.txns.check_produce(meta.transactional_id, meta.producer_id, meta.producer_epoch, tp)
+        batch = bytearray(make_batch(values, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                     base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL))
+        h = doze.validate_produced(batch)
+        self.producer_states.mark_transactional([tp])
+        state = self.producer_states.of(tp)
+        assert state.check_append(h) is None
+        base = self.logs.append(self.logs.get(*tp), batch, h)
+        state.update(h, base)
+        return base
+
+    def offsets(self, tp):
+        """(last stable offset, high watermark) of a partition."""
+        plog = self.logs.get(*tp)
+        return self.producer_states.last_stable_offset(plog), plog.high_watermark
+
+    def batches(self, tp):
+        """[(base offset, the values, or "COMMIT"/"ABORT" for a marker)] of a
+        partition's log, durable or not."""
+        out = []
+        for base, batch in self.logs.get(*tp).batches():
+            if header_of(batch).attributes & doze.ATTR_CONTROL:
+                out.append((base, "COMMIT" if doze.control_type(batch) == doze.CONTROL_COMMIT else "ABORT"))
+            else:
+                out.append((base, [v for _, _, v, _ in batch_records(batch)]))
+        return out
+
+    def close(self, clean=True):
+        """clean=False: as a kill -9 leaves them (nothing more of the logs fsynced)."""
+        self.logs.close(clean)
+        self.store.close()
+        self.closed = True
+
+
+@pytest.fixture
+def coordinators(tmp_path):
+    """coordinators(settings=None) -> a Coordinators on tmp_path/"coordinators",
+    every one on the same FakeClock; after .close(clean=False), calling it
+    again is a restart over the same meta.db and logs."""
+    clock, opened = FakeClock(), []
+
+    def open_(settings=None):
+        c = Coordinators(tmp_path / "coordinators", clock, settings)
+        opened.append(c)
+        return c
+    yield open_
+    for c in opened:
+        if not c.closed:
+            c.close()
+
+
+def group_join(groups, group_id, member_id="", instance=None, protocols=(("range", b"sub"),)):
+    """GroupCoordinator.join as JoinGroup v4+ calls it -> (member, immediate answer or None)."""
+    return groups.join(group_id, member_id, instance, "app", "/127.0.0.1", 6000, 6000, "consumer",
+                       list(protocols), True)
+
+
+def stable_member(groups, group_id):
+    """A group's only member, joined (KIP-394's two joins) and synced: the group is Stable."""
+    _, first = group_join(groups, group_id)
+    m, _ = group_join(groups, group_id, first.member_id)
+    _, synced = groups.sync(group_id, m.join_result.generation_id, m.member_id, None, "consumer", "range",
+                            [Msg(member_id=m.member_id, assignment=b"all")])
+    assert synced.error_code == 0 and groups.get(group_id).state == doze.GroupState.STABLE
+    return m
+
+
+def begin(c, transactional_id, tps, group=None, timeout_ms=60000):
+    """InitProducerId, then AddPartitionsToTxn (and AddOffsetsToTxn for group) -> the Ongoing transaction."""
+    meta, then = c.txns.init_producer(transactional_id, timeout_ms, -1, -1)
+    assert meta is None
+    answer = then()
+    meta = c.txns.for_producer(transactional_id, answer.producer_id, answer.producer_epoch)
+    c.txns.add_partitions(meta, tps)
+    if group:
+        c.txns.add_partitions(meta, group=group)
+    assert meta.state == doze.TxnState.ONGOING
+    return meta
+
+
+# --- Producer state (idempotence), no sockets --------------------------------------
+
+def test_producer_state_unknown_producer_takes_any_sequence():
+    table = doze.ProducerStateTable()
+    assert table.check(idem_header(42)) is None
+
+
+def test_producer_state_duplicate_is_recognised_with_its_offsets():
+    table = doze.ProducerStateTable()
+    h = idem_header(0, count=3)
+    table.update(h, 10)
+    assert table.check(h) == (10, 12)
+    h2 = idem_header(3, count=2)
+    assert table.check(h2) is None
+    table.update(h2, 13)
+    assert table.check(h) == (10, 12) and table.check(h2) == (13, 14)
+
+
+@pytest.mark.parametrize("seq", [2, 4, 100])
+def test_producer_state_gap_is_out_of_order(seq):
+    table = doze.ProducerStateTable()
+    table.update(idem_header(0, count=3), 0)
+    with pytest.raises(doze.KafkaError) as e:
+        table.check(idem_header(seq))
+    assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_producer_state_older_epoch_is_fenced():
+    table = doze.ProducerStateTable()
+    table.update(idem_header(0, epoch=3), 0)
+    with pytest.raises(doze.KafkaError) as e:
+        table.check(idem_header(1, epoch=2))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_producer_state_aborted_between_equals_a_scan_of_every_aborted_transaction():
+    """Interleaved transactions of 6 producers, some aborted: the early stop of
+    aborted_between (Kafka's stable-offset rule) never drops one a brute-force
+    scan (marker at or after the fetch offset, first offset below the bound) lists."""
+    rng = random.Random(11)
+    table, offset, opened, aborted = doze.ProducerStateTable(), 0, {}, []
+    for _ in range(600):
+        pid = rng.randrange(6)
+        if pid not in opened:
+            h = idem_header(0, producer_id=pid)._replace(attributes=doze.ATTR_TRANSACTIONAL)
+            table.producers.pop(pid, None)
+            table.update(h, offset)
+            opened[pid] = offset
         else:
-            got = txn.produce("st", 0, [b"y"]).error_code
-        assert got == want
-        files.broken = False
+            commit = rng.random() < 0.5
+            table.apply_marker(pid, 0, commit, offset, 0)
+            if not commit:
+                aborted.append((pid, opened[pid], offset))
+            del opened[pid]
+        offset += 1
+    for _ in range(300):
+        fetch = rng.randrange(offset)
+        upper = fetch + rng.randrange(1, 80)
+        want = [(p, f) for p, f, m in aborted if m >= fetch and f < upper]
+        assert table.aborted_between(fetch, upper) == want, (fetch, upper)
+    table.forget_before(300)
+    assert table.aborted_between(0, offset) == [(p, f) for p, f, m in aborted if m >= 300]
 
 
-def test_txn_power_cut_right_after_end_txn_keeps_the_commit(start_broker, tmp_path):
-    """Verifies that a power cut the moment EndTxn answered success cannot take
-    the commit back: markers, offsets and state survive."""
-    files = PowerCutFiles(tmp_path / "data")
-    broker = start_broker(files=files)
-    with RawClient(broker.port) as client:
-        txn = _txn_with_offsets(client, "pcut")
-        assert txn.end(True) == 0
-        stop(broker, clean=False)
-    files.cut()
-    broker = start_broker()
-    with RawClient(broker.port) as client:
-        txn.c = client
-        _check_committed(client, "pcut", txn)
+def test_producer_state_new_epoch_starts_at_zero():
+    table = doze.ProducerStateTable()
+    table.update(idem_header(0, epoch=0), 0)
+    assert table.check(idem_header(0, epoch=1)) is None
+    with pytest.raises(doze.KafkaError) as e:
+        table.check(idem_header(5, epoch=1))
+    assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
-def test_describe_and_list_transactions_and_producers(client):
-    client.create_topic("adm", 1)
-    txn = Txn(client, "tx-adm")
-    txn.add(("adm", 0))
-    txn.produce("adm", 0, [b"a", b"b"])
-    d = describe_txn(client, "tx-adm")
-    assert (d.transaction_state, d.producer_id, d.producer_epoch) == ("Ongoing", txn.producer_id, txn.epoch)
-    assert [(t.topic, t.partitions) for t in d.topics] == [("adm", [0])]
-    assert describe_txn(client, "nope").error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-    lst = client.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=["Ongoing", "Bogus"],
-                      producer_id_filters=[], duration_filter=-1)
-    assert [(t.transactional_id, t.transaction_state) for t in lst.transaction_states] == \
-        [("tx-adm", "Ongoing")]
-    assert lst.unknown_state_filters == ["Bogus"]
-    prod = client.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=[Msg(name="adm", partition_indexes=[0])])
-    [p] = prod.topics[0].partitions[0].active_producers
-    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset) == \
-        (txn.producer_id, txn.epoch, 1, 0)
+def test_producer_state_remembers_only_five_batches():
+    table = doze.ProducerStateTable()
+    for i in range(6):
+        table.update(idem_header(i), i)
+    assert table.check(idem_header(1)) == (1, 1)
+    with pytest.raises(doze.KafkaError):
+        table.check(idem_header(0))          # fell out of the window: not a known duplicate
 
 
-def test_write_txn_markers_aborts_a_hanging_transaction(client):
-    """kafka-transactions abort: a marker written straight to the partition."""
-    client.create_topic("hang", 1)
-    batch = make_batch([b"h"], producer_id=9999, producer_epoch=3, base_sequence=0,
-                       attributes=doze.ATTR_TRANSACTIONAL)
-    client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-hang", transaction_timeout_ms=60000)
-    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
-        producer_id=9999, producer_epoch=3, transaction_result=False, coordinator_epoch=0,
-        topics=[Msg(name="hang", partition_indexes=[0])])])
-    assert r.markers[0].topics[0].partitions[0].error_code == 0
-    assert fetch_isolated(client, "hang", 0).last_stable_offset == 1
-    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
-        producer_id=9999, producer_epoch=2, transaction_result=False, coordinator_epoch=0,
-        topics=[Msg(name="hang", partition_indexes=[0])])])
-    assert r.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert batch                                # (the batch above is only the shape of one)
+def test_producer_state_sequence_wraps_at_int32_max():
+    table = doze.ProducerStateTable()
+    table.update(idem_header(doze.INT32_MAX - 1, count=2), 0)
+    assert table.check(idem_header(0)) is None
+    with pytest.raises(doze.KafkaError):
+        table.check(idem_header(1))
 
+
+# --- The coordinators without sockets or a Broker: their methods, a FakeClock, tick() --
+
+def test_coordinators_group_join_sync_heartbeat_then_the_session_timeout_by_tick(coordinators):
+    c = coordinators(GROUP_SETTINGS)
+    start_ms = c.groups.now_ms()
+    member, first = group_join(c.groups, "g")
+    assert member is None and first.error_code == ErrorCode.MEMBER_ID_REQUIRED      # KIP-394: the id first
+    m, answer = group_join(c.groups, "g", first.member_id)
+    assert answer is None                                                        # answered by join_result
+    assert (m.join_result.error_code, m.join_result.generation_id, m.join_result.leader,
+            m.join_result.protocol_name) == (0, 1, m.member_id, "range")
+    assert [(x.member_id, x.metadata) for x in m.join_result.members] == [(m.member_id, b"sub")]
+    g = c.groups.get("g")
+    assert g.state == doze.GroupState.COMPLETING_REBALANCE
+    _, synced = c.groups.sync("g", 1, m.member_id, None, "consumer", "range",
+                              [Msg(member_id=m.member_id, assignment=b"mine")])
+    assert (synced.error_code, synced.assignment, g.state) == (0, b"mine", doze.GroupState.STABLE)
+    assert ("group", "g") in c.woken
+    [(group_id, stored, _)] = c.store.load_groups()
+    assert (group_id, stored["generation"], [x["member_id"] for x in stored["members"]]) == ("g", 1, [m.member_id])
+    c.clock.advance(5000)
+    c.groups.heartbeat("g", 1, m.member_id, None)                                # the session starts again
+    with pytest.raises(doze.KafkaError) as e:
+        c.groups.heartbeat("g", 7, m.member_id, None)
+    assert e.value.code == ErrorCode.ILLEGAL_GENERATION
+    c.clock.advance(5500)
+    assert c.groups.tick() == start_ms + 11_000 == g.members[m.member_id].deadline_ms   # next tick: its deadline
+    assert g.state == doze.GroupState.STABLE
+    c.clock.advance(500)                                                         # the deadline itself
+    c.groups.tick()
+    assert (g.state, g.members, g.generation) == (doze.GroupState.EMPTY, {}, 2)
+    with pytest.raises(doze.KafkaError) as e:
+        c.groups.heartbeat("g", 2, m.member_id, None)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    [(_, stored, _)] = c.store.load_groups()
+    assert (stored["generation"], stored["members"]) == (2, [])
+
+
+def test_coordinators_group_a_second_member_rebalances_the_group(coordinators):
+    c = coordinators(GROUP_SETTINGS)
+    a = stable_member(c.groups, "g")
+    _, first = group_join(c.groups, "g")
+    b, answer = group_join(c.groups, "g", first.member_id)
+    g = c.groups.get("g")
+    assert (answer, b.join_result, g.state) == (None, None, doze.GroupState.PREPARING_REBALANCE)   # b waits for a
+    with pytest.raises(doze.KafkaError) as e:
+        c.groups.heartbeat("g", 1, a.member_id, None)
+    assert e.value.code == ErrorCode.REBALANCE_IN_PROGRESS
+    a, answer = group_join(c.groups, "g", a.member_id)                            # a joins again: all are in
+    assert answer is None and (a.join_result.generation_id, b.join_result.generation_id) == (2, 2)
+    assert a.join_result.leader == b.join_result.leader == a.member_id
+    assert sorted(x.member_id for x in a.join_result.members) == sorted([a.member_id, b.member_id])
+    assert b.join_result.members == []                                           # only the leader sees them
+    _, waiting = c.groups.sync("g", 2, b.member_id, None, "consumer", "range", [])
+    assert waiting is None and g.state == doze.GroupState.COMPLETING_REBALANCE
+    _, led = c.groups.sync("g", 2, a.member_id, None, "consumer", "range", [
+        Msg(member_id=a.member_id, assignment=b"p0"), Msg(member_id=b.member_id, assignment=b"p1")])
+    assert (led.assignment, b.sync_result.assignment, g.state) == (b"p0", b"p1", doze.GroupState.STABLE)
+
+
+def test_coordinators_group_a_static_member_rejoins_with_its_assignment_and_survives_a_restart(coordinators):
+    c = coordinators(GROUP_SETTINGS)
+    m, answer = group_join(c.groups, "g", instance="i-1")
+    assert answer is None and m.join_result.generation_id == 1                  # static: no MEMBER_ID_REQUIRED
+    c.groups.sync("g", 1, m.member_id, "i-1", "consumer", "range", [Msg(member_id=m.member_id, assignment=b"mine")])
+    back, answer = group_join(c.groups, "g", instance="i-1", protocols=(("range", b"restarted"),))
+    g = c.groups.get("g")
+    assert back.member_id != m.member_id and g.static == {"i-1": back.member_id}
+    assert (answer.error_code, answer.generation_id, answer.leader, answer.skip_assignment, g.state) == (
+        0, 1, back.member_id, True, doze.GroupState.STABLE)                     # no rebalance (KIP-345, KIP-814)
+    _, synced = c.groups.sync("g", 1, back.member_id, "i-1", "consumer", "range", [])
+    assert synced.assignment == b"mine"
+    with pytest.raises(doze.KafkaError) as e:
+        c.groups.heartbeat("g", 1, m.member_id, "i-1")
+    assert e.value.code == ErrorCode.FENCED_INSTANCE_ID
+    c.close(clean=False)
+    again = coordinators(GROUP_SETTINGS)                                         # the stored group carries on
+    g = again.groups.get("g")
+    assert (g.state, g.generation, list(g.members), g.static) == (
+        doze.GroupState.STABLE, 1, [back.member_id], {"i-1": back.member_id})
+    again.groups.heartbeat("g", 1, back.member_id, "i-1")
+    assert g.members[back.member_id].assignment == b"mine"
+
+
+def test_coordinators_group_offsets_commit_checks_and_retention(coordinators):
+    c = coordinators(dict(GROUP_SETTINGS, **{"offsets.retention.minutes": 1}))
+    entry = doze.OffsetEntry(5, -1, "", c.groups.now_ms())
+    c.groups.check_commit("simple", -1, "", None)                                 # no group: a simple commit
+    c.groups.commit("simple", {("t", 0): entry})
+    assert c.groups.fetch_offsets("simple", None) == {("t", 0): entry}
+    m = stable_member(c.groups, "live")
+    for generation, member_id, code in [(2, m.member_id, ErrorCode.ILLEGAL_GENERATION),
+                                        (1, "ghost", ErrorCode.UNKNOWN_MEMBER_ID),
+                                        (-1, "", ErrorCode.UNKNOWN_MEMBER_ID)]:   # a live group: members only
+        with pytest.raises(doze.KafkaError) as e:
+            c.groups.check_commit("live", generation, member_id, None)
+        assert e.value.code == code, (generation, member_id)
+    c.groups.check_commit("live", 1, m.member_id, None)
+    c.clock.advance(59_000)
+    c.groups.expire_offsets()
+    assert c.groups.fetch_offsets("simple", None) == {("t", 0): entry}
+    c.clock.advance(1_000)                                                       # offsets.retention.minutes
+    c.groups.expire_offsets()
+    assert c.groups.get("simple") is None and c.groups.fetch_offsets("simple", None) == {}
+    assert [g for g, _, _ in c.store.load_groups()] == ["live"]
+
+
+def test_coordinators_txn_commit_writes_its_markers_in_the_group_commit_and_moves_the_lso(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t", partitions=2)
+    meta, then = c.txns.init_producer("tx", 60000, -1, -1)
+    answer = then()
+    assert meta is None and (answer.producer_id, answer.producer_epoch) == (0, 0)   # meta.db's first id
+    meta = c.txns.for_producer("tx", 0, 0)
+    assert meta.state == doze.TxnState.EMPTY
+    c.txns.add_partitions(meta, [("t", 0), ("t", 1)])
+    c.txns.add_partitions(meta, group="g")                                        # AddOffsetsToTxn
+    assert (meta.state, meta.partitions, meta.groups) == (doze.TxnState.ONGOING, {("t", 0), ("t", 1)}, {"g"})
+    assert (c.produce(meta, ("t", 0), [b"a", b"b"]), c.produce(meta, ("t", 1), [b"c"])) == (0, 0)
+    c.txns.check_offsets_added(meta, "g", 3)
+    c.txns.stage_offsets(meta, "g", {("t", 0): doze.OffsetEntry(2, -1, "", c.txns.now_ms())})
+    c.group_commit()
+    assert (c.offsets(("t", 0)), c.offsets(("t", 1))) == ((0, 2), (0, 1))      # open: the LSO holds
+    assert c.txns.staged_partitions("g") == {("t", 0)} and c.groups.fetch_offsets("g", [("t", 0)]) == {("t", 0): None}
+    assert c.txns.end_txn(meta, commit=True) is True                              # the answer waits
+    assert (meta.state, c.txns.outcome(meta, True)) == (doze.TxnState.PREPARE_COMMIT, None)
+    assert c.batches(("t", 0)) == [(0, [b"a", b"b"])]                            # no marker before the group commit
+    for call in (lambda: c.txns.end_txn(meta, commit=False), lambda: c.txns.init_producer("tx", 60000, -1, -1)):
+        with pytest.raises(doze.KafkaError) as e:
+            call()
+        assert e.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+    c.group_commit()
+    assert meta.state == doze.TxnState.COMPLETE_COMMIT and c.txns.outcome(meta, True) is not None
+    assert c.batches(("t", 0)) == [(0, [b"a", b"b"]), (2, "COMMIT")]
+    assert c.batches(("t", 1)) == [(0, [b"c"]), (1, "COMMIT")]
+    assert (c.offsets(("t", 0)), c.offsets(("t", 1))) == ((3, 3), (2, 2))
+    assert c.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 2 and c.txns.staged_partitions("g") == set()
+    assert ("txn", "tx") in c.woken and meta.last_decision["markers"] == {("t", 0): 2, ("t", 1): 1}
+    assert [row["state"] for row in c.store.load_txns()] == [doze.TxnState.COMPLETE_COMMIT]
+    assert c.txns.end_txn(meta, commit=True) is False                            # a retry: done already
+
+
+def test_coordinators_txn_abort_writes_abort_markers_and_drops_the_staged_offsets(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t")
+    meta = begin(c, "tx", [("t", 0)], group="g")
+    c.produce(meta, ("t", 0), [b"x"])
+    c.txns.stage_offsets(meta, "g", {("t", 0): doze.OffsetEntry(1, -1, "", c.txns.now_ms())})
+    c.group_commit()
+    assert c.txns.end_txn(meta, commit=False) is True
+    c.group_commit()
+    assert meta.state == doze.TxnState.COMPLETE_ABORT
+    assert c.batches(("t", 0)) == [(0, [b"x"]), (1, "ABORT")] and c.offsets(("t", 0)) == (2, 2)
+    assert c.producer_states.of(("t", 0)).aborted_between(0, 2) == [(meta.producer_id, 0)]
+    assert c.groups.fetch_offsets("g", [("t", 0)]) == {("t", 0): None} and c.txns.staged_partitions("g") == set()
+    with pytest.raises(doze.KafkaError) as e:
+        c.txns.end_txn(meta, commit=True)
+    assert e.value.code == ErrorCode.INVALID_TXN_STATE
+
+
+def test_coordinators_txn_timeout_by_tick_aborts_and_fences_the_producer(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t")
+    meta = begin(c, "tx", [("t", 0)], timeout_ms=2000)
+    c.produce(meta, ("t", 0), [b"abandoned"])
+    c.group_commit()
+    c.clock.advance(2000)
+    c.txns.tick()
+    assert (meta.state, meta.producer_epoch) == (doze.TxnState.ONGOING, 0)        # at its timeout, not past it
+    c.clock.advance(500)
+    c.txns.tick()
+    assert (meta.state, meta.producer_epoch) == (doze.TxnState.PREPARE_ABORT, 1)  # fenced: a new epoch
+    c.group_commit()
+    assert meta.state == doze.TxnState.COMPLETE_ABORT
+    assert c.batches(("t", 0)) == [(0, [b"abandoned"]), (1, "ABORT")] and c.offsets(("t", 0)) == (2, 2)
+    assert [e["cause"] for e in meta.history] == [
+        "InitProducerId", "AddPartitionsToTxn", "fenced: timed out after 2000 ms", "markers durable"]
+    for call, code in [(lambda: c.txns.for_producer("tx", meta.producer_id, 0), ErrorCode.PRODUCER_FENCED),
+                       (lambda: c.txns.check_produce("tx", meta.producer_id, 0, ("t", 0)),
+                        ErrorCode.INVALID_PRODUCER_EPOCH)]:
+        with pytest.raises(doze.KafkaError) as e:
+            call()
+        assert e.value.code == code
+
+
+def test_coordinators_txn_a_second_init_producer_fences_aborts_and_bumps_twice(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t")
+    meta = begin(c, "tx", [("t", 0)])
+    pid = meta.producer_id
+    c.produce(meta, ("t", 0), [b"zombie"])
+    c.group_commit()
+    waiting, then = c.txns.init_producer("tx", 60000, -1, -1)
+    assert waiting is meta and (meta.state, meta.producer_epoch) == (doze.TxnState.PREPARE_ABORT, 1)
+    c.group_commit()                                                             # the abort first ...
+    assert meta.state == doze.TxnState.COMPLETE_ABORT and c.batches(("t", 0))[-1] == (1, "ABORT")
+    answer = then()                                                              # ... then the answer
+    assert (answer.producer_id, answer.producer_epoch, meta.state) == (pid, 2, doze.TxnState.EMPTY)
+    for call, code in [(lambda: c.txns.for_producer("tx", pid, 0), ErrorCode.PRODUCER_FENCED),
+                       (lambda: c.txns.init_producer("tx", 60000, pid + 77, 0), ErrorCode.PRODUCER_FENCED)]:
+        with pytest.raises(doze.KafkaError) as e:
+            call()
+        assert e.value.code == code
+    bumped = c.txns.init_producer("tx", 60000, pid, 2)[1]()                     # KIP-360: a bump ...
+    retried = c.txns.init_producer("tx", 60000, pid, 2)[1]()                    # ... and its retry
+    assert (bumped.producer_epoch, retried.producer_epoch, meta.producer_epoch) == (3, 3, 3)
+
+
+def test_coordinators_txn_load_after_a_restart_carries_out_a_stored_prepare_commit(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t", partitions=2)
+    meta = begin(c, "tx", [("t", 0), ("t", 1)], group="g")
+    c.produce(meta, ("t", 0), [b"a"])
+    c.produce(meta, ("t", 1), [b"b"])
+    c.txns.stage_offsets(meta, "g", {("t", 0): doze.OffsetEntry(42, -1, "", c.txns.now_ms())})
+    c.group_commit()
+    assert c.txns.end_txn(meta, commit=True) is True
+    c.store.sync()                                      # the decision is durable (the group commit's first step)
+    c.close(clean=False)                                # ... and the broker dies before any marker
+    again = coordinators()
+    meta = again.txns.for_producer("tx", meta.producer_id, meta.producer_epoch)
+    assert (meta.state, again.txns.completing) == (doze.TxnState.PREPARE_COMMIT, {"tx"})
+    assert again.batches(("t", 0)) == [(0, [b"a"])] and again.offsets(("t", 0)) == (0, 1)   # rebuilt: still held
+    assert again.groups.fetch_offsets("g", [("t", 0)]) == {("t", 0): None}
+    assert again.txns.staged_partitions("g") == {("t", 0)}
+    again.group_commit()
+    assert meta.state == doze.TxnState.COMPLETE_COMMIT
+    assert again.batches(("t", 0)) == [(0, [b"a"]), (1, "COMMIT")]
+    assert again.batches(("t", 1)) == [(0, [b"b"]), (1, "COMMIT")]
+    assert (again.offsets(("t", 0)), again.offsets(("t", 1))) == ((2, 2), (2, 2))
+    assert again.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 42
+
+
+def test_coordinators_txn_load_after_a_restart_keeps_an_open_transaction_and_its_start(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "t")
+    meta = begin(c, "tx", [("t", 0)], timeout_ms=10_000)
+    c.produce(meta, ("t", 0), [b"open"])
+    c.group_commit()
+    started = meta.txn_start_ms
+    c.clock.advance(6000)
+    c.close(clean=False)
+    again = coordinators()
+    meta = again.txns.for_producer("tx", meta.producer_id, meta.producer_epoch)
+    assert (meta.state, meta.txn_start_ms, again.txns.completing) == (doze.TxnState.ONGOING, started, set())
+    assert again.offsets(("t", 0)) == (0, 1)                                     # the LSO still held
+    again.clock.advance(4000)                                                    # 10 s since it began
+    again.txns.tick()
+    assert meta.state == doze.TxnState.ONGOING
+    again.clock.advance(500)                                                     # past its timeout, from its start
+    again.txns.tick()
+    again.group_commit()
+    assert meta.state == doze.TxnState.COMPLETE_ABORT and again.offsets(("t", 0)) == (2, 2)
 
 
 ###############################################################################
-# 11. SERVER -- pipelining, bad input, ApiVersions fallback, Fetch long poll
+# 9. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
-
-def test_server_pipelined_requests_are_answered_in_order(client):
-    client.create_topic("pipe")
-    plan = [(ApiKey.PRODUCE, 9, dict(acks=-1, timeout_ms=1000, topic_data=[
-                Msg(name="pipe", partition_data=[Msg(index=0, records=make_batch([b"p%d" % i]))])]))
-            for i in range(4)]
-    plan.insert(1, (ApiKey.API_VERSIONS, 0, {}))
-    plan.insert(3, (ApiKey.METADATA, 12, dict(topics=None)))
-    plan.append((ApiKey.LIST_OFFSETS, 11, dict(replica_id=-1, topics=[
-        Msg(name="pipe", partitions=[Msg(partition_index=0, timestamp=-1)])])))
-    frames = b"".join(RawClient.encode(key, v, 100 + i, **f) for i, (key, v, f) in enumerate(plan))
-    client.sock.sendall(frames)                              # all at once, one write
-    answers = [client.receive(key, v) for key, v, _ in plan]
-    assert [cid for cid, _ in answers] == [100 + i for i in range(len(plan))]
-    produced = [m.responses[0].partition_responses[0].base_offset
-                for (cid, m), (key, _, _) in zip(answers, plan) if key == ApiKey.PRODUCE]
-    assert produced == [0, 1, 2, 3]
-
-
-def test_server_pipelined_request_sees_an_earlier_acked_produce(client):
-    """Kafka handles one request per connection at a time (the channel is muted
-    until the response is sent), so a ListOffsets or Fetch sent right behind a
-    Produce sees that produce's records."""
-    client.create_topic("ryw")
-    produce = RawClient.encode(ApiKey.PRODUCE, 9, 1, acks=-1, timeout_ms=1000, topic_data=[
-        Msg(name="ryw", partition_data=[Msg(index=0, records=make_batch([b"mine"]))])])
-    latest = RawClient.encode(ApiKey.LIST_OFFSETS, 11, 2, replica_id=-1, topics=[
-        Msg(name="ryw", partitions=[Msg(partition_index=0, timestamp=-1)])])
-    client.sock.sendall(produce + latest)
-    _, acked = client.receive(ApiKey.PRODUCE, 9)
-    _, offsets = client.receive(ApiKey.LIST_OFFSETS, 11)
-    assert acked.responses[0].partition_responses[0].base_offset == 0
-    # The answer sent after the Produce ack must not predate it.
-    assert offsets.topics[0].partitions[0].offset == 1
-
-
-@pytest.fixture
-def bystander(broker):
-    """A second client, connected before the misbehaving one, that must notice nothing."""
-    with RawClient(broker.port) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        yield c
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        assert c.metadata(None).brokers[0].node_id == 1
-
-
-def raw_connection(broker):
-    return RawClient(broker.port)
-
-
-# --- Listeners ---------------------------------------------------------------------
-
-TWO_LISTENERS = {"listeners": "CLIENT://127.0.0.1:0,BACKEND://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-                 "listener.security.protocol.map": "CLIENT:PLAINTEXT,BACKEND:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                 "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "BACKEND",
-                 "advertised.listeners": "CLIENT://clients.example:19092,BACKEND://127.0.0.1:0"}
-
-
-def addresses_seen_on(port):
-    """What a client of this port is told: Metadata's, FindCoordinator's and DescribeCluster's broker."""
-    with RawClient(port) as c:
-        [m] = c.metadata(None).brokers
-        c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)       # makes __consumer_offsets
-        f = c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
-        [d] = c.call(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False).brokers
-        return {(m.host, m.port), (f.host, f.port), (d.host, d.port)}
-
-
-def test_listener_each_answers_with_its_own_advertised_address(start_broker):
-    """Named listeners at once; a request is answered with the address of the
-    listener it came in on (advertised.listeners, else the listener's own).
-    A controller listener is not served: doze has no KRaft controller."""
-    broker = start_broker(TWO_LISTENERS)
-    client_l, backend = broker.listeners.bound
-    assert [(b.listener.name, b.listener.protocol) for b in broker.listeners.bound] == \
-        [("CLIENT", "PLAINTEXT"), ("BACKEND", "PLAINTEXT")]
-    assert addresses_seen_on(client_l.listener.port) == {("clients.example", 19092)}
-    assert addresses_seen_on(backend.listener.port) == {("127.0.0.1", 0)}    # as advertised
-    listeners = broker.config["listeners"]
-    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.listener.port},"
-                                f"BACKEND://127.0.0.1:{backend.listener.port},")
-    assert "CONTROLLER://127.0.0.1:0" in listeners                  # as given: doze does not bind it
-
-
-@pytest.mark.parametrize("settings, message", [
-    ({"listeners": "A://127.0.0.1:0,A://127.0.0.1:1", "listener.security.protocol.map": "A:PLAINTEXT"},
-     "Each listener must have a different name"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:9"}, "No security protocol defined for listener OTHER"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,A://127.0.0.1:7,B://127.0.0.1:7",
-      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,A:PLAINTEXT,B:PLAINTEXT"},
-     "Each listener must have a different port"),
-    ({"listener.security.protocol.map": "PLAINTEXT:TELNET"}, "is not NAME:PROTOCOL"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
-     "nonroutable meta-address 0.0.0.0"),
-    ({"advertised.listeners": "PLAINTEXT://a:1,SSL://example:9093"},
-     "advertised.listeners listener names must be equal to or a subset"),
-    ({"listeners": "A://127.0.0.1:0", "listener.security.protocol.map": "A:PLAINTEXT"},
-     "inter.broker.listener.name must be a listener name defined in advertised.listeners"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"},
-     "sasl.enabled.mechanisms GSSAPI: doze serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
-    ({"listeners": "127.0.0.1:9092"}, "Unable to parse 127.0.0.1:9092 to a broker endpoint"),
-])
-def test_listener_settings_kafka_refuses_stop_the_start(start_broker, settings, message):
-    with pytest.raises(ValueError, match=message):
-        start_broker(settings)
-
-
-def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
-    def sockets():
-        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        config = doze.Config({"listeners": f"PLAINTEXT://127.0.0.1:0,B://127.0.0.1:{port}",
-                              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,B:PLAINTEXT"},
-                             data_dir=tmp_path / "data")
-        before = sockets()
-        with pytest.raises(OSError):
-            doze.Broker(config)
-        assert sockets() <= before                # A's socket was closed, not leaked
-
-
-# --- TLS ---------------------------------------------------------------------------
-
-# Test certificates (EC P-256, valid until 2126), made once with openssl for these tests only:
-#   a CA "doze-test-ca"; a server certificate for localhost / 127.0.0.1; a client
-#   certificate "C=US, O=Acme, Inc, OU=eng, CN=alice"; the server key also as
-#   encrypted PKCS#8 (password "keypass").
-TEST_CA_PEM = """\
------BEGIN CERTIFICATE-----
-MIIBhTCCASugAwIBAgIUJ5BdPEBqq+ovvrtX3KzStBOBimswCgYIKoZIzj0EAwIw
-FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
-MTA3MTM1OTA3WjAXMRUwEwYDVQQDDAxkb3plLXRlc3QtY2EwWTATBgcqhkjOPQIB
-BggqhkjOPQMBBwNCAAQaOj+w8d+vbN4cQLlcr9UKnvGGsORUWunOR4R40OVbN8Fl
-ZivmbfX58aVpHfp3kspi/Y669wT40iBlN1zLL0eio1MwUTAdBgNVHQ4EFgQUeItm
-/RKZqnJX7Qkbn0YQbCvT1YEwHwYDVR0jBBgwFoAUeItm/RKZqnJX7Qkbn0YQbCvT
-1YEwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA40clyDI+JIAa
-CNmjRP4L5Bvv6eiFV9Pg3ZUCjk6nIMQCIDe5krVs48lQhDoZKGqzK8LvZld0OLLz
-cVfTXgzyn+mc
------END CERTIFICATE-----
-"""
-TEST_SERVER_KEY = """\
------BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgYtQ2F/SH5wnwVJLR
-0agatIoc2uYGZQi0x87HkCsaDK+hRANCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9
-g1naBUvKFddxjsNwBVHkjYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6
------END PRIVATE KEY-----
-"""
-TEST_SERVER_CERT = """\
------BEGIN CERTIFICATE-----
-MIIBjjCCATOgAwIBAgIUP1m9XTfI6xJCp3i41or7YPO+zq0wCgYIKoZIzj0EAwIw
-FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
-MTA3MTM1OTA3WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggq
-hkjOPQMBBwNCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9g1naBUvKFddxjsNwBVHk
-jYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6o14wXDAaBgNVHREEEzARgglsb2Nh
-bGhvc3SHBH8AAAEwHQYDVR0OBBYEFKd4TQroR43dpVrUto0HwQSybM+bMB8GA1Ud
-IwQYMBaAFHiLZv0SmapyV+0JG59GEGwr09WBMAoGCCqGSM49BAMCA0kAMEYCIQCn
-kPIBAgswsK3BImx7amaDeWZ1OxRn3n4+lVKbd8c9xQIhAM5Lx2dc9uMdeDCZORxp
-RY0RiGaMTNvkwYcfJ+iv0jR8
------END CERTIFICATE-----
-"""
-TEST_SERVER_KEY_ENCRYPTED = """\
------BEGIN ENCRYPTED PRIVATE KEY-----
-MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAjA/ExQpyRk/wICCAAw
-DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEBTzekkwjPKZ9B62UnCigW8EgZCd
-hXeTkZE7qh8GHsJtbY7ElrScGt8sUVdwnkSUf6qJnUoeGEL6olLwIWP5TAuROaLr
-+lsPwp8Q2/Fo2g62hXLWPzw0fCZnRYZco94sQkGzoWFkeiz3V66+peD0sXckYajo
-XO8aWYyvRm234w3SBYBimueM5965eNTE17b1g8mZg9NSHK+oNX/Q7bSR+edV3q4=
------END ENCRYPTED PRIVATE KEY-----
-"""
-TEST_ALICE_KEY = """\
------BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg77rUhtiUODCdH/HR
-kEXxDUM0RiWDrNkelCpsAx0d0+mhRANCAAR5udfsU7ZtJQQFfKH4a9I+vrK5XqdU
-Vur55dpjbUcT5XEu/WoMUE3XvvXn/+LhZ5WvS+Axzez0LRBI/EgpGE0A
------END PRIVATE KEY-----
-"""
-TEST_ALICE_CERT = """\
------BEGIN CERTIFICATE-----
-MIIBUjCB+QIUP1m9XTfI6xJCp3i41or7YPO+zq4wCgYIKoZIzj0EAwIwFzEVMBMG
-A1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYxMTA3MTM1
-OTA3WjA/MQswCQYDVQQGEwJVUzESMBAGA1UECgwJQWNtZSwgSW5jMQwwCgYDVQQL
-DANlbmcxDjAMBgNVBAMMBWFsaWNlMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
-ebnX7FO2bSUEBXyh+GvSPr6yuV6nVFbq+eXaY21HE+VxLv1qDFBN17715//i4WeV
-r0vgMc3s9C0QSPxIKRhNADAKBggqhkjOPQQDAgNIADBFAiEAzib7TGAAPzfvgzLa
-Vtq2vRnMXkmnbSmX9hCuE/qJXsoCIGrfUtLf/yQ/5qT3w9Poj12ZxR1xBPp0xOYl
-FWryjvS2
------END CERTIFICATE-----
-"""
-
-
-@pytest.fixture
-def pem(tmp_path):
-    """The test certificates as files: keystore (key + chain), ca, alice's."""
-    files = {"keystore": TEST_SERVER_KEY + TEST_SERVER_CERT, "ca": TEST_CA_PEM,
-             "alice_key": TEST_ALICE_KEY, "alice_cert": TEST_ALICE_CERT}
-    paths = {}
-    for name, text in files.items():
-        paths[name] = str(tmp_path / f"{name}.pem")
-        with open(paths[name], "w") as f:
-            f.write(text)
-    return paths
-
-
-def tls_settings(pem, **more):
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                "ssl.keystore.type": "PEM", "ssl.keystore.location": pem["keystore"],
-                "ssl.truststore.type": "PEM", "ssl.truststore.location": pem["ca"]}
-    settings.update({k.replace("_", "."): v for k, v in more.items()})
-    return settings
-
-
-class TlsClient(RawClient):
-    """RawClient over TLS, verifying the broker against the test CA."""
-
-    def __init__(self, port, cert=None, key=None, timeout=SOCKET_TIMEOUT_S):
-        ctx = ssl.create_default_context(cadata=TEST_CA_PEM)
-        if cert:
-            ctx.load_cert_chain(cert, key)
-        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
-        self.client_id = "doze-test"
-        self.next_correlation_id = 0
-
-
-def ssl_port(broker):
-    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == "SSL"]
-    return port
-
 
 def principals(broker):
     return broker.run_in_loop(lambda: sorted(c.principal for c in broker.connections))
-
-
-def test_tls_listener_serves_requests_and_fetch_without_sendfile(start_broker, pem):
-    broker = start_broker(tls_settings(pem))
-    port = ssl_port(broker)
-    with TlsClient(port) as c:
-        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
-        [b] = c.metadata(None).brokers
-        assert (b.host, b.port) == ("127.0.0.1", port)          # the SSL listener's own address
-        c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name="t", num_partitions=1, replication_factor=1,
-                                                    assignments=[], configs=[])], timeout_ms=5000)
-        values = [bytes([i]) * 3000 for i in range(200)]          # bigger than one TLS record
-        assert c.produce("t", 0, make_batch(values)).error_code == 0
-        assert [v for _, v in c.values("t", 0)] == values
-    with RawClient(broker.port) as plain:                         # the PLAINTEXT listener beside it
-        assert plain.metadata(None).brokers[0].port == broker.port
-
-
-def test_tls_client_certificate_gives_the_mapped_principal(start_broker, pem):
-    broker = start_broker(tls_settings(pem, ssl_client_auth="required",
-                                       ssl_principal_mapping_rules="RULE:^CN=(.*?),OU=eng,.*$/$1/U,DEFAULT"))
-    with TlsClient(ssl_port(broker), pem["alice_cert"], pem["alice_key"]) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        assert principals(broker) == ["User:ALICE"]
-    with RawClient(broker.port) as plain:
-        assert plain.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        assert principals(broker) == ["User:ANONYMOUS"]
-
-
-def test_tls_required_client_auth_refuses_a_client_without_a_certificate(start_broker, pem, caplog):
-    broker = start_broker(tls_settings(pem, ssl_client_auth="required"))
-    with RawClient(broker.port) as bystander:
-        with pytest.raises((ssl.SSLError, OSError, EOFError)):
-            with TlsClient(ssl_port(broker)) as c:
-                c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-    assert wait_until(lambda: "TLS handshake failed" in caplog.text)
-
-
-def test_tls_rfc2253_names_as_java_prints_them():
-    subject = ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
-               (("organizationalUnitName", "eng"),), (("commonName", "alice"),), (("emailAddress", "a@b.c"),))
-    assert doze.rfc2253(subject) == "1.2.840.113549.1.9.1=#16056140622e63,CN=alice,OU=eng,O=Acme\\, Inc,C=US"
-    assert doze.rfc2253(((("commonName", "#x "),),)) == "CN=\\#x\\ "
-
-
-@pytest.mark.parametrize("rules, dn, name", [
-    ("DEFAULT", "CN=alice,O=Acme", "CN=alice,O=Acme"),
-    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=kafka1,OU=ServiceUsers,O=Org", "kafka1"),
-    ("RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L", "CN=Duke,OU=JavaSoft,O=Sun", "duke@javasoft"),
-    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/", "CN=x,O=y", None),
-    ("", "CN=x", None),
-])
-def test_tls_principal_mapping_rules_as_kafka_applies_them(rules, dn, name):
-    assert doze.map_principal(doze.parse_principal_rules(rules), dn) == name
-
-
-def test_tls_principal_mapping_rule_that_does_not_parse_stops_the_start(start_broker, pem):
-    with pytest.raises(ValueError, match="Invalid rule: `FOO`"):
-        start_broker(tls_settings(pem, ssl_principal_mapping_rules="FOO"))
-
-
-def test_tls_inline_pem_keystore_with_an_encrypted_key(start_broker, pem):
-    broker = start_broker(tls_settings(pem, ssl_keystore_location=None) | {
-        "ssl.keystore.key": TEST_SERVER_KEY_ENCRYPTED, "ssl.keystore.certificate.chain": TEST_SERVER_CERT,
-        "ssl.key.password": "keypass", "ssl.truststore.certificates": TEST_CA_PEM,
-        "ssl.truststore.location": None})
-    with TlsClient(ssl_port(broker)) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-@pytest.mark.parametrize("more, message", [
-    ({"ssl.keystore.type": "JKS"}, "doze reads PEM keystores only"),
-    ({"ssl.keystore.password": "x"}, "SSL key store password cannot be specified with PEM format"),
-    ({"ssl.keystore.location": None}, "an SSL listener needs a key and certificate"),
-    ({"ssl.keystore.location": None, "ssl.keystore.key": TEST_SERVER_KEY}, "certificate chain is not specified"),
-    ({"ssl.keystore.key": TEST_SERVER_KEY, "ssl.keystore.certificate.chain": TEST_SERVER_CERT},
-     "Both SSL key store location and separate private key are specified"),
-    ({"ssl.truststore.password": "x"}, "SSL trust store password cannot be specified for PEM format"),
-    ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols TLSv1.1"),
-    ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
-    ({"ssl.keystore.location": "/nonexistent.pem"}, "Failed to load PEM SSL keystore"),
-])
-def test_tls_settings_kafka_refuses_stop_the_start(start_broker, pem, more, message):
-    settings = tls_settings(pem)
-    settings.update(more)
-    with pytest.raises(ValueError, match=message):
-        start_broker({k: v for k, v in settings.items() if v is not None})
-
-
-def test_tls_per_listener_settings_win(start_broker, pem):
-    """listener.name.<name>.ssl.* for one listener, over the plain ssl.* ones."""
-    settings = tls_settings(pem, ssl_keystore_type="JKS")       # would stop the start ...
-    settings["listener.name.ssl.ssl.keystore.type"] = "PEM"     # ... but not for listener SSL
-    broker = start_broker(settings)
-    with TlsClient(ssl_port(broker)) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-def test_tls_garbage_closes_only_that_connection(start_broker, pem, caplog):
-    broker = start_broker(tls_settings(pem))
-    with RawClient(broker.port) as bystander, socket.create_connection(("127.0.0.1", ssl_port(broker))) as s:
-        s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE))   # Kafka bytes, not TLS
-        s.settimeout(5)
-        try:
-            assert s.recv(100) == b""                             # closed ...
-        except ConnectionResetError:
-            pass                                                  # ... with its bytes unread: a reset
-        assert wait_until(lambda: "TLS handshake failed" in caplog.text)
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, pem):
-    clock = FakeClock()
-    broker = start_broker(tls_settings(pem, doze_frame_timeout_ms=30_000), clock=clock)
-    with socket.create_connection(("127.0.0.1", ssl_port(broker))) as s, RawClient(broker.port) as ok:
-        s.sendall(b"\x16\x03\x01")                              # the start of a ClientHello, no more
-        assert wait_until(lambda: broker.run_in_loop(lambda: any(c.handshaking for c in broker.connections)))
-        clock.advance(25_000)
-        loop_passes(broker)                                      # the sweep ran at 25 s
-        assert answers(ok)
-        s.settimeout(0.2)
-        with pytest.raises(socket.timeout):
-            s.recv(1)                                            # 25 s in: still open
-        clock.advance(10_000)
-        s.settimeout(5)
-        assert s.recv(1) == b""                                  # past 30 s: closed
-
-
-# --- SASL ---------------------------------------------------------------------------
-
-PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-
-
-def sasl_settings(**more):
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-                "connection.failed.authentication.delay.ms": 300}
-    settings.update({k.replace("_", "."): v for k, v in more.items()})
-    return settings
-
-
-def sasl_port(broker):
-    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol.startswith("SASL_")]
-    return port
-
-
-def add_scram_user(broker, user, password, mechanism="SCRAM-SHA-256", iterations=4096):
-    broker.run_in_loop(lambda: broker.store.save_scram_credential(
-        user, mechanism, doze.new_scram_credential(mechanism, password, iterations)))
-
-
-def plain_token(user, password, authzid=""):
-    return f"{authzid}\0{user}\0{password}".encode()
-
-
-def sasl_authenticate(c, mechanism, tokens, handshake_version=1):
-    """SaslHandshake, then each token in a SaslAuthenticate -> the answers."""
-    h = c.call(ApiKey.SASL_HANDSHAKE, handshake_version, mechanism=mechanism)
-    assert h.error_code == 0, h
-    return [c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=t) for t in tokens]
 
 
 class ScramClient:
@@ -4993,199 +2621,6 @@ class ScramClient:
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
-def test_sasl_scram_rfc7677_test_vector():
-    """RFC 7677's example exchange, byte for byte (Kafka's ScramFormatterTest uses it too)."""
-    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
-    keys = doze.scram_keys("SCRAM-SHA-256", doze.scram_salted_password("SCRAM-SHA-256", "pencil", salt, 4096))
-    server = doze.ScramServer("SCRAM-SHA-256", lambda u, m: (salt, *keys, 4096) if u == "user" else None,
-                              server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
-    first, user = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
-    assert (first, user) == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,"
-                             b"i=4096", None)
-    final, user = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                              b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
-    assert (final, user) == (b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", "user")
-
-
-def test_sasl_plain_authenticates_then_serves_everything(start_broker):
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
-        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"])   # Java's HashSet order
-        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("alice", "alice-secret"))
-        assert (a.error_code, a.error_message, bytes(a.auth_bytes)) == (0, "", b"")   # Kafka's "" default
-        assert principals(broker) == ["User:alice"]
-        [b] = c.metadata(None).brokers
-        assert b.port == sasl_port(broker)
-        again = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"x")
-        assert (again.error_code, again.error_message) == (ErrorCode.ILLEGAL_SASL_STATE,
-                                                           "SaslAuthenticate request received after successful authentication")
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0     # still open
-
-
-@pytest.mark.parametrize("token, message", [
-    (plain_token("alice", "wrong"), "Authentication failed: Invalid username or password"),
-    (plain_token("mallory", "x"), "Authentication failed: Invalid username or password"),
-    (plain_token("", "x"), "Authentication failed: username not specified"),
-    (plain_token("alice", ""), "Authentication failed: password not specified"),
-    (plain_token("alice", "alice-secret", authzid="admin"),
-     "Authentication failed: Client requested an authorization id that is different from username"),
-    (b"no-nuls-at-all", "Authentication failed during authentication due to invalid credentials with SASL "
-                        "mechanism PLAIN"),
-])
-def test_sasl_plain_failure_is_answered_after_the_delay_then_closed(start_broker, token, message):
-    broker = start_broker(sasl_settings())
-    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-        started = time.monotonic()
-        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
-        assert time.monotonic() - started >= 0.25                 # connection.failed.authentication.delay.ms
-        assert (a.error_code, a.error_message) == (ErrorCode.SASL_AUTHENTICATION_FAILED, message)
-        assert c.is_closed_by_broker(3)
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-def test_sasl_unknown_mechanism_gets_the_enabled_ones_then_the_close(start_broker):
-    broker = start_broker(sasl_settings(sasl_enabled_mechanisms="SCRAM-SHA-512"))
-    with RawClient(sasl_port(broker)) as c:
-        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="plain")            # matched exactly
-        assert (h.error_code, h.mechanisms) == (ErrorCode.UNSUPPORTED_SASL_MECHANISM, ["SCRAM-SHA-512"])
-        assert c.is_closed_by_broker(3)
-
-
-@pytest.mark.parametrize("api_key, fields", [
-    (ApiKey.METADATA, {"topics": None}),
-    (ApiKey.SASL_AUTHENTICATE, {"auth_bytes": b"x"}),
-    (ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 1000, "topic_data": []}),
-])
-def test_sasl_a_request_before_authentication_closes_without_an_answer(start_broker, api_key, fields):
-    broker = start_broker(sasl_settings())
-    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
-        c.send(api_key, None, **fields)
-        assert c.is_closed_by_broker(3)                           # nothing read: closed
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-def test_sasl_other_requests_between_handshake_and_authenticate_close(start_broker):
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-        c.send(ApiKey.METADATA, None, topics=None)
-        assert c.is_closed_by_broker(3)
-
-
-def test_sasl_a_second_api_versions_before_the_handshake_closes(start_broker):
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        c.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-        assert c.is_closed_by_broker(3)
-
-
-def test_sasl_api_versions_refused_as_unsupported_may_be_retried(start_broker):
-    """franz-go sends ApiVersions at its newest version first; the v0 answer with
-    UNSUPPORTED_VERSION leaves the connection where it was (Kafka's
-    HANDSHAKE_OR_VERSIONS_REQUEST), so its retry at v4 and then the handshake go on."""
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        body = struct.pack(">hhih", 18, 9, 42, 3) + b"cli" + b"\x00" + b"\x04doze\x020\x00"
-        c.sock.sendall(struct.pack(">i", len(body)) + body)
-        assert c.read_frame()[4:6] == b"\x00\x23"                          # UNSUPPORTED_VERSION
-        assert c.call(ApiKey.API_VERSIONS, 4, **SOFTWARE).error_code == 0
-        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
-        assert a.error_code == 0
-
-
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_sasl_scram_authenticates_and_signs(start_broker, mechanism):
-    broker = start_broker(sasl_settings())
-    add_scram_user(broker, "bob", "bob-secret", mechanism, iterations=8192)
-    with RawClient(sasl_port(broker)) as c:
-        client = ScramClient(mechanism, "bob", "bob-secret")
-        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism)
-        assert h.error_code == 0
-        first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
-        assert first.error_code == 0 and bytes(first.auth_bytes).startswith(b"r=" + client.nonce.encode())
-        assert b",i=8192" in bytes(first.auth_bytes)
-        final = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes)))
-        assert (final.error_code, bytes(final.auth_bytes)) == (0, client.expected_server_final)
-        assert principals(broker) == ["User:bob"]
-        assert c.metadata(None).brokers
-
-
-@pytest.mark.parametrize("case", ["wrong password", "unknown user", "wrong nonce", "garbage first",
-                                  "other mechanism's credential"])
-def test_sasl_scram_failures_get_kafkas_generic_answer(start_broker, case):
-    broker = start_broker(sasl_settings())
-    add_scram_user(broker, "bob", "bob-secret", "SCRAM-SHA-256")
-    mechanism = "SCRAM-SHA-512" if case == "other mechanism's credential" else "SCRAM-SHA-256"
-    user = "nobody" if case == "unknown user" else "bob"
-    password = "wrong" if case == "wrong password" else "bob-secret"
-    client = ScramClient(mechanism, user, password)
-    with RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism).error_code == 0
-        if case == "garbage first":
-            answer = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\xff\x00garbage")
-        else:
-            first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
-            if first.error_code:
-                answer = first                                    # no credential: refused at once
-            else:
-                nonce = "forged" if case == "wrong nonce" else None
-                answer = c.call(ApiKey.SASL_AUTHENTICATE, 2,
-                                auth_bytes=client.final(bytes(first.auth_bytes), nonce))
-        assert (answer.error_code, answer.error_message) == (
-            ErrorCode.SASL_AUTHENTICATION_FAILED,
-            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
-            f"{mechanism}")
-        assert c.is_closed_by_broker(3)
-
-
-def test_sasl_scram_client_final_replayed_on_another_connection_fails(start_broker):
-    broker = start_broker(sasl_settings())
-    add_scram_user(broker, "bob", "bob-secret")
-    client = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
-    with RawClient(sasl_port(broker)) as c:
-        first = sasl_authenticate(c, "SCRAM-SHA-256", [client.first()])[0]
-        final = client.final(bytes(first.auth_bytes))
-        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
-    with RawClient(sasl_port(broker)) as eve:
-        sasl_authenticate(eve, "SCRAM-SHA-256", [client.first()])      # a new server nonce here
-        assert eve.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == \
-            ErrorCode.SASL_AUTHENTICATION_FAILED
-
-
-def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
-    broker = start_broker(sasl_settings())
-    add_scram_user(broker, "carol", "carol-very-secret-password", "SCRAM-SHA-512")
-    with RawClient(sasl_port(broker)) as c:
-        client = ScramClient("SCRAM-SHA-512", "carol", "carol-very-secret-password")
-        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
-        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))) \
-            .error_code == 0
-    with RawClient(broker.port) as admin:                 # a dynamic secret: described, never kept
-        secret = "listener.name.sasl_plaintext.ssl.key.password"
-        r = admin.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
-            resource_type=4, resource_name="1", configs=[Msg(name=secret, config_operation=0,
-                                                             value="dynamic-key-secret")])])
-        assert r.responses[0].error_code == 0
-    broker.stop()
-    assert broker.stopped.wait(10)                        # meta.db closed: no journal file coming or going
-    for name in os.listdir(tmp_path / "data"):
-        if name.startswith("meta.db"):
-            data = open(tmp_path / "data" / name, "rb").read()
-            assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
-            assert b"dynamic-key-secret" not in data
-    broker = start_broker(sasl_settings())
-    with RawClient(broker.port) as admin:
-        d = admin.call(ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
-                       resources=[Msg(resource_type=4, resource_name="1", configuration_keys=[secret])])
-        [entry] = d.results[0].configs
-        assert (entry.value, entry.is_sensitive, entry.config_source) == (None, True, 2)   # DYNAMIC_BROKER_CONFIG
-
-
 def plain_v0(c, password):
     """SaslHandshake v0 for PLAIN, then alice's token as a bare size-prefixed frame."""
     assert c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code == 0
@@ -5193,607 +2628,13 @@ def plain_v0(c, password):
     c.sock.sendall(struct.pack(">i", len(token)) + token)
 
 
-def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
-    """SaslHandshake v0: the tokens come and go as bare size-prefixed frames."""
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        plain_v0(c, "alice-secret")
-        assert c.read_frame() == b""                              # PLAIN's empty reply, as a frame
-        assert c.metadata(None).brokers                           # now Kafka requests again
+def doze_string_hash(s):
+    """java.lang.String.hashCode, unsigned."""
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) % 2 ** 32
+    return h
 
-
-def test_sasl_v0_bad_token_is_closed_without_an_answer(start_broker):
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        plain_v0(c, "nope")
-        assert c.is_closed_by_broker(3)
-
-
-def test_sasl_an_oversized_frame_before_authentication_closes(start_broker):
-    broker = start_broker(sasl_settings(sasl_server_max_receive_size=1000))
-    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-        c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
-        assert c.is_closed_by_broker(3)
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-
-
-def test_sasl_session_lifetime_ends_the_connection_unless_reauthenticated(start_broker):
-    """KIP-368: connections.max.reauth.ms is the lifetime the final SaslAuthenticate
-    tells; a request after it closes the connection, a re-authentication (a
-    SaslHandshake on the live connection, a second or more after the last) renews it."""
-    clock = FakeClock()
-    broker = start_broker(sasl_settings(connections_max_reauth_ms=10_000), clock=clock)
-    with RawClient(sasl_port(broker)) as c, RawClient(sasl_port(broker)) as stale:
-        for conn in (c, stale):
-            [a] = sasl_authenticate(conn, "PLAIN", [plain_token("alice", "alice-secret")])
-            assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
-        clock.advance(7_500)                                          # 7.5 s in: re-authenticate
-        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
-        assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
-        clock.advance(500)                                            # again within a second: refused
-        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
-        clock.advance(4_500)                                          # 12.5 s: past the first session
-        assert c.metadata(None).brokers                               # renewed until 17.5 s
-        stale.send(ApiKey.METADATA, None, topics=None)
-        assert stale.is_closed_by_broker(3)                           # expired: closed, no answer
-
-
-def test_sasl_reauthentication_may_not_change_the_principal(start_broker):
-    broker = start_broker(sasl_settings(connections_max_reauth_ms=60_000))
-    with RawClient(sasl_port(broker)) as c:
-        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
-        [a] = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])
-        assert (a.error_code, a.error_message) == (
-            ErrorCode.SASL_AUTHENTICATION_FAILED,
-            "Cannot change principals during re-authentication from User:alice: User:admin")
-        assert c.is_closed_by_broker(3)
-
-
-def test_sasl_debug_log_shows_no_secret(start_broker, caplog):
-    """The DEBUG request log (every request and answer) hides SASL tokens, SCRAM
-    salted passwords and password-type config values."""
-    caplog.set_level(logging.DEBUG, logger="doze_kafka")
-    broker = start_broker(sasl_settings())
-    with RawClient(sasl_port(broker)) as c:
-        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
-        c.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
-            scram_upsertion("dora", 1, "dora-secret", salt=b"dora-salt")])
-        c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
-            resource_type=4, resource_name="1", configs=[Msg(name="listener.name.sasl_plaintext.ssl.key.password",
-                                                             config_operation=0, value="key-secret")])])
-    text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "<- SaslAuthenticate" in text and "<hidden:" in text
-    for secret in ("alice-secret", "dora-salt", "key-secret"):
-        assert secret not in text
-
-
-def test_sasl_ssl_takes_ssl_client_auth_only_listener_prefixed(start_broker, pem, caplog):
-    """Kafka's ChannelBuilders: on a SASL_SSL listener a plain ssl.client.auth is
-    ignored (with Kafka's warning); listener.name.<l>.ssl.client.auth applies."""
-    settings = {**tls_settings(pem), **sasl_settings(), "ssl.client.auth": "required",
-                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-                "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS}
-    broker = start_broker(settings)
-    with TlsClient(sasl_port(broker)) as c:                    # no client certificate: still in
-        assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])[0].error_code == 0
-    assert "is applied only to SSL listeners" in caplog.text
-    stop(broker)
-    broker = start_broker(dict(settings, **{"listener.name.sasl_ssl.ssl.client.auth": "required"}))
-    with pytest.raises((ssl.SSLError, OSError, EOFError)):
-        with TlsClient(sasl_port(broker)) as c:
-            c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-
-
-def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
-    assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
-    assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
-
-
-@pytest.mark.parametrize("settings, message", [
-    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms GSSAPI"),
-    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
-     "PLAIN needs its users in listener.name.sasl_plaintext.plain.sasl.jaas.config"),
-    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"}, "sasl.jaas.config: expected"),
-])
-def test_sasl_settings_that_cannot_work_stop_the_start(start_broker, settings, message):
-    merged = {k: v for k, v in {**sasl_settings(), **settings}.items() if v is not None}
-    with pytest.raises(ValueError, match=message):
-        start_broker(merged)
-
-
-def test_sasl_add_scram_on_the_command_line(tmp_path, capsys):
-    user, mechanism, credential = doze.parse_add_scram("SCRAM-SHA-512=[name=dave,password=\"p,w=d\",iterations=8192]")
-    assert (user, mechanism, credential[3]) == ("dave", "SCRAM-SHA-512", 8192)
-    salt, stored, server, iterations = credential
-    assert (stored, server) == doze.scram_keys(mechanism, doze.scram_salted_password(mechanism, "p,w=d", salt, 8192))
-    with pytest.raises(ValueError, match="iterations must be"):
-        doze.parse_add_scram("SCRAM-SHA-256=[name=x,password=y,iterations=100]")
-
-
-def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
-    settings = {**tls_settings(pem), **sasl_settings()}
-    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
-    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
-    broker = start_broker(settings)
-    with TlsClient(sasl_port(broker)) as c:
-        a = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])[0]
-        assert a.error_code == 0
-        assert principals(broker) == ["User:admin"]
-        assert c.metadata(None).brokers[0].port == sasl_port(broker)
-
-
-def port_of(broker, protocol):
-    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == protocol]
-    return port
-
-
-def hostile_sasl_and_tls(case, broker):
-    """One misbehaving client of test_sasl_and_tls_hostile_clients_leave_others_alone;
-    it must be closed (or answered with its error, then closed)."""
-    plain, tls = port_of(broker, "SASL_PLAINTEXT"), ssl_port(broker)
-    if case in ("TLS garbage", "TLS closed mid-handshake"):
-        with socket.create_connection(("127.0.0.1", tls)) as s:
-            s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE) if case == "TLS garbage"
-                      else b"\x16\x03\x01\x00\xff")
-            if case == "TLS garbage":
-                s.settimeout(5)
-                try:
-                    assert s.recv(100) == b""
-                except ConnectionResetError:
-                    pass
-        return
-    with RawClient(plain) as c:
-        scram = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
-        if case == "wrong password":
-            assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "nope")])[0].error_code == 58
-        elif case == "unknown mechanism":
-            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="GSSAPI").error_code == 33
-        elif case == "request before authentication":
-            c.send(ApiKey.METADATA, None, topics=None)
-        elif case == "out of order":
-            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-            c.send(ApiKey.METADATA, None, topics=None)
-        elif case == "garbage token":
-            assert sasl_authenticate(c, "SCRAM-SHA-256", [b"\xff\xfe garbage"])[0].error_code == 58
-        elif case == "oversized token":
-            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-            c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
-        elif case == "wrong nonce":
-            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
-            bad = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=scram.final(bytes(first.auth_bytes), "forged"))
-            assert bad.error_code == 58
-        elif case == "replayed client-final":
-            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
-            final = scram.final(bytes(first.auth_bytes))
-            assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
-            with RawClient(plain) as other:
-                other_first = sasl_authenticate(other, "SCRAM-SHA-256", [scram.first()])[0]
-                assert other_first.error_code == 0
-                assert other.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 58
-                assert other.is_closed_by_broker(3)
-            return
-        assert c.is_closed_by_broker(3)
-
-
-HOSTILE_SASL_AND_TLS = {   # case -> what the broker's log says about it
-    "wrong password": "SASL PLAIN authentication failed",
-    "unknown mechanism": "SASL mechanism 'GSSAPI' is not enabled",
-    "request before authentication": "METADATA before SASL authentication",
-    "out of order": "while authenticating with PLAIN: only SaslAuthenticate",
-    "garbage token": "SASL SCRAM-SHA-256 authentication failed",
-    "oversized token": "larger than socket.request.max.bytes (4096)",
-    "wrong nonce": "SASL SCRAM-SHA-256 authentication failed",
-    "replayed client-final": "SASL SCRAM-SHA-256 authentication failed",
-    "TLS garbage": "TLS handshake failed",
-    "TLS closed mid-handshake": "TLS handshake failed",
-}
-
-
-def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, monkeypatch, caplog):
-    """A handler that raises (a bug, made here on purpose) costs its own client
-    the connection, with a log line; the loop, the listeners and the others go on."""
-    broker = start_broker(sasl_settings())
-    with RawClient(broker.port) as bystander:
-        real = doze.SaslSession.__init__
-        monkeypatch.setattr(doze.SaslSession, "__init__", lambda *a, **k: 1 / 0)
-        with RawClient(sasl_port(broker)) as refused:                   # the accept path
-            assert refused.is_closed_by_broker(3)
-        monkeypatch.setattr(doze.SaslSession, "__init__", real)
-        with RawClient(broker.port) as victim:
-            victim.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-            monkeypatch.setattr(doze.Connection, "process_frames", lambda self: {}["a bug"])
-            victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-            assert victim.is_closed_by_broker(3)                        # a connection's own event
-            monkeypatch.undo()
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-        with RawClient(sasl_port(broker)) as later:
-            assert later.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
-    assert "ZeroDivisionError: division by zero" in caplog.text and "KeyError: 'a bug'" in caplog.text
-    assert caplog.text.count("a bug in doze") >= 2
-
-
-def test_a_bug_while_resuming_waiting_frames_closes_that_connection_only(start_broker, monkeypatch, caplog):
-    """Frames past a pass's turns wait for the next pass (Connections.take_waiting);
-    a bug met there costs that client its connection, as a socket event's does."""
-    broker = start_broker({"queued.max.requests": 1})
-    handle = doze.Dispatcher.handle_frame
-    seen = []
-
-    def second_one_fails(self, conn, frame):
-        seen.append(frame)
-        if len(seen) == 2:
-            raise KeyError("a bug")
-        return handle(self, conn, frame)
-    with RawClient(broker.port) as bystander:
-        monkeypatch.setattr(doze.Dispatcher, "handle_frame", second_one_fails)
-        with RawClient(broker.port) as victim:
-            for _ in range(3):                             # one burst: one taken now, the rest wait
-                victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
-            assert victim.is_closed_by_broker(3)
-        monkeypatch.undo()
-        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
-    assert "KeyError: 'a bug'" in caplog.text and "a bug in doze" in caplog.text
-
-
-@pytest.mark.parametrize("case", list(HOSTILE_SASL_AND_TLS))
-def test_sasl_and_tls_hostile_clients_leave_others_alone(start_broker, pem, caplog, case):
-    """A client authenticated with SCRAM over SASL_SSL produces before and after each
-    misbehaving client, whose connection alone closes with a log line that says why."""
-    caplog.set_level(logging.INFO, logger="doze_kafka")
-    settings = {**tls_settings(pem), **sasl_settings(sasl_server_max_receive_size=4096)}
-    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0," \
-                            "SSL://127.0.0.1:0"
-    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
-    broker = start_broker(settings)
-    add_scram_user(broker, "bob", "bob-secret")
-    add_scram_user(broker, "carol", "carol-secret", "SCRAM-SHA-512")
-    with TlsClient(port_of(broker, "SASL_SSL")) as bystander:
-        scram = ScramClient("SCRAM-SHA-512", "carol", "carol-secret")
-        first = sasl_authenticate(bystander, "SCRAM-SHA-512", [scram.first()])[0]
-        assert bystander.call(ApiKey.SASL_AUTHENTICATE, 2,
-                              auth_bytes=scram.final(bytes(first.auth_bytes))).error_code == 0
-        bystander.create_topic("calm")
-        assert bystander.produce("calm", 0, make_batch([b"before"])).base_offset == 0
-        hostile_sasl_and_tls(case, broker)
-        assert wait_until(lambda: HOSTILE_SASL_AND_TLS[case] in caplog.text), caplog.text[-2000:]
-        assert bystander.produce("calm", 0, make_batch([b"after"])).base_offset == 1
-        assert bystander.fetch("calm", 0, 0).high_watermark == 2
-    assert "Traceback" not in caplog.text and "bob-secret" not in caplog.text
-
-
-def scram_upsertion(name, mechanism, password, iterations=4096, salt=b"salt-from-the-client"):
-    digest = {1: "sha256", 2: "sha512"}[mechanism] if mechanism in (1, 2) else "sha256"
-    return Msg(name=name, mechanism=mechanism, iterations=iterations, salt=salt,
-               salted_password=hashlib.pbkdf2_hmac(digest, password.encode(), salt, max(1, min(iterations, 4096))))
-
-
-def test_scram_admin_alter_then_authenticate_then_describe(start_broker):
-    """KIP-554: the client sends salt and SaltedPassword; the user can then log in."""
-    broker = start_broker(sasl_settings())
-    with RawClient(broker.port) as admin:
-        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
-            scram_upsertion("erin", 2, "erin-secret", 4096)])
-        assert [(x.user, x.error_code, x.error_message) for x in r.results] == [("erin", 0, None)]
-        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
-        assert [(x.user, x.error_code, [(i.mechanism, i.iterations) for i in x.credential_infos])
-                for x in d.results] == [("erin", 0, [(2, 4096)])]
-    with RawClient(sasl_port(broker)) as c:
-        client = ScramClient("SCRAM-SHA-512", "erin", "erin-secret")
-        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
-        assert bytes(first.auth_bytes).endswith(b",s=" + base64.b64encode(b"salt-from-the-client") + b",i=4096")
-        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))).error_code == 0
-    with RawClient(broker.port) as admin:
-        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[Msg(name="erin", mechanism=2)],
-                       upsertions=[])
-        assert [(x.user, x.error_code) for x in r.results] == [("erin", 0)]
-        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="erin")])
-        assert [(x.user, x.error_code, x.error_message) for x in d.results] == [
-            ("erin", ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist: erin")]
-
-
-def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
-    client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[scram_upsertion("old", 1, "x")])
-    r = client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[
-        Msg(name="ghost", mechanism=1), Msg(name="old", mechanism=1)], upsertions=[
-        scram_upsertion("", 1, "x"), scram_upsertion("few", 1, "x", iterations=100),
-        scram_upsertion("many", 1, "x", iterations=16385), scram_upsertion("odd", 3, "x"),
-        scram_upsertion("old", 2, "x"), scram_upsertion("both", 1, "x"), scram_upsertion("both", 2, "x"),
-        scram_upsertion("fine", 1, "x")])
-    got = {x.user: (x.error_code, x.error_message) for x in r.results}
-    assert got == {
-        "ghost": (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"),
-        "": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
-        "few": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"),
-        "many": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"),
-        "odd": (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"),
-        "old": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
-        "both": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
-        "fine": (0, None)}
-    d = client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="fine"), Msg(name="old"),
-                                                                     Msg(name="old")])
-    assert {(x.user, x.error_code) for x in d.results} == {("fine", 0), ("old", ErrorCode.DUPLICATE_RESOURCE)}
-    assert sorted(x.user for x in client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[]).results) == \
-        ["fine", "old"]
-
-
-def test_server_serves_hundreds_of_connections_at_once(broker):
-    """Verifies that 300 connections, each with a request in flight, are all
-    answered (one selectors loop, non-blocking sockets)."""
-    clients = [RawClient(broker.port) for _ in range(300)]
-    try:
-        sent = [c.send(ApiKey.API_VERSIONS, 3, client_software_name="t",
-                       client_software_version="1") for c in clients]
-        for c, (cid, version) in zip(clients, sent):
-            got, msg = c.receive(ApiKey.API_VERSIONS, version)
-            assert (got, msg.error_code) == (cid, 0)
-    finally:
-        for c in clients:
-            c.close()
-
-
-@pytest.mark.parametrize("size", [-1, -2 ** 31, 2 ** 31 - 1])
-def test_server_bad_frame_length_closes_the_connection(broker, bystander, size):
-    with raw_connection(broker) as bad:
-        bad.sock.sendall(struct.pack(">i", size) + b"\x00" * 16)
-        assert bad.is_closed_by_broker()
-
-
-def test_server_frame_over_socket_request_max_bytes_closes(start_broker):
-    broker = start_broker({"socket.request.max.bytes": 1000})
-    with RawClient(broker.port) as bystander, RawClient(broker.port) as bad:
-        bystander.call(ApiKey.API_VERSIONS, 0)
-        bystander.create_topic("big")
-        assert bystander.produce("big", 0, make_batch([b"x" * 500])).error_code == 0
-        bad.sock.sendall(RawClient.encode(ApiKey.PRODUCE, 9, 1, acks=-1, timeout_ms=1000,
-                                          topic_data=[Msg(name="big", partition_data=[
-                                              Msg(index=0, records=make_batch([b"y" * 2000]))])]))
-        assert bad.is_closed_by_broker()
-        assert bystander.values("big", 0) == [(0, b"x" * 500)]
-
-
-@pytest.mark.parametrize("key", [7, 99, 1000, -1])
-def test_server_unknown_api_key_closes_the_connection(broker, bystander, key):
-    with raw_connection(broker) as bad:
-        body = struct.pack(">hhih", key, 0, 1, -1)
-        bad.sock.sendall(struct.pack(">i", len(body)) + body)
-        assert bad.is_closed_by_broker()
-
-
-@pytest.mark.parametrize("key,version", [(ApiKey.PRODUCE, 0), (ApiKey.PRODUCE, 2),
-                                         (ApiKey.METADATA, 13), (ApiKey.FETCH, 3),
-                                         (ApiKey.FETCH, 13), (ApiKey.CREATE_TOPICS, 1)])
-def test_server_unsupported_version_closes_the_connection(broker, bystander, key, version):
-    with raw_connection(broker) as bad:
-        body = struct.pack(">hhih", key, version, 1, -1) + b"\x00" * 40
-        bad.sock.sendall(struct.pack(">i", len(body)) + body)
-        assert bad.is_closed_by_broker()
-
-
-@pytest.mark.parametrize("bad", ["unknown-api-key", "unsupported-version", "truncated", "oversized"])
-def test_server_a_refused_frame_closes_only_after_the_answers_owed_before_it(broker, bystander, bad):
-    """An OffsetCommit (its answer held for meta.db's group commit) and an
-    ApiVersions pipelined in one write with a frame that is refused after
-    them: both answers arrive, then the close (the long fuzz found the answer
-    dropped). Kafka reads a connection's next request only once it has
-    answered the one before."""
-    with raw_connection(broker) as c:
-        c.create_topic("owed")
-        commit = RawClient.encode(ApiKey.OFFSET_COMMIT, 8, 7, group_id="owed-g", generation_id_or_member_epoch=-1,
-                                  member_id="", topics=[Msg(name="owed", partitions=[
-                                      Msg(partition_index=0, committed_offset=5, committed_metadata="")])])
-        versions = RawClient.encode(ApiKey.API_VERSIONS, 3, 8, **SOFTWARE)
-        refused = {"unknown-api-key": struct.pack(">hhih", 999, 0, 9, -1),
-                   "unsupported-version": struct.pack(">hhih", ApiKey.PRODUCE, 0, 9, -1) + bytes(20),
-                   "truncated": RawClient.encode(ApiKey.METADATA, 12, 9, topics=None)[4:-3]}.get(bad)
-        tail = struct.pack(">i", len(refused)) + refused if refused else struct.pack(">i", 2 ** 31 - 1) + bytes(8)
-        c.sock.sendall(commit + versions + tail)
-        cid, answer = c.receive(ApiKey.OFFSET_COMMIT, 8)
-        assert cid == 7 and answer.topics[0].partitions[0].error_code == 0
-        assert c.receive(ApiKey.API_VERSIONS, 3)[0] == 8
-        assert c.is_closed_by_broker()
-    with raw_connection(broker) as again:
-        assert again.call(ApiKey.OFFSET_FETCH, 7, group_id="owed-g", topics=None,
-                          require_stable=False).topics[0].partitions[0].committed_offset == 5
-
-
-SERVED = [(key, v) for key, (spec, _) in sorted(doze.HANDLERS.items())
-          for v in range(spec.min_served, spec.max_version + 1)]
-
-
-def test_server_truncated_body_closes_only_that_connection(broker, bystander):
-    for key, version in SERVED:
-        spec = doze.HANDLERS[key][0]
-        frame = RawClient.encode(key, version, 5, **vars(sample_struct(spec.request, False)))
-        header = 4 + 10 + len("doze-test") + (1 if spec.flexible(version) else 0)
-        if len(frame) <= header:
-            continue                                     # an empty body cannot be cut
-        cut = frame[4:header + (len(frame) - header) // 2]
-        with raw_connection(broker) as bad:
-            bad.sock.sendall(struct.pack(">i", len(cut)) + cut)
-            assert bad.is_closed_by_broker(), (key.name, version)
-    assert bystander.call(ApiKey.API_VERSIONS, 0).error_code == 0
-
-
-def test_server_random_bytes_never_kill_the_broker(broker, bystander):
-    rng = random.Random(7)
-    for i in range(150):
-        key, version = SERVED[i % len(SERVED)]
-        if key in (ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS):
-            continue                                     # could legitimately make 10^9 partitions
-        body = struct.pack(">hhih", key, version, i, -1) + rng.randbytes(rng.randrange(0, 80)) \
-            if hasattr(rng, "randbytes") else struct.pack(">hhih", key, version, i, -1) + os.urandom(40)
-        with raw_connection(broker) as bad:
-            bad.sock.sendall(struct.pack(">i", len(body)) + body)
-            bad.sock.settimeout(0.05)
-            try:
-                bad.sock.recv(65536)                     # an answer or a close: both fine
-            except (socket.timeout, ConnectionError):
-                pass
-    assert bystander.call(ApiKey.API_VERSIONS, 0).error_code == 0
-
-
-def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, bystander):
-    client.create_topic("crc2")
-    batch = bytearray(make_batch([b"abc"]))
-    batch[30] ^= 1
-    assert client.produce("crc2", 0, bytes(batch)).error_code == ErrorCode.CORRUPT_MESSAGE
-    assert client.produce("crc2", 0, make_batch([b"ok"])).error_code == 0
-
-
-def test_server_a_handler_that_fails_is_answered_or_closes_only_its_connection(broker, bystander,
-                                                                              monkeypatch, caplog):
-    """A bug in a handler: one log line saying where (no traceback), the request
-    answered with UNKNOWN_SERVER_ERROR where its response has an error code,
-    else that connection closed; nobody else notices."""
-    def broken(ctx, req):
-        raise ZeroDivisionError("on purpose")
-    for key in (ApiKey.HEARTBEAT, ApiKey.METADATA):
-        monkeypatch.setitem(doze.HANDLERS, key, (doze.HANDLERS[key][0], broken))
-    with RawClient(broker.port) as c:
-        assert c.call(ApiKey.HEARTBEAT, 4, group_id="g", generation_id=1, member_id="m").error_code \
-            == ErrorCode.UNKNOWN_SERVER_ERROR
-        c.send(ApiKey.METADATA, 12, topics=None)
-        assert c.is_closed_by_broker()
-    [line] = [r for r in caplog.records if "Heartbeat v4" in r.getMessage()]
-    assert "ZeroDivisionError: on purpose (at line" in line.getMessage() and line.exc_info is None
-    assert "Traceback" not in caplog.text
-
-
-def test_server_client_text_cannot_break_a_log_line(client, caplog):
-    """A config name (or group id, client id) with a newline is logged escaped, on one line."""
-    caplog.set_level(logging.INFO, logger="doze_kafka")
-    client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
-        resource_type=4, resource_name="", configs=[Msg(name="log#\n2026-12-01 ERROR forged", config_operation=0,
-                                                         value="1")])])
-    lines = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
-    assert lines and all("\n" not in line and "\\n" in line for line in lines)
-
-
-def test_server_a_request_of_too_many_elements_closes_its_connection(broker, bystander):
-    with RawClient(broker.port) as c:
-        c.send(ApiKey.METADATA, 12, topics=[Msg(name="t") for _ in range(doze.MAX_REQUEST_ELEMENTS + 1)],
-               allow_auto_topic_creation=False)
-        assert c.is_closed_by_broker()
-    with RawClient(broker.port) as c:
-        resp = c.metadata(["t%d" % i for i in range(1000)], allow_auto_topic_creation=False)
-        assert len(resp.topics) == 1000
-
-
-def test_server_compacted_topic_refuses_keyless_records_as_kafka_does(client):
-    """cleanup.policy=compact: a batch with keyless records is refused whole
-    (INVALID_RECORD, a record error for each, Produce v8+); an empty key is a key."""
-    client.create_topic("compacted", cleanup_policy="compact")
-    keys = [None if i % 10 == 3 else b"k%d" % i for i in range(100)]
-    p = client.produce("compacted", 0, make_batch([b"v"] * 100, keys=keys))
-    assert p.error_code == ErrorCode.INVALID_RECORD and p.base_offset == -1
-    assert [e.batch_index for e in p.record_errors] == [i for i, k in enumerate(keys) if k is None]
-    assert "Compacted topic cannot accept message without key in topic partition compacted-0" in \
-        p.record_errors[0].batch_index_error_message
-    assert client.list_offset("compacted", 0, -1).offset == 0             # nothing stored
-    assert client.produce("compacted", 0, make_batch([b"v"], keys=[b""])).error_code == 0
-    assert client.produce("compacted", 0, make_batch([b"a", b"b"], keys=[b"k", b"k"])).base_offset == 1
-    gz = gzip_batch(GOOD_RECORD, 1)                                        # keyless, gzip
-    assert client.produce("compacted", 0, gz).error_code == ErrorCode.INVALID_RECORD
-    client.create_topic("plain")
-    assert client.produce("plain", 0, make_batch([b"v"] * 3)).error_code == 0   # keyless is fine there
-
-
-@pytest.mark.parametrize("version", range(0, 10))
-def test_server_join_group_error_answers_decode_at_every_version(client, version):
-    """JoinGroup's protocol_name may be null only from v7 (Kafka's schema): the
-    error answers and the v4+ MEMBER_ID_REQUIRED first join carry "" before it.
-    The test client decodes strictly, refusing a null where the schema has none."""
-    base = dict(group_id="jg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
-                protocol_type="consumer", protocols=[Msg(name="range", metadata=b"")])
-    unknown = client.call(ApiKey.JOIN_GROUP, version, member_id="nobody", **base)
-    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    assert unknown.protocol_name == ("" if version < 7 else None)
-    bad = client.call(ApiKey.JOIN_GROUP, version, member_id="", **dict(base, session_timeout_ms=1))
-    assert bad.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
-    if version >= 4:
-        first = client.call(ApiKey.JOIN_GROUP, version, member_id="", **base)
-        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
-        assert first.protocol_name == ("" if version < 7 else None)
-
-
-@pytest.mark.parametrize("key,version", ALL_VERSIONS, ids=[f"{k.name}-v{v}" for k, v in ALL_VERSIONS])
-def test_server_whole_request_error_answers_decode_at_every_version(key, version):
-    """The answer to a request that fails whole (a KafkaError at the top of its
-    handler, or a bug: UNKNOWN_SERVER_ERROR) holds the schema's defaults
-    elsewhere: it must encode, and decode strictly (no null where the schema of
-    that version allows none), for every API and version doze serves. A response
-    without a top-level error code has no such answer: its connection closes."""
-    spec = doze.HANDLERS[key][0]
-    msg = doze.whole_request_error(spec, version, doze.KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "x"), quiet=True)
-    has_code = any(f.name == "error_code" and f.in_version(version) for f in spec.response)
-    assert (msg is not None) == has_code
-    if msg is None:
-        return
-    data = b"".join(doze.encode_body(spec, version, "response", msg).finish())
-    r = doze.Reader(data)
-    decoded = doze.read_struct(r, doze.plan_for(spec, version, "response"), spec.flexible(version))
-    assert r.pos == len(data) and decoded.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-def test_server_record_timestamps_outside_the_topic_window_are_refused(client):
-    """message.timestamp.after.max.ms (1 h by default) and .before.max.ms, per
-    record, as Kafka's LogValidator: INVALID_TIMESTAMP with a record error for
-    each record out of range; nothing stored."""
-    now = int(time.time() * 1000)
-    client.create_topic("times-checked")
-    future = client.produce("times-checked", 0, make_batch([b"a", b"b"], timestamps=[now, now + 7_200_000]))
-    assert future.error_code == ErrorCode.INVALID_TIMESTAMP
-    assert [e.batch_index for e in future.record_errors] == [1]
-    assert "of message with offset 1 is out of range" in future.record_errors[0].batch_index_error_message
-    assert client.produce("times-checked", 0, make_batch([b"ok"], timestamps=[now])).base_offset == 0
-    client.create_topic("recent-only", message_timestamp_before_max_ms=60_000)
-    old = client.produce("recent-only", 0, make_batch([b"x", b"y"], timestamps=[now - 120_000, now]))
-    assert old.error_code == ErrorCode.INVALID_TIMESTAMP and [e.batch_index for e in old.record_errors] == [0]
-    assert client.list_offset("recent-only", 0, -1).offset == 0
-
-
-def test_fuzz_bounded_run():
-    """conformance/fuzz.py, seeded and bounded: valid requests for every API and
-    version doze serves, built from its schemas (checked against Kafka's by
-    conformance/schemacheck.py) and mutated, with a well-behaved client beside.
-    Nothing may kill or stall the broker, no handler may fail, every answer must
-    decode strictly by the schema of its version, and every API must have been
-    reached (50 real answers at least) so that the mutations count."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
-    import fuzz
-    report = fuzz.run(seed=1, frames=8000, connections=4, spawn=True)   # a child process: the
-    # fuzzer's own threads (multi-MiB frames, gzip) do not share the broker's GIL
-    assert not report.findings, report.summary()
-    thin = {spec.name: report.per_api.get(spec.name, {}).get("answered", 0)
-            for spec, _ in doze.HANDLERS.values()
-            if report.per_api.get(spec.name, {}).get("answered", 0) < 50}
-    assert not thin, f"APIs the fuzz barely reached: {thin}\n{report.summary()}"
-
-
-def test_fuzz_bounded_run_over_sasl_ssl():
-    """The same fuzz with a SASL_SSL listener and Kafka's StandardAuthorizer:
-    half the connections authenticate (PLAIN, SCRAM-SHA-256/512, SaslHandshake
-    v1 and v0's bare tokens, re-authentication) and are fuzzed as principals
-    under the ACLs the fuzz makes; beside them every hostile TLS and SASL
-    exchange of fuzz.SecureSide.HOSTILE. No finding (a wrong credential or a
-    request before authentication answered, a valid one refused, a password in
-    the log or meta.db), every mechanism authenticated, every case reached."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
-    import fuzz
-    report = fuzz.run(seed=2, frames=3000, connections=4, spawn=True, security=True,
-                      ops={"sasl": 30, "reauth": 5})
-    assert not report.findings, report.summary()
-    auth = report.security["auth"]
-    for mechanism in fuzz.MECHANISMS:
-        assert auth.get(f"{mechanism} ok", 0) and auth.get(f"{mechanism} v0 ok", 0), report.summary()
-    assert sum(n for k, n in auth.items() if k.endswith("re-auth ok")), report.summary()
-    missed = [case for case in fuzz.SecureSide.HOSTILE if f"hostile: {case}" not in report.security]
-    assert not missed, f"hostile cases never run: {missed}\n{report.summary()}"
-    assert report.per_api["SaslAuthenticate"]["answered"] >= 100, report.summary()
-
-
-# --- Authorization: StandardAuthorizer's decisions and the checks of each API -------
 
 A = doze.AclOperation
 R = doze.ResourceType
@@ -5816,78 +2657,6 @@ def authorizer(tmp_path):
     return make
 
 
-@pytest.mark.parametrize("acls, op, name, allowed", [
-    ([], A.READ, "t", False),                                                     # nothing: denied
-    ([acl(R.TOPIC, "t", A.READ)], A.READ, "t", True),
-    ([acl(R.TOPIC, "t", A.READ)], A.WRITE, "t", False),                            # WRITE is not READ
-    ([acl(R.TOPIC, "t", A.READ)], A.DESCRIBE, "t", True),                          # READ implies DESCRIBE
-    ([acl(R.TOPIC, "t", A.ALTER_CONFIGS)], A.DESCRIBE_CONFIGS, "t", True),
-    ([acl(R.TOPIC, "t", A.CREATE)], A.DESCRIBE, "t", False),                       # CREATE implies nothing
-    ([acl(R.TOPIC, "t", A.ALL)], A.DELETE, "t", True),
-    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ, DENY)], A.READ, "t", False),  # DENY wins
-    ([acl(R.TOPIC, "t", A.DESCRIBE), acl(R.TOPIC, "t", A.READ, DENY)], A.DESCRIBE, "t", True),  # not implied
-    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "*", A.ALL, DENY)], A.READ, "t", False),
-    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "test", True),
-    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "t", False),
-    ([acl(R.TOPIC, "*", A.READ, pattern=PREFIXED)], A.READ, "t", False),           # * is literal here
-    ([acl(R.TOPIC, "*", A.READ)], A.READ, "anything", True),
-    ([acl(R.TOPIC, "t", A.READ, principal="User:*")], A.READ, "t", True),
-    ([acl(R.TOPIC, "t", A.READ, principal="User:bob")], A.READ, "t", False),
-    ([acl(R.TOPIC, "t", A.READ, host="10.0.0.1")], A.READ, "t", False),
-    ([acl(R.TOPIC, "t", A.READ, host="127.0.0.1")], A.READ, "t", True),
-    ([acl(R.GROUP, "t", A.READ)], A.READ, "t", False),                             # another type
-])
-def test_authorizer_decides_as_standard_authorizer(authorizer, acls, op, name, allowed):
-    a = authorizer(*acls)
-    assert a.allowed("User:alice", "127.0.0.1", op, R.TOPIC, name) is allowed
-
-
-def test_authorizer_super_users_and_allow_everyone(authorizer):
-    a = authorizer(acl(R.TOPIC, "t", A.READ, principal="User:bob"), allow_if_no_acl=True,
-                   super_users={"User:admin"})
-    assert a.allowed("User:alice", "127.0.0.1", A.WRITE, R.TOPIC, "other")       # no ACL for it
-    assert not a.allowed("User:alice", "127.0.0.1", A.READ, R.TOPIC, "t")        # bob's ACL shuts alice out
-    assert a.allowed("User:admin", "127.0.0.1", A.ALTER, R.CLUSTER, "kafka-cluster")
-
-
-@pytest.mark.parametrize("acls, allowed", [
-    ([], False),
-    ([acl(R.TOPIC, "t", A.WRITE)], True),
-    ([acl(R.TOPIC, "t", A.READ)], False),                                         # no implication here
-    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY)], False),
-    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY, PREFIXED)], False),
-    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "u", A.WRITE, DENY)], True),
-    ([acl(R.TOPIC, "p", A.ALL, pattern=PREFIXED)], True),
-    ([acl(R.TOPIC, "*", A.WRITE), acl(R.TOPIC, "*", A.WRITE, DENY)], False),
-])
-def test_authorizer_any_topic_kip_679(authorizer, acls, allowed):
-    assert authorizer(*acls).allowed_on_any("User:alice", "127.0.0.1", A.WRITE, R.TOPIC) is allowed
-
-
-def doze_string_hash(s):
-    """java.lang.String.hashCode, unsigned."""
-    h = 0
-    for ch in s:
-        h = (31 * h + ord(ch)) % 2 ** 32
-    return h
-
-
-@pytest.mark.parametrize("names, java", [           # what Kafka 4.3.1's SaslHandshake answers with
-    (["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"]),
-    (["SCRAM-SHA-512", "PLAIN", "PLAIN"], ["SCRAM-SHA-512", "PLAIN"]),              # one bucket: as given
-    (["PLAIN", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512"]),
-    ([f"M{i}" for i in range(20)], sorted([f"M{i}" for i in range(20)], key=lambda n: (
-        (doze_string_hash(n) ^ (doze_string_hash(n) >> 16)) & 31))),          # 20 names: a table of 32
-])
-def test_java_hash_order_as_kafkas_sasl_handshake_lists_mechanisms(names, java):
-    assert doze.java_hash_order(names, presized=True) == java
-
-
-def test_java_host_address_prints_ipv6_as_java_does():
-    assert doze.java_host_address("::1") == "0:0:0:0:0:0:0:1"
-    assert doze.java_host_address("127.0.0.1") == "127.0.0.1"
-
-
 def acl_settings(**more):
     return sasl_settings(authorizer_class_name=doze.STANDARD_AUTHORIZER, super_users="User:admin", **more)
 
@@ -5908,114 +2677,6 @@ def create_acls(c, *acls):
     assert [x.error_code for x in r.results] == [0] * len(acls), r
 
 
-def any_acl_filter(**kw):
-    f = dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
-             host_filter=None, operation=1, permission_type=1)
-    f.update(kw)
-    return f
-
-
-def test_acls_created_described_deleted_and_kept_in_meta_db(start_broker, caplog):
-    caplog.set_level(logging.INFO, logger="doze_kafka")
-    broker = start_broker(acl_settings())
-    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
-        create_acls(admin, acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ),
-                    acl(R.GROUP, "g", A.ALL, pattern=PREFIXED, principal="User:*"))
-        d = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
-        assert sorted((r.resource_type, r.resource_name, r.pattern_type, [(x.principal, x.operation) for x in r.acls])
-                      for r in d.resources) == [(2, "t", 3, [("User:alice", 3)]), (3, "g", 4, [("User:*", 2)])]
-        m = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter(resource_type_filter=3, resource_name_filter="gx",
-                                                                 pattern_type_filter=2))
-        assert [r.resource_name for r in m.resources] == ["g"]                  # MATCH: what applies to gx
-        denied = alice.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
-        assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        assert "principal User:alice denied operation DESCRIBE" in caplog.text
-        bad = admin.call(ApiKey.CREATE_ACLS, 3, creations=[Msg(
-            resource_type=4, resource_name="c", resource_pattern_type=3, principal="User:a", host="*",
-            operation=7, permission_type=3)])
-        assert (bad.results[0].error_code, bad.results[0].error_message) == (
-            ErrorCode.INVALID_REQUEST, "The only valid name for the CLUSTER resource is kafka-cluster")
-    stop(broker)
-    with open(os.path.join(broker.config.data_dir, "meta.db"), "rb") as f:
-        assert b"User:alice" in f.read()                          # the ACLs are in meta.db ...
-    broker = start_broker(acl_settings())                          # ... and back after a restart
-    with as_user(broker, "admin") as admin:
-        gone = admin.call(ApiKey.DELETE_ACLS, 3, filters=[Msg(**any_acl_filter(resource_type_filter=2)),
-                                                          Msg(**any_acl_filter(principal_filter="User:alice"))])
-        assert [len(r.matching_acls) for r in gone.filter_results] == [1, 1]       # matched twice, gone once
-        assert [r.resource_name for r in admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).resources] == ["g"]
-
-
-def test_acl_apis_without_an_authorizer_are_security_disabled(client):
-    assert client.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).error_code == ErrorCode.SECURITY_DISABLED
-
-
-def test_acls_topic_checks_over_real_sockets(start_broker):
-    broker = start_broker(acl_settings())
-    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
-        admin.create_topic("seen")
-        admin.create_topic("hidden")
-        batch = make_batch([b"v"])
-
-        def produce(topic):
-            r = alice.call(ApiKey.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-                Msg(name=topic, partition_data=[Msg(index=0, records=batch)])])
-            return r.responses[0].partition_responses[0].error_code
-        assert produce("seen") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        named = alice.metadata(["seen", "hidden", "nowhere"]).topics
-        assert {t.name: t.error_code for t in named} == dict.fromkeys(["seen", "hidden", "nowhere"], 29)
-        create_acls(admin, acl(R.TOPIC, "seen", A.WRITE))             # WRITE implies DESCRIBE
-        assert produce("seen") == 0                                   # in effect at the next request
-        assert [t.name for t in alice.metadata(None).topics] == ["seen"]     # all topics: the rest left out
-        fetch = alice.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                           isolation_level=0, session_id=0, session_epoch=-1, topics=[Msg(
-                               topic="seen", partitions=[Msg(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                                                             last_fetched_epoch=-1, log_start_offset=-1,
-                                                             partition_max_bytes=1 << 20)])],
-                           forgotten_topics_data=[], rack_id="")
-        assert fetch.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED   # no READ
-        [made] = alice.create_topics(("mine", 1, None))
-        assert (made.error_code, made.error_message) == (29, "Authorization failed.")
-        assert "mine" not in broker.logs.topics
-        create_acls(admin, acl(R.TOPIC, "mine", A.CREATE))
-        [made] = alice.create_topics(("mine", 1, None))
-        assert (made.error_code, made.topic_config_error_code, made.configs) == (0, 29, [])   # no DESCRIBE_CONFIGS
-        deleted = alice.call(ApiKey.DELETE_TOPICS, 6, topics=[Msg(name="hidden", topic_id=bytes(16))],
-                             timeout_ms=5000)
-        assert deleted.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        assert "hidden" in broker.logs.topics
-
-
-def test_acls_group_and_transactional_id_checks(start_broker):
-    broker = start_broker(acl_settings())
-    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
-        admin.create_topic("t")
-        j = alice.call(ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
-                       member_id="", group_instance_id=None, protocol_type="consumer",
-                       protocols=[Msg(name="range", metadata=b"")])
-        assert j.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
-        tx = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx", transaction_timeout_ms=60000,
-                        producer_id=-1, producer_epoch=-1)
-        assert tx.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        idem = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
-                          producer_id=-1, producer_epoch=-1)
-        assert idem.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED      # no WRITE on any topic
-        fc = alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0]
-        assert (fc.error_code, fc.node_id) == (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-        create_acls(admin, acl(R.TRANSACTIONAL_ID, "tx", A.WRITE), acl(R.TOPIC, "t", A.WRITE),
-                    acl(R.GROUP, "g", A.READ))
-        assert alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0] \
-            .error_code in (0, ErrorCode.COORDINATOR_NOT_AVAILABLE)           # WRITE implies DESCRIBE
-        assert alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
-                          producer_id=-1, producer_epoch=-1).error_code == 0   # KIP-679: WRITE on a topic
-        listed = alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[])
-        admin.call(ApiKey.OFFSET_COMMIT, 8, group_id="other", generation_id_or_member_epoch=-1, member_id="",
-                   group_instance_id=None, topics=[Msg(name="t", partitions=[Msg(
-                       partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])])
-        assert "other" not in [g.group_id for g in alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[]).groups]
-        assert listed.error_code == 0
-
-
 # The ACL matrix: every served API, called by a principal without the ACL it
 # needs, with it, with it but one part missing, with a DENY beside it, through
 # a prefixed and a wildcard pattern, by a super user, and on a broker that
@@ -6030,6 +2691,9 @@ def as_msg(value):
     return [as_msg(v) for v in value] if isinstance(value, list) else value
 
 
+CLUSTER_NAME = doze.CLUSTER_NAME
+
+
 class Names:
     def __init__(self, prefix):
         self.prefix, self.t, self.g, self.x, self.new = prefix, prefix + "t", prefix + "g", prefix + "x", prefix + "new"
@@ -6038,7 +2702,6 @@ class Names:
         return CLUSTER_NAME if key == "cluster" else getattr(self, key)
 
 
-CLUSTER_NAME = doze.CLUSTER_NAME
 TOP = lambda r: r.error_code                                              # noqa: E731
 PART = lambda r: r.responses[0].partitions[0].error_code                  # noqa: E731
 PRODUCE_REQ = lambda n, tx=None, batch=None: dict(                       # noqa: E731
@@ -6269,6 +2932,402 @@ def prepare(admin, row, n):
         row[7](admin, n)
 
 
+# --- SASL ---------------------------------------------------------------------------
+
+def test_sasl_scram_rfc7677_test_vector():
+    """RFC 7677's example exchange, byte for byte (Kafka's ScramFormatterTest uses it too)."""
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    keys = doze.scram_keys("SCRAM-SHA-256", doze.scram_salted_password("SCRAM-SHA-256", "pencil", salt, 4096))
+    server = doze.ScramServer("SCRAM-SHA-256", lambda u, m: (salt, *keys, 4096) if u == "user" else None,
+                              server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    first, user = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert (first, user) == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,"
+                             b"i=4096", None)
+    final, user = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                              b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    assert (final, user) == (b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", "user")
+
+
+def test_sasl_plain_authenticates_then_serves_everything(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert (h.error_code, h.mechanisms) == (0, ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"])   # Java's HashSet order
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("alice", "alice-secret"))
+        assert (a.error_code, a.error_message, bytes(a.auth_bytes)) == (0, "", b"")   # Kafka's "" default
+        assert principals(broker) == ["User:alice"]
+        [b] = c.metadata(None).brokers
+        assert b.port == sasl_port(broker)
+        again = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"x")
+        assert (again.error_code, again.error_message) == (ErrorCode.ILLEGAL_SASL_STATE,
+                                                           "SaslAuthenticate request received after successful authentication")
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0     # still open
+
+
+@pytest.mark.parametrize("token, message", [
+    (plain_token("alice", "wrong"), "Authentication failed: Invalid username or password"),
+    (plain_token("mallory", "x"), "Authentication failed: Invalid username or password"),
+    (plain_token("", "x"), "Authentication failed: username not specified"),
+    (plain_token("alice", ""), "Authentication failed: password not specified"),
+    (plain_token("alice", "alice-secret", authzid="admin"),
+     "Authentication failed: Client requested an authorization id that is different from username"),
+    (b"no-nuls-at-all", "Authentication failed during authentication due to invalid credentials with SASL "
+                        "mechanism PLAIN"),
+])
+def test_sasl_plain_failure_is_answered_after_the_delay_then_closed(start_broker, token, message):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        started = time.monotonic()
+        a = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
+        assert time.monotonic() - started >= 0.25                 # connection.failed.authentication.delay.ms
+        assert (a.error_code, a.error_message) == (ErrorCode.SASL_AUTHENTICATION_FAILED, message)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_unknown_mechanism_gets_the_enabled_ones_then_the_close(start_broker):
+    broker = start_broker(sasl_settings(sasl_enabled_mechanisms="SCRAM-SHA-512"))
+    with RawClient(sasl_port(broker)) as c:
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="plain")            # matched exactly
+        assert (h.error_code, h.mechanisms) == (ErrorCode.UNSUPPORTED_SASL_MECHANISM, ["SCRAM-SHA-512"])
+        assert c.is_closed_by_broker(3)
+
+
+@pytest.mark.parametrize("api_key, fields", [
+    (ApiKey.METADATA, {"topics": None}),
+    (ApiKey.SASL_AUTHENTICATE, {"auth_bytes": b"x"}),
+    (ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 1000, "topic_data": []}),
+])
+def test_sasl_a_request_before_authentication_closes_without_an_answer(start_broker, api_key, fields):
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        c.send(api_key, None, **fields)
+        assert c.is_closed_by_broker(3)                           # nothing read: closed
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_other_requests_between_handshake_and_authenticate_close(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.METADATA, None, topics=None)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_a_second_api_versions_before_the_handshake_closes(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        c.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_api_versions_refused_as_unsupported_may_be_retried(start_broker):
+    """franz-go sends ApiVersions at its newest version first; the v0 answer with
+    UNSUPPORTED_VERSION leaves the connection where it was (Kafka's
+    HANDSHAKE_OR_VERSIONS_REQUEST), so its retry at v4 and then the handshake go on."""
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        body = struct.pack(">hhih", 18, 9, 42, 3) + b"cli" + b"\x00" + b"\x04doze\x020\x00"
+        c.sock.sendall(struct.pack(">i", len(body)) + body)
+        assert c.read_frame()[4:6] == b"\x00\x23"                          # UNSUPPORTED_VERSION
+        assert c.call(ApiKey.API_VERSIONS, 4, **SOFTWARE).error_code == 0
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        assert a.error_code == 0
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_scram_authenticates_and_signs(start_broker, mechanism):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", mechanism, iterations=8192)
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient(mechanism, "bob", "bob-secret")
+        h = c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        assert h.error_code == 0
+        first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+        assert first.error_code == 0 and bytes(first.auth_bytes).startswith(b"r=" + client.nonce.encode())
+        assert b",i=8192" in bytes(first.auth_bytes)
+        final = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes)))
+        assert (final.error_code, bytes(final.auth_bytes)) == (0, client.expected_server_final)
+        assert principals(broker) == ["User:bob"]
+        assert c.metadata(None).brokers
+
+
+@pytest.mark.parametrize("case", ["wrong password", "unknown user", "wrong nonce", "garbage first",
+                                  "other mechanism's credential"])
+def test_sasl_scram_failures_get_kafkas_generic_answer(start_broker, case):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret", "SCRAM-SHA-256")
+    mechanism = "SCRAM-SHA-512" if case == "other mechanism's credential" else "SCRAM-SHA-256"
+    user = "nobody" if case == "unknown user" else "bob"
+    password = "wrong" if case == "wrong password" else "bob-secret"
+    client = ScramClient(mechanism, user, password)
+    with RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism).error_code == 0
+        if case == "garbage first":
+            answer = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\xff\x00garbage")
+        else:
+            first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first())
+            if first.error_code:
+                answer = first                                    # no credential: refused at once
+            else:
+                nonce = "forged" if case == "wrong nonce" else None
+                answer = c.call(ApiKey.SASL_AUTHENTICATE, 2,
+                                auth_bytes=client.final(bytes(first.auth_bytes), nonce))
+        assert (answer.error_code, answer.error_message) == (
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            f"{mechanism}")
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_scram_client_final_replayed_on_another_connection_fails(start_broker):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "bob", "bob-secret")
+    client = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
+    with RawClient(sasl_port(broker)) as c:
+        first = sasl_authenticate(c, "SCRAM-SHA-256", [client.first()])[0]
+        final = client.final(bytes(first.auth_bytes))
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
+    with RawClient(sasl_port(broker)) as eve:
+        sasl_authenticate(eve, "SCRAM-SHA-256", [client.first()])      # a new server nonce here
+        assert eve.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == \
+            ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_sasl_meta_db_holds_no_password(start_broker, tmp_path):
+    broker = start_broker(sasl_settings())
+    add_scram_user(broker, "carol", "carol-very-secret-password", "SCRAM-SHA-512")
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "carol", "carol-very-secret-password")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))) \
+            .error_code == 0
+    with RawClient(broker.port) as admin:                 # a dynamic secret: described, never kept
+        secret = "listener.name.sasl_plaintext.ssl.key.password"
+        r = admin.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=4, resource_name="1", configs=[Msg(name=secret, config_operation=0,
+                                                             value="dynamic-key-secret")])])
+        assert r.responses[0].error_code == 0
+    broker.stop()
+    assert broker.stopped.wait(10)                        # meta.db closed: no journal file coming or going
+    for name in os.listdir(tmp_path / "data"):
+        if name.startswith("meta.db"):
+            data = open(tmp_path / "data" / name, "rb").read()
+            assert b"carol-very-secret-password" not in data and b"alice-secret" not in data
+            assert b"dynamic-key-secret" not in data
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as admin:
+        d = admin.call(ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                       resources=[Msg(resource_type=4, resource_name="1", configuration_keys=[secret])])
+        [entry] = d.results[0].configs
+        assert (entry.value, entry.is_sensitive, entry.config_source) == (None, True, 2)   # DYNAMIC_BROKER_CONFIG
+
+
+def test_sasl_v0_handshake_takes_bare_tokens(start_broker):
+    """SaslHandshake v0: the tokens come and go as bare size-prefixed frames."""
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        plain_v0(c, "alice-secret")
+        assert c.read_frame() == b""                              # PLAIN's empty reply, as a frame
+        assert c.metadata(None).brokers                           # now Kafka requests again
+
+
+def test_sasl_v0_bad_token_is_closed_without_an_answer(start_broker):
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        plain_v0(c, "nope")
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_an_oversized_frame_before_authentication_closes(start_broker):
+    broker = start_broker(sasl_settings(sasl_server_max_receive_size=1000))
+    with RawClient(broker.port) as bystander, RawClient(sasl_port(broker)) as c:
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+        c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
+        assert c.is_closed_by_broker(3)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_sasl_session_lifetime_ends_the_connection_unless_reauthenticated(start_broker):
+    """KIP-368: connections.max.reauth.ms is the lifetime the final SaslAuthenticate
+    tells; a request after it closes the connection, a re-authentication (a
+    SaslHandshake on the live connection, a second or more after the last) renews it."""
+    clock = FakeClock()
+    broker = start_broker(sasl_settings(connections_max_reauth_ms=10_000), clock=clock)
+    with RawClient(sasl_port(broker)) as c, RawClient(sasl_port(broker)) as stale:
+        for conn in (c, stale):
+            [a] = sasl_authenticate(conn, "PLAIN", [plain_token("alice", "alice-secret")])
+            assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
+        clock.advance(7_500)                                          # 7.5 s in: re-authenticate
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        assert (a.error_code, a.session_lifetime_ms) == (0, 10_000)
+        clock.advance(500)                                            # again within a second: refused
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+        clock.advance(4_500)                                          # 12.5 s: past the first session
+        assert c.metadata(None).brokers                               # renewed until 17.5 s
+        stale.send(ApiKey.METADATA, None, topics=None)
+        assert stale.is_closed_by_broker(3)                           # expired: closed, no answer
+
+
+def test_sasl_reauthentication_may_not_change_the_principal(start_broker):
+    broker = start_broker(sasl_settings(connections_max_reauth_ms=60_000))
+    with RawClient(sasl_port(broker)) as c:
+        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        [a] = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])
+        assert (a.error_code, a.error_message) == (
+            ErrorCode.SASL_AUTHENTICATION_FAILED,
+            "Cannot change principals during re-authentication from User:alice: User:admin")
+        assert c.is_closed_by_broker(3)
+
+
+def test_sasl_handshake_on_a_plaintext_listener_is_an_illegal_state(client):
+    assert client.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert client.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"").error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms GSSAPI"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": None},
+     "PLAIN needs its users in listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"}, "sasl.jaas.config: expected"),
+])
+def test_sasl_settings_that_cannot_work_stop_the_start(start_broker, settings, message):
+    merged = {k: v for k, v in {**sasl_settings(), **settings}.items() if v is not None}
+    with pytest.raises(ValueError, match=message):
+        start_broker(merged)
+
+
+@pytest.mark.parametrize("names, java", [           # what Kafka 4.3.1's SaslHandshake answers with
+    (["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256"]),
+    (["SCRAM-SHA-512", "PLAIN", "PLAIN"], ["SCRAM-SHA-512", "PLAIN"]),              # one bucket: as given
+    (["PLAIN", "SCRAM-SHA-512"], ["PLAIN", "SCRAM-SHA-512"]),
+    ([f"M{i}" for i in range(20)], sorted([f"M{i}" for i in range(20)], key=lambda n: (
+        (doze_string_hash(n) ^ (doze_string_hash(n) >> 16)) & 31))),          # 20 names: a table of 32
+])
+def test_java_hash_order_as_kafkas_sasl_handshake_lists_mechanisms(names, java):
+    assert doze.java_hash_order(names, presized=True) == java
+
+
+# --- Authorization: StandardAuthorizer's decisions and the checks of each API -------
+
+@pytest.mark.parametrize("acls, op, name, allowed", [
+    ([], A.READ, "t", False),                                                     # nothing: denied
+    ([acl(R.TOPIC, "t", A.READ)], A.READ, "t", True),
+    ([acl(R.TOPIC, "t", A.READ)], A.WRITE, "t", False),                            # WRITE is not READ
+    ([acl(R.TOPIC, "t", A.READ)], A.DESCRIBE, "t", True),                          # READ implies DESCRIBE
+    ([acl(R.TOPIC, "t", A.ALTER_CONFIGS)], A.DESCRIBE_CONFIGS, "t", True),
+    ([acl(R.TOPIC, "t", A.CREATE)], A.DESCRIBE, "t", False),                       # CREATE implies nothing
+    ([acl(R.TOPIC, "t", A.ALL)], A.DELETE, "t", True),
+    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ, DENY)], A.READ, "t", False),  # DENY wins
+    ([acl(R.TOPIC, "t", A.DESCRIBE), acl(R.TOPIC, "t", A.READ, DENY)], A.DESCRIBE, "t", True),  # not implied
+    ([acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "*", A.ALL, DENY)], A.READ, "t", False),
+    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "test", True),
+    ([acl(R.TOPIC, "te", A.READ, pattern=PREFIXED)], A.READ, "t", False),
+    ([acl(R.TOPIC, "*", A.READ, pattern=PREFIXED)], A.READ, "t", False),           # * is literal here
+    ([acl(R.TOPIC, "*", A.READ)], A.READ, "anything", True),
+    ([acl(R.TOPIC, "t", A.READ, principal="User:*")], A.READ, "t", True),
+    ([acl(R.TOPIC, "t", A.READ, principal="User:bob")], A.READ, "t", False),
+    ([acl(R.TOPIC, "t", A.READ, host="10.0.0.1")], A.READ, "t", False),
+    ([acl(R.TOPIC, "t", A.READ, host="127.0.0.1")], A.READ, "t", True),
+    ([acl(R.GROUP, "t", A.READ)], A.READ, "t", False),                             # another type
+])
+def test_authorizer_decides_as_standard_authorizer(authorizer, acls, op, name, allowed):
+    a = authorizer(*acls)
+    assert a.allowed("User:alice", "127.0.0.1", op, R.TOPIC, name) is allowed
+
+
+def test_authorizer_super_users_and_allow_everyone(authorizer):
+    a = authorizer(acl(R.TOPIC, "t", A.READ, principal="User:bob"), allow_if_no_acl=True,
+                   super_users={"User:admin"})
+    assert a.allowed("User:alice", "127.0.0.1", A.WRITE, R.TOPIC, "other")       # no ACL for it
+    assert not a.allowed("User:alice", "127.0.0.1", A.READ, R.TOPIC, "t")        # bob's ACL shuts alice out
+    assert a.allowed("User:admin", "127.0.0.1", A.ALTER, R.CLUSTER, "kafka-cluster")
+
+
+@pytest.mark.parametrize("acls, allowed", [
+    ([], False),
+    ([acl(R.TOPIC, "t", A.WRITE)], True),
+    ([acl(R.TOPIC, "t", A.READ)], False),                                         # no implication here
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY)], False),
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "t", A.WRITE, DENY, PREFIXED)], False),
+    ([acl(R.TOPIC, "t", A.WRITE), acl(R.TOPIC, "u", A.WRITE, DENY)], True),
+    ([acl(R.TOPIC, "p", A.ALL, pattern=PREFIXED)], True),
+    ([acl(R.TOPIC, "*", A.WRITE), acl(R.TOPIC, "*", A.WRITE, DENY)], False),
+])
+def test_authorizer_any_topic_kip_679(authorizer, acls, allowed):
+    assert authorizer(*acls).allowed_on_any("User:alice", "127.0.0.1", A.WRITE, R.TOPIC) is allowed
+
+
+def test_acls_topic_checks_over_real_sockets(start_broker):
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        admin.create_topic("seen")
+        admin.create_topic("hidden")
+        batch = make_batch([b"v"])
+
+        def produce(topic):
+            r = alice.call(ApiKey.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                Msg(name=topic, partition_data=[Msg(index=0, records=batch)])])
+            return r.responses[0].partition_responses[0].error_code
+        assert produce("seen") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        named = alice.metadata(["seen", "hidden", "nowhere"]).topics
+        assert {t.name: t.error_code for t in named} == dict.fromkeys(["seen", "hidden", "nowhere"], 29)
+        create_acls(admin, acl(R.TOPIC, "seen", A.WRITE))             # WRITE implies DESCRIBE
+        assert produce("seen") == 0                                   # in effect at the next request
+        assert [t.name for t in alice.metadata(None).topics] == ["seen"]     # all topics: the rest left out
+        fetch = alice.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, topics=[Msg(
+                               topic="seen", partitions=[Msg(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                             last_fetched_epoch=-1, log_start_offset=-1,
+                                                             partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+        assert fetch.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED   # no READ
+        [made] = alice.create_topics(("mine", 1, None))
+        assert (made.error_code, made.error_message) == (29, "Authorization failed.")
+        assert "mine" not in broker.run_in_loop(lambda: set(broker.logs.topics))
+        create_acls(admin, acl(R.TOPIC, "mine", A.CREATE))
+        [made] = alice.create_topics(("mine", 1, None))
+        assert (made.error_code, made.topic_config_error_code, made.configs) == (0, 29, [])   # no DESCRIBE_CONFIGS
+        deleted = alice.call(ApiKey.DELETE_TOPICS, 6, topics=[Msg(name="hidden", topic_id=bytes(16))],
+                             timeout_ms=5000)
+        assert deleted.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert "hidden" in broker.run_in_loop(lambda: set(broker.logs.topics))
+
+
+def test_acls_group_and_transactional_id_checks(start_broker):
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        admin.create_topic("t")
+        j = alice.call(ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                       member_id="", group_instance_id=None, protocol_type="consumer",
+                       protocols=[Msg(name="range", metadata=b"")])
+        assert j.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        tx = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx", transaction_timeout_ms=60000,
+                        producer_id=-1, producer_epoch=-1)
+        assert tx.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        idem = alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1)
+        assert idem.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED      # no WRITE on any topic
+        fc = alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0]
+        assert (fc.error_code, fc.node_id) == (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        create_acls(admin, acl(R.TRANSACTIONAL_ID, "tx", A.WRITE), acl(R.TOPIC, "t", A.WRITE),
+                    acl(R.GROUP, "g", A.READ))
+        assert alice.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx"]).coordinators[0] \
+            .error_code in (0, ErrorCode.COORDINATOR_NOT_AVAILABLE)           # WRITE implies DESCRIBE
+        assert alice.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1).error_code == 0   # KIP-679: WRITE on a topic
+        listed = alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[])
+        admin.call(ApiKey.OFFSET_COMMIT, 8, group_id="other", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[Msg(name="t", partitions=[Msg(
+                       partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])])
+        assert "other" not in [g.group_id for g in alice.call(ApiKey.LIST_GROUPS, 4, states_filter=[]).groups]
+        assert listed.error_code == 0
+
+
 @pytest.mark.parametrize("row", ACL_ROWS, ids=ACL_ROW_IDS)
 def test_acl_matrix_every_api_with_and_without_its_acls(start_broker, row):
     """Each variant has its own principal and names, so that one's ACLs cannot
@@ -6314,8 +3373,2014 @@ def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
     assert closed == {row[0]: row[6] if row[0] in by_type else row[4][0][3] for row in ACL_ROWS}
 
 
-# --- Limits over real sockets (what Kafka does at each, per its source and a
-# real Kafka 4.3.1 tried with small limits) -----------------------------------
+###############################################################################
+# 10. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+###############################################################################
+
+@pytest.fixture
+def timed_topic(client):
+    """Topic "times": offsets 0-2 at 100, 300, 200 ms; offset 3 at 500 ms."""
+    client.create_topic("times")
+    client.produce("times", 0, make_batch([b"a", b"b", b"c"], timestamps=[100, 300, 200]))
+    client.produce("times", 0, make_batch([b"d"], timestamps=[500]))
+    return "times"
+
+
+def delete_records(client, topic, partition, offset, version=2):
+    resp = client.call(ApiKey.DELETE_RECORDS, version, timeout_ms=1000, topics=[
+        Msg(name=topic, partitions=[Msg(partition_index=partition, offset=offset)])])
+    return resp.topics[0].partitions[0]
+
+
+PRODUCE_TXN_CASES = [
+    ("added",              ErrorCode.NONE),
+    ("not added",          ErrorCode.INVALID_TXN_STATE),
+    ("stale epoch",        ErrorCode.INVALID_PRODUCER_EPOCH),
+    ("no transactional id", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+]
+
+
+# --- Work in steps, and a DeleteTopics between two of its steps -------------------
+# CreatePartitions, CreateTopics and DeleteRecords run in steps (in_steps), so
+# other connections are served between them -- a DeleteTopics among them. Kafka's
+# controller applies each request whole, so each must end as if the deletion came
+# wholly before or wholly after it. held() pins the step generator at one point,
+# yielding (the loop serves everyone else) until the test lets it go.
+
+def held(monkeypatch, owner, name, where):
+    """Pin the step generator owner.name "before" its first step or "after" its
+    last -> (reached, release): Events the test waits on and sets."""
+    reached, release = threading.Event(), threading.Event()
+    real = getattr(owner, name)
+
+    def pinned(*args):
+        if where == "before":
+            reached.set()
+            while not release.is_set():
+                yield
+        result = yield from real(*args)
+        if where == "after":
+            reached.set()
+            while not release.is_set():
+                yield
+        return result
+    monkeypatch.setattr(owner, name, pinned)
+    return reached, release
+
+
+def delete_topic(client, name):
+    [r] = client.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=[name]).responses
+    assert r.error_code == 0, r
+
+
+# --- in_steps: a request answered at once, or parked until its steps are done ------
+
+def test_in_steps_answers_at_once_or_parks_until_done():
+    def work(n):
+        for _ in range(n):
+            yield
+        return Msg(done=n)
+    assert doze.in_steps(work(3)).done == 3
+    park = doze.in_steps(work(10 ** 9), budget_s=0)
+    assert isinstance(park, doze.Park) and park.keys == (doze.STEP,)
+    assert park.poll(False) is None
+
+
+# --- Produce (0) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_produce_every_served_version(client, version):
+    client.create_topic("pv")
+    first = client.produce("pv", 0, make_batch([b"a", b"b"]), version=version)
+    second = client.produce("pv", 0, make_batch([b"c"]), version=version)
+    assert (first.error_code, first.base_offset) == (0, 0)
+    assert (second.error_code, second.base_offset) == (0, 2)
+    if version >= 5:
+        assert second.log_start_offset == 0
+    assert client.values("pv", 0) == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_produce_acked_is_readable(client, acks):
+    client.create_topic("acks")
+    p = client.produce("acks", 0, make_batch([b"x"]), acks=acks)
+    assert (p.error_code, p.base_offset) == (0, 0)
+    assert client.values("acks", 0) == [(0, b"x")]
+
+
+def test_produce_acks_zero_gets_no_response(client):
+    client.create_topic("fire")
+    client.produce("fire", 0, make_batch([b"f1"]), acks=0)
+    client.produce("fire", 0, make_batch([b"f2"]), acks=0)
+    # the next answer on this connection is the Metadata's, not a Produce's
+    assert client.metadata(["fire"]).topics[0].error_code == 0
+    assert client.values("fire", 0) == [(0, b"f1"), (1, b"f2")]
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+def test_produce_invalid_required_acks(client, acks):
+    client.create_topic("badacks")
+    p = client.produce("badacks", 0, make_batch([b"x"]), acks=acks)
+    assert p.error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert client.values("badacks", 0) == []
+
+
+def test_produce_unknown_topic_or_partition(client):
+    client.create_topic("known")
+    assert client.produce("unknown-topic", 0, make_batch([b"x"])).error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert client.produce("known", 7, make_batch([b"x"])).error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_produce_bad_crc_is_corrupt_message(client):
+    client.create_topic("crc")
+    batch = bytearray(make_batch([b"payload"]))
+    batch[-2] ^= 0xFF
+    p = client.produce("crc", 0, bytes(batch))
+    assert p.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert client.produce("crc", 0, make_batch([b"good"])).base_offset == 0   # nothing written
+
+
+def test_server_bad_crc_gets_corrupt_message_and_keeps_the_connection(client, bystander):
+    client.create_topic("crc2")
+    batch = bytearray(make_batch([b"abc"]))
+    batch[30] ^= 1
+    assert client.produce("crc2", 0, bytes(batch)).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert client.produce("crc2", 0, make_batch([b"ok"])).error_code == 0
+
+
+def test_produce_message_too_large_by_topic_config(client):
+    client.create_topic("small", max_message_bytes=100)
+    p = client.produce("small", 0, make_batch([b"x" * 200]))
+    assert p.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert client.produce("small", 0, make_batch([b"x" * 10])).error_code == 0
+
+
+def test_produce_control_batch_is_invalid_record(client):
+    client.create_topic("ctl")
+    # a non-transactional batch with the control bit (a transactional one without a
+    # transactional_id is refused earlier, with TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    batch = make_batch([b"\x00\x00\x00\x01"], attributes=doze.ATTR_CONTROL)
+    assert client.produce("ctl", 0, batch).error_code == ErrorCode.INVALID_RECORD
+    assert client.values("ctl", 0) == []
+
+
+def test_produce_several_partitions_in_one_request(client):
+    client.create_topic("multi", partitions=2)
+    resp = client.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=1000, topic_data=[
+        Msg(name="multi", partition_data=[Msg(index=0, records=make_batch([b"zero"])),
+                                          Msg(index=1, records=make_batch([b"one"])),
+                                          Msg(index=9, records=make_batch([b"nine"]))])])
+    [t] = resp.responses
+    assert [(p.index, p.error_code) for p in t.partition_responses] == \
+        [(0, 0), (1, 0), (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert client.values("multi", 1) == [(0, b"one")]
+
+
+def test_produce_idempotent_duplicate_gets_same_offset_and_is_not_written(client):
+    client.create_topic("idem")
+    pid, epoch = init_producer_id(client)
+    first = make_batch([b"a", b"b"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    assert client.produce("idem", 0, first).base_offset == 0
+    again = client.produce("idem", 0, first)
+    assert (again.error_code, again.base_offset) == (0, 0)
+    nxt = make_batch([b"c"], producer_id=pid, producer_epoch=epoch, base_sequence=2)
+    assert client.produce("idem", 0, nxt).base_offset == 2
+    assert client.values("idem", 0) == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_produce_out_of_order_sequence(client):
+    client.create_topic("ooo")
+    pid, epoch = init_producer_id(client)
+    client.produce("ooo", 0, make_batch([b"a"], producer_id=pid, producer_epoch=epoch,
+                                        base_sequence=0))
+    p = client.produce("ooo", 0, make_batch([b"gap"], producer_id=pid, producer_epoch=epoch,
+                                            base_sequence=5))
+    assert p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert client.values("ooo", 0) == [(0, b"a")]
+
+
+def test_produce_older_epoch_is_invalid_producer_epoch(client):
+    client.create_topic("epoch")
+    pid, _ = init_producer_id(client)
+    client.produce("epoch", 0, make_batch([b"new"], producer_id=pid, producer_epoch=2,
+                                          base_sequence=0))
+    p = client.produce("epoch", 0, make_batch([b"old"], producer_id=pid, producer_epoch=1,
+                                              base_sequence=1))
+    assert p.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert client.values("epoch", 0) == [(0, b"new")]
+
+
+def test_produce_log_append_time_stamps_the_batch(client):
+    client.create_topic("lat", message_timestamp_type="LogAppendTime")
+    before = int(time.time() * 1000)
+    p = client.produce("lat", 0, make_batch([b"x"], timestamps=[5]))
+    assert p.error_code == 0 and p.log_append_time_ms >= before
+    batch = client.fetch("lat", 0, 0).records
+    h = header_of(batch)
+    assert h.attributes & 0x08 and h.max_timestamp == p.log_append_time_ms
+    assert doze.crc32c(batch[doze.CRC_START:]) == h.crc
+
+
+@pytest.mark.parametrize("case,expected", PRODUCE_TXN_CASES, ids=[c for c, _ in PRODUCE_TXN_CASES])
+def test_produce_transactional_batch_checks(client, case, expected):
+    client.create_topic("pt", 2)
+    txn = Txn(client, "tx-pt")
+    txn.add(("pt", 0))
+    if case == "stale epoch":
+        fresh = Txn(client, "tx-pt")
+        fresh.add(("pt", 0))
+    if case == "no transactional id":
+        batch = make_batch([b"v"], producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                           base_sequence=0, attributes=doze.ATTR_TRANSACTIONAL)
+        assert client.produce("pt", 0, batch).error_code == expected
+        return
+    part = txn.produce("pt", 1 if case == "not added" else 0, [b"v"])
+    assert part.error_code == expected
+    if expected:
+        assert part.base_offset == -1
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RECORDS))
+def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
+    """A right CRC around records that do not tile the batch: Kafka's LogValidator
+    refuses it (INVALID_RECORD; a varint over 5 bytes, UNKNOWN_SERVER_ERROR), so
+    does doze; the partition keeps working."""
+    client.create_topic("framing")
+    payload, count = BAD_RECORDS[name]
+    p = client.produce("framing", 0, batch_with_payload(payload, count))
+    expected = ErrorCode.UNKNOWN_SERVER_ERROR if name == "six-byte-varint" else ErrorCode.INVALID_RECORD
+    assert p.error_code == expected, p                 # as Kafka 4.3.1 answers (produce-bad-records)
+    assert client.produce("framing", 0, make_batch([b"ok"], timestamps=[5_000])).base_offset == 0
+    for ts in (0, -3):
+        assert client.list_offset("framing", 0, ts).offset == 0
+
+
+def test_server_compacted_topic_refuses_keyless_records_as_kafka_does(client):
+    """cleanup.policy=compact: a batch with keyless records is refused whole
+    (INVALID_RECORD, a record error for each, Produce v8+); an empty key is a key."""
+    client.create_topic("compacted", cleanup_policy="compact")
+    keys = [None if i % 10 == 3 else b"k%d" % i for i in range(100)]
+    p = client.produce("compacted", 0, make_batch([b"v"] * 100, keys=keys))
+    assert p.error_code == ErrorCode.INVALID_RECORD and p.base_offset == -1
+    assert [e.batch_index for e in p.record_errors] == [i for i, k in enumerate(keys) if k is None]
+    assert "Compacted topic cannot accept message without key in topic partition compacted-0" in \
+        p.record_errors[0].batch_index_error_message
+    assert client.list_offset("compacted", 0, -1).offset == 0             # nothing stored
+    assert client.produce("compacted", 0, make_batch([b"v"], keys=[b""])).error_code == 0
+    assert client.produce("compacted", 0, make_batch([b"a", b"b"], keys=[b"k", b"k"])).base_offset == 1
+    gz = gzip_batch(GOOD_RECORD, 1)                                        # keyless, gzip
+    assert client.produce("compacted", 0, gz).error_code == ErrorCode.INVALID_RECORD
+    client.create_topic("plain")
+    assert client.produce("plain", 0, make_batch([b"v"] * 3)).error_code == 0   # keyless is fine there
+
+
+def test_server_record_timestamps_outside_the_topic_window_are_refused(client):
+    """message.timestamp.after.max.ms (1 h by default) and .before.max.ms, per
+    record, as Kafka's LogValidator: INVALID_TIMESTAMP with a record error for
+    each record out of range; nothing stored."""
+    now = int(time.time() * 1000)
+    client.create_topic("times-checked")
+    future = client.produce("times-checked", 0, make_batch([b"a", b"b"], timestamps=[now, now + 7_200_000]))
+    assert future.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in future.record_errors] == [1]
+    assert "of message with offset 1 is out of range" in future.record_errors[0].batch_index_error_message
+    assert client.produce("times-checked", 0, make_batch([b"ok"], timestamps=[now])).base_offset == 0
+    client.create_topic("recent-only", message_timestamp_before_max_ms=60_000)
+    old = client.produce("recent-only", 0, make_batch([b"x", b"y"], timestamps=[now - 120_000, now]))
+    assert old.error_code == ErrorCode.INVALID_TIMESTAMP and [e.batch_index for e in old.record_errors] == [0]
+    assert client.list_offset("recent-only", 0, -1).offset == 0
+
+
+# --- Fetch (1) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_every_served_version(client, version):
+    client.create_topic("fv")
+    sent = make_batch([b"one", b"two"])
+    client.produce("fv", 0, sent)
+    p = client.fetch("fv", 0, 0, version=version)
+    assert (p.error_code, p.high_watermark, p.last_stable_offset) == (0, 2, 2)
+    if version >= 5:
+        assert p.log_start_offset == 0
+    assert p.records[8:] == sent[8:]             # byte-identical but for the base offset
+
+
+def test_fetch_records_are_byte_identical_except_base_offset(client):
+    client.create_topic("same")
+    sent = [make_batch([b"k%d" % i] * (i + 1), timestamps=list(range(i + 1)), keys=[b"key"] * (i + 1))
+            for i in range(4)]
+    for batch in sent:
+        client.produce("same", 0, batch)
+    got = split_batches(client.fetch("same", 0, 0).records)
+    assert len(got) == 4
+    offset = 0
+    for original, fetched in zip(sent, got):
+        assert struct.unpack_from(">q", fetched)[0] == offset
+        assert fetched[8:] == original[8:]
+        offset += header_of(original).records_count
+
+
+def test_fetch_from_the_middle_of_a_batch_returns_the_whole_batch(client):
+    client.create_topic("mid")
+    client.produce("mid", 0, make_batch([b"a", b"b", b"c"]))
+    client.produce("mid", 0, make_batch([b"d"]))
+    batches = split_batches(client.fetch("mid", 0, 1).records)
+    assert [header_of(b).base_offset for b in batches] == [0, 3]
+    assert client.values("mid", 0, offset=1) == [(1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_fetch_at_high_watermark_is_empty(client):
+    client.create_topic("hw")
+    client.produce("hw", 0, make_batch([b"a"]))
+    p = client.fetch("hw", 0, 1)
+    assert (p.error_code, p.records, p.high_watermark) == (0, b"", 1)
+
+
+@pytest.mark.parametrize("offset", [2, 100, -1])
+def test_fetch_out_of_range(client, offset):
+    client.create_topic("oor")
+    client.produce("oor", 0, make_batch([b"a"]))
+    assert client.fetch("oor", 0, offset).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_fetch_max_bytes_limits_but_returns_at_least_one_batch(client):
+    client.create_topic("mb")
+    for i in range(3):
+        client.produce("mb", 0, make_batch([b"v" * 40]))
+    size = len(client.fetch("mb", 0, 0).records) // 3
+    assert len(split_batches(client.fetch("mb", 0, 0, max_bytes=size * 2).records)) == 2
+    assert len(split_batches(client.fetch("mb", 0, 0, max_bytes=1).records)) == 1
+    assert len(split_batches(client.fetch("mb", 0, 0, partition_max_bytes=size + 1).records)) == 1
+
+
+def test_fetch_unknown_partition_and_session_id(client):
+    client.create_topic("fs")
+    assert client.fetch("nowhere", 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    resp = client.call(ApiKey.FETCH, 12, max_wait_ms=0, min_bytes=0, session_id=77,
+                       session_epoch=1, topics=[])
+    assert resp.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_server_fetch_long_poll_wakes_when_data_arrives(broker, client):
+    client.create_topic("poll")
+    results = []
+
+    def long_poll():
+        with RawClient(broker.port, timeout=10) as c:
+            start = time.monotonic()
+            p = c.fetch("poll", 0, 0, max_wait_ms=8000, min_bytes=1)
+            results.append((time.monotonic() - start, p))
+    t = threading.Thread(target=long_poll)
+    t.start()
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
+    assert not results, "the fetch answered before there was anything to read"
+    client.produce("poll", 0, make_batch([b"wake"]))
+    t.join(10)
+    [(elapsed, p)] = results
+    assert elapsed < 5, elapsed                   # woken by the produce, long before its 8 s
+    assert [r[2] for r in batch_records(p.records)] == [b"wake"]
+
+
+def test_server_fetch_long_poll_answers_empty_at_the_deadline(client):
+    client.create_topic("idle")
+    start = time.monotonic()
+    p = client.fetch("idle", 0, 0, max_wait_ms=400, min_bytes=1)
+    elapsed = time.monotonic() - start
+    assert 0.35 < elapsed < 4, elapsed
+    assert (p.error_code, p.records) == (0, b"")
+
+
+def test_server_parked_fetch_holds_back_later_requests_in_order(broker, client):
+    client.create_topic("order")
+    client.send(ApiKey.FETCH, 12, max_wait_ms=300, min_bytes=1, topics=[Msg(topic="order", partitions=[
+        Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
+    client.send(ApiKey.API_VERSIONS, 0)
+    assert client.receive(ApiKey.FETCH, 12)[0] == client.next_correlation_id - 1
+    assert client.receive(ApiKey.API_VERSIONS, 0)[0] == client.next_correlation_id
+
+
+def test_server_a_request_behind_a_parked_fetch_ends_its_wait(broker, client):
+    """A Fetch's max_wait_ms is an upper bound: when the client's next request
+    arrives behind a parked Fetch (librdkafka sends ListOffsets on its fetch
+    connection), the Fetch is answered with what there is, then the request:
+    nothing waits out a long-poll the client no longer needs. A Fetch with
+    nothing behind it still waits (the deadline test above)."""
+    client.create_topic("behind")
+    started = time.monotonic()
+    client.send(ApiKey.FETCH, 12, max_wait_ms=8000, min_bytes=1, topics=[Msg(topic="behind", partitions=[
+        Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
+    client.send(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[Msg(name="behind", partitions=[
+        Msg(partition_index=0, timestamp=-2)])])
+    cid, fetched = client.receive(ApiKey.FETCH, 12)
+    assert cid == client.next_correlation_id - 1
+    assert fetched.responses[0].partitions[0].error_code == 0 and not fetched.responses[0].partitions[0].records
+    cid, listed = client.receive(ApiKey.LIST_OFFSETS, 7)
+    assert cid == client.next_correlation_id and listed.topics[0].partitions[0].offset == 0
+    assert time.monotonic() - started < 3            # not the 8 s of max_wait_ms
+
+
+# --- ListOffsets (2) -------------------------------------------------------------
+
+def test_list_offsets_by_time_over_many_batches_lets_others_through(broker, client, bystander):
+    """A ListOffsets whose lookups decode many records is worked out in steps:
+    a request on another connection, sent after it, is answered before it."""
+    client.create_topic("steps", 40)
+    values = [b"%06d" % i for i in range(3000)]
+    batch = make_batch(values, timestamps=range(1_000, 4_000))
+    for p in range(40):
+        assert client.produce("steps", p, batch).error_code == 0
+    cid, version = client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+        Msg(name="steps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
+    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # taken, in steps
+    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    lookup_done = select.select([client.sock], [], [], 0)[0]
+    got, resp = client.receive(ApiKey.LIST_OFFSETS, version)
+    assert got == cid and {p.offset for p in resp.topics[0].partitions} == {2999}
+    assert not lookup_done, "the bystander was answered only after the whole lookup"
+
+
+def test_list_offsets_in_one_go_would_hold_the_bystander(broker, client, bystander, monkeypatch):
+    """The control: with an unbounded step the same lookup holds the loop."""
+    monkeypatch.setattr(doze, "STEP_BUDGET_S", 1000)
+    client.create_topic("nosteps", 40)
+    batch = make_batch([b"%06d" % i for i in range(3000)], timestamps=range(1_000, 4_000))
+    for p in range(40):
+        client.produce("nosteps", p, batch)
+    client.send(ApiKey.LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+        Msg(name="nosteps", partitions=[Msg(partition_index=p, timestamp=3_999) for p in range(40)])])
+    loop_passes(broker, 1)                                 # the pass that took it
+    assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert select.select([client.sock], [], [], 0)[0], "the lookup was not done in one go"
+
+
+@pytest.mark.parametrize("version", range(1, 12))
+def test_list_offsets_every_version(client, timed_topic, version):
+    assert client.list_offset(timed_topic, 0, -2, version).offset == 0
+    assert client.list_offset(timed_topic, 0, -1, version).offset == 4
+    by_time = client.list_offset(timed_topic, 0, 250, version)
+    assert (by_time.error_code, by_time.offset, by_time.timestamp) == (0, 1, 300)
+
+
+@pytest.mark.parametrize("timestamp,offset,found_ts", [
+    (-2, 0, -1), (-1, 4, -1), (0, 0, 100), (100, 0, 100), (101, 1, 300), (301, 3, 500),
+    (501, -1, -1), (-3, 3, 500),
+], ids=["earliest", "latest", "ts0", "ts100", "ts101", "ts301", "after-all", "max-timestamp"])
+def test_list_offsets_by_time(client, timed_topic, timestamp, offset, found_ts):
+    p = client.list_offset(timed_topic, 0, timestamp)
+    assert (p.error_code, p.offset, p.timestamp) == (0, offset, found_ts)
+
+
+def test_list_offsets_max_timestamp_inside_a_batch(client):
+    client.create_topic("maxts")
+    client.produce("maxts", 0, make_batch([b"a", b"b", b"c"], timestamps=[10, 90, 20]))
+    client.produce("maxts", 0, make_batch([b"d"], timestamps=[50]))
+    p = client.list_offset("maxts", 0, -3)
+    assert (p.offset, p.timestamp) == (1, 90)
+
+
+def test_list_offsets_unknown_partition(client):
+    assert client.list_offset("nope", 0, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_list_offsets_after_delete_records_inside_a_batch(client, timed_topic):
+    delete_records(client, timed_topic, 0, 1)
+    assert client.list_offset(timed_topic, 0, -2).offset == 1
+    # The batch holding offsets 0-2 starts below the log start offset but still
+    # holds readable records: Kafka answers offset 1 (first record at or after
+    # ts 250 at or above the log start).
+    p = client.list_offset(timed_topic, 0, 250)
+    assert (p.offset, p.timestamp) == (1, 300)
+
+
+def test_server_partition_holding_a_bad_batch_is_served_without_a_stall(client, broker):
+    """A log written by an older doze (which took any batch with a right CRC):
+    timestamp lookups on it answer at once, the log is served as it is."""
+    client.create_topic("poisoned")
+    plog = broker.run_in_loop(lambda: broker.logs.get("poisoned", 0))
+    for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
+        batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
+        broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
+    client.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000]))
+    started = time.perf_counter()
+    assert client.list_offset("poisoned", 0, 0).offset == 0            # the first batch's offset
+    after = 2 ** 31 - 1 + 2                      # the two bad batches hold 2^31-1 and 2 offsets
+    assert client.list_offset("poisoned", 0, -3).offset == after          # "after" has the max
+    assert client.list_offset("poisoned", 0, 3_000).offset == after
+    assert time.perf_counter() - started < 2
+    assert client.fetch("poisoned", 0, 0).error_code == 0
+
+
+# --- Metadata (3) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("version", [0, 1, 4, 9, 12])
+def test_metadata_lists_broker_and_topics(client, broker, version):
+    client.create_topic("meta-a", partitions=3)
+    resp = client.metadata(["meta-a"], version=version)
+    [b] = resp.brokers
+    assert (b.node_id, b.host, b.port) == (1, "127.0.0.1", broker.port)
+    [t] = resp.topics
+    assert (t.error_code, t.name) == (0, "meta-a")
+    assert sorted(p.partition_index for p in t.partitions) == [0, 1, 2]
+    assert all(p.leader_id == 1 and p.replica_nodes == [1] for p in t.partitions)
+
+
+def test_metadata_v0_empty_list_means_all_topics(client):
+    client.create_topic("all-1")
+    client.create_topic("all-2")
+    assert {t.name for t in client.metadata([], version=0).topics} == {"all-1", "all-2"}
+    assert client.metadata([], version=1).topics == []              # v1+: empty is none
+    assert {t.name for t in client.metadata(None, version=1).topics} == {"all-1", "all-2"}
+
+
+def test_metadata_auto_creates_topics_when_allowed(client):
+    [t] = client.metadata(["auto-1"]).topics
+    assert t.error_code == 0 and len(t.partitions) == 1
+    [t] = client.metadata(["auto-2"], allow_auto_topic_creation=False).topics
+    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert "auto-2" not in {t.name for t in client.metadata(None).topics}
+    assert "auto-1" in {t.name for t in client.metadata(None).topics}
+
+
+def test_metadata_auto_create_uses_num_partitions(start_broker):
+    broker = start_broker({"num.partitions": 3})
+    with RawClient(broker.port) as c:
+        [t] = c.metadata(["auto-3"]).topics
+        assert len(t.partitions) == 3
+
+
+def test_metadata_auto_create_off_by_broker_setting(start_broker):
+    broker = start_broker({"auto.create.topics.enable": "false"})
+    with RawClient(broker.port) as c:
+        [t] = c.metadata(["nope"]).topics
+        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        [t] = c.metadata(["nope"], version=3).topics          # v0-3 always "allow"
+        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_metadata_invalid_topic_name(client):
+    [t] = client.metadata(["bad name!"]).topics
+    assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def test_metadata_topic_by_id(client):
+    created = client.create_topic("by-id")
+    [t] = client.call(ApiKey.METADATA, 12, topics=[Msg(topic_id=created.topic_id, name=None)]).topics
+    assert (t.error_code, t.name) == (0, "by-id")
+    [t] = client.call(ApiKey.METADATA, 12, topics=[Msg(topic_id=b"\x01" * 16, name=None)]).topics
+    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+# --- ApiVersions (18) ----------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_every_version(client, version):
+    fields = dict(client_software_name="doze-test", client_software_version="1.0") \
+        if version >= 3 else {}
+    resp = client.call(ApiKey.API_VERSIONS, version, **fields)
+    assert resp.error_code == 0
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert keys[ApiKey.API_VERSIONS] == (0, 4)
+    assert keys[ApiKey.PRODUCE][1] == 9 and keys[ApiKey.METADATA] == (0, 12)
+
+
+@pytest.mark.parametrize("name,version", [("", "1"), ("a", ""), ("bad name", "1"), ("-x", "1")])
+def test_api_versions_v3_checks_the_client_software_name(client, name, version):
+    """KIP-511: Kafka refuses names and versions that are not [a-zA-Z0-9.-]."""
+    resp = client.call(ApiKey.API_VERSIONS, 3, client_software_name=name,
+                       client_software_version=version)
+    assert (resp.error_code, resp.api_keys) == (ErrorCode.INVALID_REQUEST, [])
+
+
+def test_server_api_versions_response_header_is_v0_even_when_flexible(client):
+    client.sock.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 9, client_software_name="a",
+                                         client_software_version="b"))
+    frame = client.read_frame()
+    assert frame[:4] == b"\x00\x00\x00\x09" and frame[4:6] == b"\x00\x00"   # no header tags
+
+
+# --- DeleteRecords (21) ----------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_delete_records_moves_log_start(client, version):
+    client.create_topic("dr")
+    for i in range(5):
+        client.produce("dr", 0, make_batch([b"%d" % i]))
+    p = delete_records(client, "dr", 0, 3, version)
+    assert (p.error_code, p.low_watermark) == (0, 3)
+    assert client.list_offset("dr", 0, -2).offset == 3
+    assert client.fetch("dr", 0, 2).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert client.values("dr", 0, offset=3) == [(3, b"3"), (4, b"4")]
+    assert client.fetch("dr", 0, 3).log_start_offset == 3
+
+
+def test_delete_records_to_high_watermark_with_minus_one(client):
+    client.create_topic("drhw")
+    client.produce("drhw", 0, make_batch([b"a", b"b"]))
+    p = delete_records(client, "drhw", 0, -1)
+    assert (p.error_code, p.low_watermark) == (0, 2)
+    assert client.produce("drhw", 0, make_batch([b"c"])).base_offset == 2
+    assert client.values("drhw", 0, offset=2) == [(2, b"c")]
+
+
+@pytest.mark.parametrize("offset", [3, 1000, -5])
+def test_delete_records_beyond_high_watermark_is_out_of_range(client, offset):
+    client.create_topic("drx")
+    client.produce("drx", 0, make_batch([b"a", b"b"]))
+    p = delete_records(client, "drx", 0, offset)
+    assert p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert client.list_offset("drx", 0, -2).offset == 0
+
+
+def test_delete_records_unknown_partition(client):
+    assert delete_records(client, "nope", 0, 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_delete_records_of_a_topic_deleted_and_made_again_between_two_steps(start_broker, monkeypatch):
+    """Verifies that DeleteRecords does not touch a topic made again under the
+    name of the one it was asked about: UNKNOWN_TOPIC_OR_PARTITION, and the new
+    topic keeps log start offset 0 and its records, before and after a restart.
+    (It used to write the old log start offsets into the new topic's meta.db rows
+    and cut segments in the directory both share.)"""
+    broker = start_broker()
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.create_topic("dr-again", partitions=2)
+        for p in (0, 1):
+            a.produce("dr-again", p, make_batch([b"old-%d" % i for i in range(3)]))
+        reached, release = held(monkeypatch, doze.LogManager, "delete_records", "before")
+        a.send(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[Msg(name="dr-again", partitions=[
+            Msg(partition_index=0, offset=2), Msg(partition_index=1, offset=-1)])])
+        assert reached.wait(5)
+        delete_topic(b, "dr-again")
+        b.create_topic("dr-again", partitions=2)
+        assert b.produce("dr-again", 0, make_batch([b"new"])).base_offset == 0
+        release.set()
+        _, resp = a.receive(ApiKey.DELETE_RECORDS, 2)
+        assert [(p.error_code, p.low_watermark) for p in resp.topics[0].partitions] == \
+            [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)] * 2
+        assert b.values("dr-again", 0) == [(0, b"new")]
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert [c.list_offset("dr-again", p, -2).offset for p in (0, 1)] == [0, 0]
+        assert c.values("dr-again", 0) == [(0, b"new")]
+
+
+# --- DescribeCluster (60) ----------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_describe_cluster(client, broker, version):
+    resp = client.call(ApiKey.DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=False)
+    assert resp.error_code == 0
+    assert resp.controller_id == 1 and len(resp.cluster_id) == 22
+    [b] = resp.brokers
+    assert (b.broker_id, b.host, b.port) == (1, "127.0.0.1", broker.port)
+    assert resp.cluster_id == client.metadata(None).cluster_id
+
+
+def test_describe_cluster_id_survives_restart(start_broker):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        first = c.call(ApiKey.DESCRIBE_CLUSTER, 1).cluster_id
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert c.call(ApiKey.DESCRIBE_CLUSTER, 1).cluster_id == first
+
+
+def test_describe_cluster_unknown_endpoint_type(client):
+    resp = client.call(ApiKey.DESCRIBE_CLUSTER, 1, endpoint_type=3)
+    # Kafka (KIP-919): UNSUPPORTED_ENDPOINT_TYPE, 115 in Kafka's Errors
+    assert resp.error_code == 115
+
+
+###############################################################################
+# 11. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+###############################################################################
+
+def heartbeat(client, group, generation, member_id, instance=None):
+    return client.call(ApiKey.HEARTBEAT, 4, group_id=group, generation_id=generation,
+                       member_id=member_id, group_instance_id=instance).error_code
+
+
+def describe_group(client, group):
+    return client.call(ApiKey.DESCRIBE_GROUPS, 5, groups=[group]).groups[0]
+
+
+ADD_PARTITIONS_CASES = [
+    # state,     partitions asked,                 expected per partition
+    ("empty",   [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),
+    ("ongoing", [("ap", 0)],                       {("ap", 0): ErrorCode.NONE}),           # a retry
+    ("empty",   [("ap", 0), ("nope", 0)],          {("ap", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+                                                    ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}),
+    ("fenced",  [("ap", 0)],                       {("ap", 0): ErrorCode.PRODUCER_FENCED}),
+    ("fenced v1", [("ap", 0)],                     {("ap", 0): ErrorCode.INVALID_PRODUCER_EPOCH}),
+]
+
+
+# (state the transaction is put in, action, expected error) -- Kafka's EndTxn table
+END_TXN_CASES = [
+    ("empty",            "commit",            ErrorCode.INVALID_TXN_STATE),
+    ("empty",            "abort",             ErrorCode.INVALID_TXN_STATE),
+    ("ongoing",          "commit",            ErrorCode.NONE),
+    ("ongoing",          "abort",             ErrorCode.NONE),
+    ("complete commit",  "commit",            ErrorCode.NONE),
+    ("complete commit",  "abort",             ErrorCode.INVALID_TXN_STATE),
+    ("complete abort",   "abort",             ErrorCode.NONE),
+    ("complete abort",   "commit",            ErrorCode.INVALID_TXN_STATE),
+    ("ongoing",          "commit, old epoch", ErrorCode.PRODUCER_FENCED),
+    ("ongoing",          "commit, v1",        ErrorCode.NONE),
+    ("fenced",           "commit",            ErrorCode.PRODUCER_FENCED),
+    ("fenced",           "commit, v1",        ErrorCode.INVALID_PRODUCER_EPOCH),
+    ("ongoing",          "commit, other id",  ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+]
+
+
+def _put_txn_in(client, state):
+    client.create_topic("et", 1)
+    txn = Txn(client, "tx-et")
+    if state != "empty":
+        txn.add(("et", 0))
+        txn.produce("et", 0, [b"x"])
+    if state == "complete commit":
+        assert txn.end(True) == 0
+    elif state == "complete abort":
+        assert txn.end(False) == 0
+    elif state == "fenced":
+        Txn(client, "tx-et")                 # a second owner fences the first
+    return txn
+
+
+def _txn_with_offsets(client, name):
+    client.create_topic(name, 2)
+    txn = Txn(client, "tx-" + name)
+    txn.add((name, 0), (name, 1))
+    txn.produce(name, 0, [b"p0"])
+    txn.produce(name, 1, [b"p1"])
+    txn.add_offsets("g-" + name)
+    assert txn.commit_offsets("g-" + name, {(name, 0): 42}) == {(name, 0): 0}
+    return txn
+
+
+def _check_committed(client, name, txn):
+    assert visible_values(client, name, 0) == [b"p0"]
+    assert visible_values(client, name, 1) == [b"p1"]
+    assert committed_offsets(client, "g-" + name, [(name, 0)], require_stable=True) == \
+        {(name, 0): (0, 42)}
+    assert describe_txn(client, "tx-" + name).transaction_state == "CompleteCommit"
+    assert txn.end(True) == 0                          # EndTxn retried gets the outcome
+    assert txn.end(False) == ErrorCode.INVALID_TXN_STATE
+
+
+class FailingMarkers(doze.Files):
+    """A disk that refuses control batches (markers) while .broken is set,
+    with .errno (ENOSPC: no room, then room again)."""
+    broken = False
+    errno = errno.ENOSPC
+
+    def write(self, fd, data):
+        if self.broken and len(data) > 21 and data[21 + 1] & doze.ATTR_CONTROL:
+            raise OSError(self.errno, "injected: marker write failed")
+        super().write(fd, data)
+
+
+TXN_STATES = ["empty", "ongoing", "prepare commit", "complete commit", "complete abort", "fenced"]
+# API -> expected error in each of TXN_STATES (doze; Kafka's where they agree -- see
+# the conformance recordings for the two places they do not: InitProducerId on an
+# open transaction, and anything while markers are being written).
+TXN_TABLE = {
+    "InitProducerId":     [0, 0, 51, 0, 0, 90],
+    "AddPartitionsToTxn": [0, 0, 51, 0, 0, 90],
+    "AddOffsetsToTxn":    [0, 0, 51, 0, 0, 90],
+    "TxnOffsetCommit":    [48, 0, 51, 48, 48, 47],
+    "EndTxn commit":      [48, 0, 51, 0, 48, 90],
+    "EndTxn abort":       [48, 0, 51, 48, 0, 90],
+    "Produce":            [48, 0, 19, 48, 48, 47],
+}
+
+
+# --- Consumer groups (the classic protocol) ------------------------------------------
+
+def test_offsets_commit_fetch_and_survive_a_restart(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("ot", 2)
+        assert commit_offsets(c, "simple", {("ot", 0): 10, ("ot", 1): 20}) == \
+            {("ot", 0): 0, ("ot", 1): 0}
+        assert commit_offsets(c, "simple", {("nope", 0): 1}) == \
+            {("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1)]) == \
+            {("ot", 0): (0, 10), ("ot", 1): (0, 20)}
+    stop(broker, clean=False)
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        assert committed_offsets(c, "simple", [("ot", 0), ("ot", 1), ("ot", 5)]) == \
+            {("ot", 0): (0, 10), ("ot", 1): (0, 20), ("ot", 5): (0, -1)}
+        r = c.call(ApiKey.OFFSET_FETCH, 8, groups=[Msg(group_id="simple", topics=None),
+                                                   Msg(group_id="none", topics=None)])
+        assert [(g.group_id, [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
+                              for t in g.topics]) for g in r.groups] == \
+            [("simple", [("ot", [(0, 10), (1, 20)])]), ("none", [])]
+        r = c.call(ApiKey.OFFSET_DELETE, 0, group_id="simple",
+                   topics=[Msg(name="ot", partitions=[Msg(partition_index=0)])])
+        assert (r.error_code, r.topics[0].partitions[0].error_code) == (0, 0)
+        assert committed_offsets(c, "simple", [("ot", 0)]) == {("ot", 0): (0, -1)}
+        lg = c.call(ApiKey.LIST_GROUPS, 4, states_filter=["Empty"])
+        assert [g.group_id for g in lg.groups] == ["simple"]
+        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["simple", "never"])
+        assert [(x.group_id, x.error_code) for x in r.results] == \
+            [("simple", 0), ("never", ErrorCode.GROUP_ID_NOT_FOUND)]
+        assert committed_offsets(c, "simple", [("ot", 1)]) == {("ot", 1): (0, -1)}
+
+
+def test_offsets_commit_checks_generation_and_member(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("gt", 1)
+        j = join(c, "live")
+        tp = ("gt", 0)
+        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: ErrorCode.REBALANCE_IN_PROGRESS}
+        sync(c, "live", 1, j.member_id, {j.member_id: b""})
+        assert commit_offsets(c, "live", {tp: 1}, 1, j.member_id) == {tp: 0}
+        assert commit_offsets(c, "live", {tp: 1}, 7, j.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
+        assert commit_offsets(c, "live", {tp: 1}, 1, "ghost") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+        assert commit_offsets(c, "live", {tp: 1}) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}  # not empty
+        r = c.call(ApiKey.DELETE_GROUPS, 2, groups_names=["live"])
+        assert r.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+
+
+def test_offsets_expire_after_the_group_is_empty_for_the_retention(start_broker):
+    clock = FakeClock()
+    broker = start_broker(dict(GROUP_SETTINGS, **{"offsets.retention.minutes": 1,
+                                                  "offsets.retention.check.interval.ms": 100}),
+                          clock=clock)
+    with RawClient(broker.port) as c:
+        c.create_topic("xt", 1)
+        commit_offsets(c, "old", {("xt", 0): 5})
+        clock.advance(30_000)
+        loop_passes(broker)                                  # the expiry check ran: too early
+        assert committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, 5)}
+        clock.advance(31_000)
+        broker.waker.wake()
+        assert wait_until(lambda: committed_offsets(c, "old", [("xt", 0)]) == {("xt", 0): (0, -1)})
+
+
+def test_find_coordinator_is_always_this_broker(client, broker):
+    """The first lookup makes the internal topic and answers COORDINATOR_NOT_AVAILABLE,
+    as Kafka does (clients retry); from then on, always this broker."""
+    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+    assert (r.error_code, r.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+    r = client.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+    assert (r.error_code, r.node_id, r.port) == (0, 1, broker.port)
+    assert client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t0"]) \
+        .coordinators[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    r = client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["t1", "t2"])
+    assert [(x.key, x.port, x.error_code) for x in r.coordinators] == \
+        [("t1", broker.port, 0), ("t2", broker.port, 0)]
+
+
+def test_find_coordinator_while_a_create_topics_makes_the_internal_topic(start_broker, monkeypatch):
+    """Verifies that a coordinator lookup while a CreateTopics is still making
+    __consumer_offsets in steps is told to come back (COORDINATOR_NOT_AVAILABLE)
+    instead of making the topic a second time over the first's directories."""
+    broker = start_broker()
+    reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.send(ApiKey.CREATE_TOPICS, 7, timeout_ms=5000, validate_only=False, topics=[
+            Msg(name=doze.CONSUMER_OFFSETS, num_partitions=3, replication_factor=-1, configs=[])])
+        assert reached.wait(5)
+        r = b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+        assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        release.set()
+        _, resp = a.receive(ApiKey.CREATE_TOPICS, 7)
+        assert resp.topics[0].error_code == 0
+        assert b.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0).error_code == 0
+        [t] = b.metadata([doze.CONSUMER_OFFSETS]).topics
+        assert len(t.partitions) == 3
+        for p in range(3):
+            assert os.path.isdir(os.path.join(broker.config.data_dir, f"{doze.CONSUMER_OFFSETS}-{p}"))
+
+
+def test_internal_topics_are_shown_as_kafka_shows_them(client, broker):
+    """Made by the first coordinator lookup, with Kafka's partition counts and
+    configs; listed with is_internal; closed to clients' writes and deletes."""
+    md = client.metadata([doze.CONSUMER_OFFSETS], allow_auto_topic_creation=False)
+    assert (md.topics[0].error_code, md.topics[0].is_internal) == (3, True)
+    client.call(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"])
+    [t] = client.metadata([doze.CONSUMER_OFFSETS]).topics
+    assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
+    assert [n for n in (x.name for x in client.metadata(None).topics)] == [doze.CONSUMER_OFFSETS]
+    got = config_map(describe_configs(client, 2, doze.CONSUMER_OFFSETS))
+    assert (got["cleanup.policy"], got["segment.bytes"]) == (("compact", 1), ("104857600", 1))
+    assert client.produce(doze.CONSUMER_OFFSETS, 0, make_batch([b"x"])).error_code == \
+        ErrorCode.INVALID_TOPIC_EXCEPTION
+    r = client.call(ApiKey.DELETE_RECORDS, 2, timeout_ms=1000, topics=[
+        Msg(name=doze.CONSUMER_OFFSETS, partitions=[Msg(partition_index=0, offset=0)])])
+    assert r.topics[0].partitions[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    [res] = client.create_topics(("__cluster_metadata", 1, {}))
+    assert res.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_group_one_member_joins_syncs_heartbeats_and_leaves(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        first = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo"))
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+        j = receive(c, ApiKey.JOIN_GROUP, send_join(c, "solo", member_id=first.member_id))
+        assert (j.error_code, j.generation_id, j.leader, j.protocol_name) == \
+            (0, 1, first.member_id, "range")
+        assert [(m.member_id, m.metadata) for m in j.members] == [(first.member_id, b"sub")]
+        s = sync(c, "solo", 1, j.member_id, {j.member_id: b"assigned"})
+        assert (s.error_code, s.assignment) == (0, b"assigned")
+        assert heartbeat(c, "solo", 1, j.member_id) == 0
+        d = describe_group(c, "solo")
+        assert (d.group_state, d.protocol_data, [m.member_assignment for m in d.members]) == \
+            ("Stable", "range", [b"assigned"])
+        r = c.call(ApiKey.LEAVE_GROUP, 5, group_id="solo", members=[Msg(member_id=j.member_id)])
+        assert (r.error_code, r.members[0].error_code) == (0, 0)
+        assert describe_group(c, "solo").group_state == "Empty"
+        assert heartbeat(c, "solo", 1, j.member_id) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_group_second_member_triggers_a_rebalance(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "pair")
+        assert sync(a, "pair", 1, ja.member_id, {ja.member_id: b"all"}).assignment == b"all"
+        sent_b = send_join(b, "pair")
+        first_b = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_b = send_join(b, "pair", member_id=first_b.member_id)      # parks: rebalance
+        assert wait_until(lambda: describe_group(a, "pair").group_state == "PreparingRebalance")
+        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS
+        ja2 = join(a, "pair", member_id=ja.member_id)
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        assert ja2.generation_id == jb.generation_id == 2
+        assert ja2.leader == jb.leader == ja.member_id
+        assert sorted(m.member_id for m in ja2.members) == sorted([ja.member_id, jb.member_id])
+        assert jb.members == []                        # only the leader sees subscriptions
+        sent_sync_b = send_sync(b, "pair", 2, jb.member_id)              # waits for the leader
+        sa = sync(a, "pair", 2, ja.member_id, {ja.member_id: b"p0", jb.member_id: b"p1"})
+        sb = receive(b, ApiKey.SYNC_GROUP, sent_sync_b)
+        assert (sa.assignment, sb.assignment) == (b"p0", b"p1")
+        assert heartbeat(a, "pair", 1, ja.member_id) == ErrorCode.ILLEGAL_GENERATION
+        assert heartbeat(b, "pair", 2, jb.member_id) == 0
+
+
+def test_group_session_timeout_expels_a_silent_member(start_broker):
+    clock = FakeClock()
+    broker = start_broker(GROUP_SETTINGS, clock=clock)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "quiet", session_ms=6000)
+        sync(a, "quiet", 1, ja.member_id, {ja.member_id: b"x"})
+        sent_b = send_join(b, "quiet", session_ms=6000)
+        jb0 = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_b = send_join(b, "quiet", member_id=jb0.member_id, session_ms=6000)
+        assert wait_until(lambda: describe_group(a, "quiet").group_state == "PreparingRebalance")
+        ja2 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        sent_sb = send_sync(b, "quiet", 2, jb.member_id)
+        sync(a, "quiet", 2, ja.member_id, {ja.member_id: b"0", jb.member_id: b"1"})
+        receive(b, ApiKey.SYNC_GROUP, sent_sb)
+        clock.advance(4000)
+        assert heartbeat(a, "quiet", 2, ja.member_id) == 0           # a keeps beating, b does not
+        clock.advance(4000)
+        broker.waker.wake()
+        assert wait_until(lambda: heartbeat(a, "quiet", 2, ja.member_id) == ErrorCode.REBALANCE_IN_PROGRESS)
+        ja3 = join(a, "quiet", member_id=ja.member_id, session_ms=6000)
+        assert (ja3.generation_id, [m.member_id for m in ja3.members]) == (3, [ja.member_id])
+        assert ja2.generation_id == 2
+
+
+def test_group_tick_comes_at_a_members_deadline_not_a_ms_later(start_broker):
+    # librdkafka's 0081 closes static members (no LeaveGroup; their last OffsetCommit
+    # restarts the session), sleeps exactly session.timeout.ms, then deletes the groups:
+    # a sweep even 1 ms late leaves the group non-empty, where Kafka's exact timer does not.
+    clock = FakeClock()
+    broker = start_broker(GROUP_SETTINGS, clock=clock)
+    with RawClient(broker.port) as a:
+        ja = join(a, "exact", session_ms=6000, instance="i-0")
+        sync(a, "exact", 1, ja.member_id, {ja.member_id: b"x"})
+        deadline_ms = broker.run_in_loop(lambda: broker.groups.get("exact").members[ja.member_id].deadline_ms)
+        clock.advance(5950.25)                        # inside the last sweep before the deadline
+        broker.waker.wake()
+
+        def next_tick():
+            return broker.run_in_loop(lambda: broker.groups.next_tick_s)
+        assert wait_until(lambda: next_tick() == deadline_ms / 1000)
+        clock.advance(deadline_ms - clock.now * 1000)  # exactly the deadline
+        broker.waker.wake()
+        assert wait_until(lambda: describe_group(a, "exact").group_state == "Empty")
+
+
+def test_group_static_member_restart_gets_its_assignment_without_a_rebalance(start_broker):
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        ja = join(a, "static", instance="instance-a")
+        assert ja.error_code == 0                      # static members need no MEMBER_ID_REQUIRED
+        sync(a, "static", 1, ja.member_id, {ja.member_id: b"everything"}, instance="instance-a")
+        sent_b = send_join(b, "static", instance="instance-b")
+        assert wait_until(lambda: describe_group(a, "static").group_state == "PreparingRebalance")
+        ja2 = join(a, "static", member_id=ja.member_id, instance="instance-a")
+        jb = receive(b, ApiKey.JOIN_GROUP, sent_b)
+        generation = ja2.generation_id
+        sent_sb = send_sync(b, "static", generation, jb.member_id, instance="instance-b")
+        sync(a, "static", generation, ja.member_id,
+             {ja.member_id: b"part-a", jb.member_id: b"part-b"}, instance="instance-a")
+        assert receive(b, ApiKey.SYNC_GROUP, sent_sb).assignment == b"part-b"
+    with RawClient(broker.port) as b2, RawClient(broker.port) as a:
+        # instance-b "restarts": a new connection, no member id, same instance id
+        # a restarted consumer's subscription bytes differ (it owns nothing yet):
+        # only a change of the selected protocol would mean a rebalance (Kafka)
+        back = join(b2, "static", instance="instance-b", protocols=(("range", b"restarted"),))
+        assert (back.error_code, back.generation_id) == (0, generation)   # no new generation
+        assert back.member_id != jb.member_id
+        assert sync(b2, "static", generation, back.member_id, instance="instance-b").assignment == b"part-b"
+        assert heartbeat(a, "static", generation, ja.member_id, instance="instance-a") == 0
+        assert describe_group(a, "static").group_state == "Stable"
+        assert heartbeat(a, "static", generation, jb.member_id, instance="instance-b") == \
+            ErrorCode.FENCED_INSTANCE_ID
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("other protocol type", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+    ("no common assignor", ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+    ("session too short", ErrorCode.INVALID_SESSION_TIMEOUT),
+    ("unknown member", ErrorCode.UNKNOWN_MEMBER_ID),
+    ("group full", ErrorCode.GROUP_MAX_SIZE_REACHED),
+    ("empty group id", ErrorCode.INVALID_GROUP_ID),
+])
+def test_group_join_errors(start_broker, case, expected):
+    broker = start_broker(dict(GROUP_SETTINGS, **{"group.max.size": 1}))
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        j = join(a, "g")
+        sync(a, "g", 1, j.member_id, {j.member_id: b""})
+        kw = {"other protocol type": dict(protocol_type="connect"),
+              "no common assignor": dict(protocols=(("roundrobin", b""),)),
+              "session too short": dict(session_ms=10),
+              "unknown member": dict(member_id="ghost"),
+              "group full": {}, "empty group id": {}}[case]
+        group = "" if case == "empty group id" else "g"
+        assert receive(b, ApiKey.JOIN_GROUP, send_join(b, group, **kw)).error_code == expected
+
+
+@pytest.mark.parametrize("version", range(0, 10))
+def test_server_join_group_error_answers_decode_at_every_version(client, version):
+    """JoinGroup's protocol_name may be null only from v7 (Kafka's schema): the
+    error answers and the v4+ MEMBER_ID_REQUIRED first join carry "" before it.
+    The test client decodes strictly, refusing a null where the schema has none."""
+    base = dict(group_id="jg", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                protocol_type="consumer", protocols=[Msg(name="range", metadata=b"")])
+    unknown = client.call(ApiKey.JOIN_GROUP, version, member_id="nobody", **base)
+    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert unknown.protocol_name == ("" if version < 7 else None)
+    bad = client.call(ApiKey.JOIN_GROUP, version, member_id="", **dict(base, session_timeout_ms=1))
+    assert bad.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    if version >= 4:
+        first = client.call(ApiKey.JOIN_GROUP, version, member_id="", **base)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+        assert first.protocol_name == ("" if version < 7 else None)
+
+
+def test_group_members_carry_on_after_a_restart(start_broker):
+    """Verifies that a stable group is stored: after a restart its members'
+    heartbeats and commits with the same generation are accepted."""
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        c.create_topic("rt", 1)
+        j = join(c, "durable")
+        sync(c, "durable", 1, j.member_id, {j.member_id: b"mine"})
+    stop(broker, clean=False)
+    broker = start_broker(GROUP_SETTINGS)
+    with RawClient(broker.port) as c:
+        assert heartbeat(c, "durable", 1, j.member_id) == 0
+        assert sync(c, "durable", 1, j.member_id).assignment == b"mine"
+        assert commit_offsets(c, "durable", {("rt", 0): 3}, 1, j.member_id) == {("rt", 0): 0}
+
+
+# --- InitProducerId (22) ---------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(0, 6))
+def test_init_producer_id_every_version_gives_fresh_ids(client, version):
+    a = init_producer_id(client, version)
+    b = init_producer_id(client, version)
+    assert a[0] >= 0 and b[0] >= 0 and a[0] != b[0]
+    assert a[1] == b[1] == 0
+
+
+def test_init_producer_id_ids_are_not_reused_after_restart(start_broker):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        before = {init_producer_id(c)[0] for _ in range(3)}
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        after = {init_producer_id(c)[0] for _ in range(3)}
+    assert not before & after and min(after) > max(before)
+
+
+def test_init_producer_id_fences_and_aborts_the_open_transaction(client):
+    """Verifies that a second InitProducerId aborts the open transaction before
+    answering (doze), returns the epoch Kafka's retry would (old + 2), and that
+    the old producer is fenced everywhere."""
+    client.create_topic("fence", 1)
+    old = Txn(client, "tx-fence")
+    old.add(("fence", 0))
+    old.produce("fence", 0, [b"zombie"])
+    new = Txn(client, "tx-fence")
+    assert (new.producer_id, new.epoch) == (old.producer_id, old.epoch + 2)
+    assert describe_txn(client, "tx-fence").transaction_state == "Empty"
+    assert visible_values(client, "fence", 0) == []
+    assert fetch_isolated(client, "fence", 0).last_stable_offset == 2      # data + ABORT marker
+    assert old.produce("fence", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert old.add(("fence", 0)) == {("fence", 0): ErrorCode.PRODUCER_FENCED}
+    assert old.end(True) == ErrorCode.PRODUCER_FENCED
+    assert old.end(True, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_init_producer_id_rules(client):
+    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-max",
+                    transaction_timeout_ms=900_001)
+    assert r.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    r = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new", transaction_timeout_ms=1000)
+    assert (r.error_code, r.producer_epoch) == (0, 0)                    # never used: epoch 0
+    again = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id,
+                        producer_epoch=r.producer_epoch)
+    assert (again.producer_id, again.producer_epoch) == (r.producer_id, 1)   # KIP-360 bump
+    retry = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id,
+                        producer_epoch=r.producer_epoch)
+    assert (retry.error_code, retry.producer_epoch) == (0, 1)            # a retry: same answer
+    stale = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="t-new",
+                        transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
+    assert stale.error_code == ErrorCode.PRODUCER_FENCED
+    stale3 = client.call(ApiKey.INIT_PRODUCER_ID, 3, transactional_id="t-new",
+                         transaction_timeout_ms=1000, producer_id=r.producer_id + 77, producer_epoch=0)
+    assert stale3.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    idem = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=1)
+    assert idem.error_code == 0 and idem.producer_id != r.producer_id
+
+
+# --- Transactions (KIP-98, classic protocol) --------------------------------------
+
+def test_txn_scenario_commit_and_abort_as_read_committed_sees_them(client):
+    """Verifies that read_committed sees exactly the committed transactions, and
+    read_uncommitted everything, with the aborted ones listed (KIP-98)."""
+    client.create_topic("orders", 1)
+    txn = Txn(client, "tx-orders")
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"a1", b"a2"]).error_code == 0
+    assert txn.end(commit=True) == 0
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"b1"]).error_code == 0
+    assert txn.end(commit=False) == 0
+    assert txn.add(("orders", 0)) == {("orders", 0): 0}
+    assert txn.produce("orders", 0, [b"c1"]).error_code == 0
+    assert txn.end(commit=True) == 0
+    assert visible_values(client, "orders", 0) == [b"a1", b"a2", b"c1"]
+    assert visible_values(client, "orders", 0, read_committed=False) == [b"a1", b"a2", b"b1", b"c1"]
+    part = fetch_isolated(client, "orders", 0)
+    # offsets: a1 a2 COMMIT(2) b1(3) ABORT(4) c1(5) COMMIT(6)
+    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(txn.producer_id, 3)]
+    assert part.last_stable_offset == part.high_watermark == 7
+    assert fetch_isolated(client, "orders", 0, read_committed=False).aborted_transactions is None
+
+
+def test_txn_over_hundreds_of_partitions_writes_its_markers_in_steps(client, broker):
+    """A transaction over 300 partitions: EndTxn's markers go out PARTITIONS_PER_STEP
+    a pass, over several passes, and the answer still comes only once every
+    marker is durable: read_committed then sees every partition."""
+    client.create_topic("wide", 300)
+    txn = Txn(client, "tx-wide")
+    tps = [("wide", p) for p in range(300)]
+    assert set(txn.add(*tps).values()) == {0}
+    for p in range(300):
+        assert txn.produce("wide", p, [b"w%d" % p]).error_code == 0
+    assert doze.PARTITIONS_PER_STEP < 300
+    assert txn.end(commit=True) == 0
+    assert all(visible_values(client, "wide", p) == [b"w%d" % p] for p in range(300))
+    assert all(fetch_isolated(client, "wide", p).last_stable_offset == 2 for p in (0, 150, 299))
+
+
+def test_txn_scenario_open_transaction_holds_the_last_stable_offset(client):
+    """Verifies that read_committed stops at the first offset of an open
+    transaction, and ListOffsets(latest, read_committed) answers that LSO."""
+    client.create_topic("lso", 1)
+    client.produce("lso", 0, make_batch([b"plain"]))
+    txn = Txn(client, "tx-lso")
+    txn.add(("lso", 0))
+    txn.produce("lso", 0, [b"pending"])
+    client.produce("lso", 0, make_batch([b"after"]))
+    part = fetch_isolated(client, "lso", 0)
+    assert (part.high_watermark, part.last_stable_offset) == (3, 1)
+    assert visible_values(client, "lso", 0) == [b"plain"]
+    r = client.call(ApiKey.LIST_OFFSETS, 5, replica_id=-1, isolation_level=1, topics=[
+        Msg(name="lso", partitions=[Msg(partition_index=0, timestamp=-1)])])
+    assert r.topics[0].partitions[0].offset == 1
+    assert client.list_offset("lso", 0, -1).offset == 3          # read_uncommitted: the HW
+    assert txn.end(commit=True) == 0
+    assert visible_values(client, "lso", 0) == [b"plain", b"pending", b"after"]
+
+
+@pytest.mark.parametrize("state,tps,expected", ADD_PARTITIONS_CASES,
+                         ids=[c[0] + "-" + str(len(c[1])) for c in ADD_PARTITIONS_CASES])
+def test_add_partitions_to_txn_in_every_state(client, state, tps, expected):
+    client.create_topic("ap", 1)
+    txn = Txn(client, "tx-ap")
+    if state == "ongoing":
+        txn.add(("ap", 0))
+    if state.startswith("fenced"):
+        Txn(client, "tx-ap")
+    assert txn.add(*tps, version=1 if state.endswith("v1") else 3) == expected
+    if ErrorCode.OPERATION_NOT_ATTEMPTED in expected.values():
+        assert describe_txn(client, "tx-ap").transaction_state == "Empty"   # nothing was added
+
+
+def test_add_partitions_unknown_transactional_id_is_a_mapping_error(client):
+    client.create_topic("ap2", 1)
+    r = client.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, transactional_id="never-inited",
+                    producer_id=5, producer_epoch=0, topics=[Msg(name="ap2", partitions=[0])])
+    assert r.results_by_topic[0].results_by_partition[0].partition_error_code == \
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+@pytest.mark.parametrize("state,action,expected", END_TXN_CASES,
+                         ids=[f"{s}-{a}" for s, a, _ in END_TXN_CASES])
+def test_end_txn_in_every_state(client, state, action, expected):
+    txn = _put_txn_in(client, state)
+    commit = action.startswith("commit")
+    kw = {}
+    if "old epoch" in action:
+        kw["epoch"] = txn.epoch - 1
+    if "v1" in action:
+        kw["version"] = 1
+    if "other id" in action:
+        kw["producer_id"] = txn.producer_id + 1000
+    assert txn.end(commit, **kw) == expected
+
+
+def test_txn_offset_commit_staged_until_commit_and_require_stable(client):
+    """Verifies that offsets sent with a transaction are invisible until it
+    commits, that require_stable gets UNSTABLE_OFFSET_COMMIT meanwhile (KIP-447),
+    and that an abort discards them."""
+    client.create_topic("src", 1)
+    client.create_topic("dst", 1)
+    tp = ("src", 0)
+    txn = Txn(client, "tx-copy")
+    txn.add(("dst", 0))
+    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: ErrorCode.INVALID_TXN_STATE}
+    assert txn.add_offsets("copy-group") == 0
+    assert txn.commit_offsets("copy-group", {tp: 5}) == {tp: 0}
+    assert committed_offsets(client, "copy-group", [tp]) == {tp: (0, -1)}
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True)[tp][0] == \
+        ErrorCode.UNSTABLE_OFFSET_COMMIT
+    assert txn.end(commit=True) == 0
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
+    txn.add(("dst", 0))
+    txn.add_offsets("copy-group")
+    assert txn.commit_offsets("copy-group", {tp: 9}) == {tp: 0}
+    assert txn.end(commit=False) == 0
+    assert committed_offsets(client, "copy-group", [tp], require_stable=True) == {tp: (0, 5)}
+
+
+def test_txn_offset_commit_checks_the_group_generation(start_broker):
+    """KIP-447: a transactional commit naming a member must match the group."""
+    broker = start_broker({"group.initial.rebalance.delay.ms": 0})
+    client = RawClient(broker.port)
+    client.create_topic("gsrc", 1)
+    join = client.call(ApiKey.JOIN_GROUP, 3, group_id="eos-g", session_timeout_ms=10000,
+                       rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+                       protocols=[Msg(name="range", metadata=b"")])
+    assert join.error_code == 0, join
+    txn = Txn(client, "tx-gen")
+    txn.add_offsets("eos-g")
+    tp = ("gsrc", 0)
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
+                              member=join.member_id) == {tp: 0}
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id + 5,
+                              member=join.member_id) == {tp: ErrorCode.ILLEGAL_GENERATION}
+    assert txn.commit_offsets("eos-g", {tp: 1}, generation=join.generation_id,
+                              member="nobody") == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+def test_txn_timeout_aborts_and_fences(start_broker):
+    """Verifies that a transaction idle past its timeout is aborted by the
+    broker's timer, the LSO moves on, and its producer is fenced."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        client.create_topic("slow", 1)
+        txn = Txn(client, "tx-slow", timeout_ms=2000)
+        txn.add(("slow", 0))
+        txn.produce("slow", 0, [b"abandoned"])
+        assert fetch_isolated(client, "slow", 0).last_stable_offset == 0
+        clock.advance(2500)
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-slow").transaction_state == "CompleteAbort")
+        assert describe_txn(client, "tx-slow").producer_epoch == txn.epoch + 1
+        assert fetch_isolated(client, "slow", 0).last_stable_offset == 2
+        assert visible_values(client, "slow", 0) == []
+        assert txn.end(True) == ErrorCode.PRODUCER_FENCED
+        assert txn.produce("slow", 0, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_txn_timeout_runs_from_the_transactions_start_not_its_last_request(start_broker):
+    """As Kafka's TransactionStateManager.timedOutTransactions: start + timeout,
+    however busy the transaction keeps itself (AddPartitionsToTxn, TxnOffsetCommit)."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        client.create_topic("busy", 2)
+        txn = Txn(client, "tx-busy", timeout_ms=2000)
+        txn.add(("busy", 0))
+        for step in range(3):
+            clock.advance(600)
+            assert txn.add(("busy", step % 2)) == {("busy", step % 2): 0}      # still Ongoing, and touched
+        assert describe_txn(client, "tx-busy").transaction_state == "Ongoing"
+        clock.advance(300)                                                    # 2100 ms since it began
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-busy").transaction_state == "CompleteAbort")
+
+
+def test_txn_timeout_is_kept_across_a_restart(start_broker):
+    """The transaction's start is stored (meta.db): a broker that dies and
+    starts again aborts it at start + transaction.timeout.ms, not a timeout
+    after the restart (Kafka: the txnStartTimestamp of the loaded metadata)."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        client.create_topic("kept", 1)
+        txn = Txn(client, "tx-kept", timeout_ms=3000)
+        txn.add(("kept", 0))
+        txn.produce("kept", 0, [b"x"])
+    clock.advance(2000)
+    stop(broker, clean=False)
+    broker = start_broker(clock=clock)
+    with RawClient(broker.port) as client:
+        assert describe_txn(client, "tx-kept").transaction_state == "Ongoing"
+        clock.advance(1100)                             # 3100 ms since it began, 1100 since the restart
+        loop_passes(broker)
+        assert wait_until(lambda: describe_txn(client, "tx-kept").transaction_state == "CompleteAbort")
+
+
+def test_txn_marker_write_failure_keeps_the_decision(start_broker, monkeypatch):
+    """Verifies that when a marker cannot be written for want of room the
+    decision stands: EndTxn answers CONCURRENT_TRANSACTIONS, the other decision
+    is never carried out, and the coordinator finishes on its own once there
+    is room again."""
+    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
+    files = FailingMarkers()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "mfail")
+        files.broken = True
+        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert txn.end(False) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert describe_txn(client, txn.id).transaction_state == "PrepareCommit"
+        assert fetch_isolated(client, "mfail", 0).last_stable_offset == 0
+        files.broken = False
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "mfail", txn)
+
+
+@pytest.mark.parametrize("api,state", [(a, s) for a in TXN_TABLE for s in TXN_STATES])
+def test_txn_every_api_in_every_state(start_broker, monkeypatch, api, state):
+    """Each transactional API, asked by the transaction's producer (or, in
+    "fenced", by the producer a newer InitProducerId replaced), in each state."""
+    monkeypatch.setattr(doze, "TXN_ANSWER_WAIT_MS", 200)
+    files = FailingMarkers()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("st", 2)
+        txn = Txn(c, "tx-state")
+        if state != "empty":
+            txn.add(("st", 0))
+            txn.add_offsets("g-state")
+            txn.produce("st", 0, [b"x"])
+        if state == "prepare commit":
+            files.broken = True
+            assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        elif state in ("complete commit", "complete abort"):
+            assert txn.end(state == "complete commit") == 0
+        elif state == "fenced":
+            Txn(c, "tx-state")
+        want = ErrorCode(TXN_TABLE[api][TXN_STATES.index(state)])
+        if api == "InitProducerId":
+            kw = dict(producer_id=txn.producer_id, producer_epoch=txn.epoch) if state == "fenced" else {}
+            got = c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-state",
+                         transaction_timeout_ms=60000, **kw).error_code
+        elif api == "AddPartitionsToTxn":
+            got = txn.add(("st", 1))[("st", 1)]
+        elif api == "AddOffsetsToTxn":
+            got = txn.add_offsets("g-other")
+        elif api == "TxnOffsetCommit":
+            got = txn.commit_offsets("g-state", {("st", 0): 1})[("st", 0)]
+        elif api.startswith("EndTxn"):
+            got = txn.end(api.endswith("commit"))
+        else:
+            got = txn.produce("st", 0, [b"y"]).error_code
+        assert got == want
+        files.broken = False
+
+
+def test_describe_and_list_transactions_and_producers(client):
+    client.create_topic("adm", 1)
+    txn = Txn(client, "tx-adm")
+    txn.add(("adm", 0))
+    txn.produce("adm", 0, [b"a", b"b"])
+    d = describe_txn(client, "tx-adm")
+    assert (d.transaction_state, d.producer_id, d.producer_epoch) == ("Ongoing", txn.producer_id, txn.epoch)
+    assert [(t.topic, t.partitions) for t in d.topics] == [("adm", [0])]
+    assert describe_txn(client, "nope").error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    lst = client.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=["Ongoing", "Bogus"],
+                      producer_id_filters=[], duration_filter=-1)
+    assert [(t.transactional_id, t.transaction_state) for t in lst.transaction_states] == \
+        [("tx-adm", "Ongoing")]
+    assert lst.unknown_state_filters == ["Bogus"]
+    prod = client.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=[Msg(name="adm", partition_indexes=[0])])
+    [p] = prod.topics[0].partitions[0].active_producers
+    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset) == \
+        (txn.producer_id, txn.epoch, 1, 0)
+
+
+def test_write_txn_markers_aborts_a_hanging_transaction(client):
+    """kafka-transactions abort: a marker written straight to the partition."""
+    client.create_topic("hang", 1)
+    batch = make_batch([b"h"], producer_id=9999, producer_epoch=3, base_sequence=0,
+                       attributes=doze.ATTR_TRANSACTIONAL)
+    client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-hang", transaction_timeout_ms=60000)
+    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+        producer_id=9999, producer_epoch=3, transaction_result=False, coordinator_epoch=0,
+        topics=[Msg(name="hang", partition_indexes=[0])])])
+    assert r.markers[0].topics[0].partitions[0].error_code == 0
+    assert fetch_isolated(client, "hang", 0).last_stable_offset == 1
+    r = client.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+        producer_id=9999, producer_epoch=2, transaction_result=False, coordinator_epoch=0,
+        topics=[Msg(name="hang", partition_indexes=[0])])])
+    assert r.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert batch                                # (the batch above is only the shape of one)
+
+
+###############################################################################
+# 12. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+###############################################################################
+
+def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
+    resp = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, validate_only=validate_only,
+                       resources=[Msg(resource_type=rtype, resource_name=name, configs=[
+                           Msg(name=n, config_operation=op, value=v) for n, op, v in ops])])
+    return resp.responses[0]
+
+
+# --- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) ---------
+
+@pytest.mark.parametrize("version", range(1, 5))
+def test_describe_configs_topic_sources(client, version):
+    client.create_topic("dc", retention_ms=5000)
+    r = describe_configs(client, 2, "dc", version=version)
+    assert r.error_code == 0
+    got = config_map(r)
+    assert got["retention.ms"] == ("5000", 1)                     # TOPIC_CONFIG
+    assert got["cleanup.policy"] == ("delete", 5)                 # DEFAULT_CONFIG
+    assert got["max.message.bytes"] == ("1048588", 5)
+    assert set(got) == set(doze.TOPIC_CONFIGS)
+
+
+def test_describe_configs_static_broker_setting_is_source_4(start_broker):
+    broker = start_broker({"log.retention.ms": "777"})
+    with RawClient(broker.port) as c:
+        c.create_topic("st")
+        r = describe_configs(c, 2, "st", keys=["retention.ms"], synonyms=True)
+        [entry] = r.configs
+        assert (entry.value, entry.config_source) == ("777", 4)   # STATIC_BROKER_CONFIG
+        # Kafka has no default of its own for log.retention.ms (it derives it from
+        # log.retention.hours), so the chain goes on to log.retention.hours' default
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == \
+            [("log.retention.ms", "777", 4), ("log.retention.hours", "168", 5)]
+
+
+def test_describe_configs_keys_filter_and_errors(client):
+    client.create_topic("dk")
+    r = describe_configs(client, 2, "dk", keys=["segment.bytes"])
+    assert [c.name for c in r.configs] == ["segment.bytes"]
+    assert describe_configs(client, 2, "missing").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert describe_configs(client, 4, "99").error_code == ErrorCode.INVALID_REQUEST
+    assert describe_configs(client, 77, "x").error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_describe_configs_broker(client):
+    r = describe_configs(client, 4, "1")
+    assert r.error_code == 0
+    got = {c.name: c for c in r.configs}
+    assert got["num.partitions"].value == "1" and got["num.partitions"].config_source == 5
+    assert got["num.partitions"].config_type == 3                       # INT, as in Kafka
+    assert got["log.retention.ms"].read_only is False
+    assert got["log.retention.ms"].value is None                        # Kafka: derived from hours
+    assert got["node.id"].read_only is True
+    # the cluster-wide default resource lists only what was set dynamically for it
+    # (a KRaft cluster is formatted with min.insync.replicas set so)
+    assert [(e.name, e.value) for e in describe_configs(client, 4, "").configs] == [("min.insync.replicas", "1")]
+    assert incremental_alter(client, 4, "", [("log.retention.ms", 0, "5000")]).error_code == 0
+    entry = {e.name: e for e in describe_configs(client, 4, "").configs}["log.retention.ms"]
+    assert (entry.name, entry.value, entry.config_source) == ("log.retention.ms", "5000", 3)
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_incremental_alter_configs_topic_set_delete_append(client, version):
+    client.create_topic("iac", retention_ms=1000)
+    r = incremental_alter(client, 2, "iac", [("segment.bytes", 0, "2097152"), ("retention.ms", 1, None),
+                                              ("cleanup.policy", 2, "compact")], version=version)
+    assert r.error_code == 0
+    got = config_map(describe_configs(client, 2, "iac"))
+    assert got["segment.bytes"] == ("2097152", 1)
+    assert got["retention.ms"] == ("604800000", 5)
+    assert got["cleanup.policy"] == ("delete,compact", 1)
+    r = incremental_alter(client, 2, "iac", [("cleanup.policy", 3, "delete")])
+    assert r.error_code == 0
+    assert config_map(describe_configs(client, 2, "iac"))["cleanup.policy"] == ("compact", 1)
+
+
+@pytest.mark.parametrize("ops,code", [
+    ([("no.such", 0, "1")], ErrorCode.INVALID_CONFIG),
+    ([("retention.ms", 0, "forever")], ErrorCode.INVALID_CONFIG),
+    ([("retention.ms", 2, "5")], ErrorCode.INVALID_CONFIG),       # APPEND to a non-list
+    ([("retention.ms", 9, "5")], ErrorCode.UNKNOWN_SERVER_ERROR),  # no such operation: as Kafka
+    ([("retention.ms", 0, "5"), ("retention.ms", 0, "6")], ErrorCode.INVALID_REQUEST),  # twice
+])
+def test_incremental_alter_configs_errors_change_nothing(client, ops, code):
+    client.create_topic("iae", retention_ms=1000)
+    assert incremental_alter(client, 2, "iae", ops).error_code == code
+    assert config_map(describe_configs(client, 2, "iae"))["retention.ms"] == ("1000", 1)
+
+
+def test_incremental_alter_configs_validate_only_and_unknown_topic(client):
+    client.create_topic("iav")
+    assert incremental_alter(client, 2, "iav", [("retention.ms", 0, "9")], True).error_code == 0
+    assert config_map(describe_configs(client, 2, "iav"))["retention.ms"][1] == 5
+    assert incremental_alter(client, 2, "ghost", [("retention.ms", 0, "9")]).error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_topic_config_change_takes_effect(client):
+    client.create_topic("live")
+    assert client.produce("live", 0, make_batch([b"x" * 300])).error_code == 0
+    incremental_alter(client, 2, "live", [("max.message.bytes", 0, "200")])
+    assert client.produce("live", 0, make_batch([b"x" * 300])).error_code == \
+        ErrorCode.MESSAGE_TOO_LARGE
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_alter_configs_replaces_all_topic_overrides(client, version):
+    client.create_topic("ac", retention_ms=1000, segment_bytes=2097152)
+    resp = client.call(ApiKey.ALTER_CONFIGS, version, validate_only=False, resources=[
+        Msg(resource_type=2, resource_name="ac", configs=[Msg(name="retention.ms", value="2000")])])
+    assert resp.responses[0].error_code == 0
+    got = config_map(describe_configs(client, 2, "ac"))
+    assert got["retention.ms"] == ("2000", 1)
+    assert got["segment.bytes"][1] == 5                           # the override is gone
+    resp = client.call(ApiKey.ALTER_CONFIGS, version, validate_only=False, resources=[
+        Msg(resource_type=2, resource_name="ac", configs=[Msg(name="retention.ms", value="x")])])
+    assert resp.responses[0].error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_alter_configs_broker_dynamic_default(client, broker):
+    r = incremental_alter(client, 4, "", [("log.retention.ms", 0, "123456")])
+    assert r.error_code == 0
+    got = {c.name: c for c in describe_configs(client, 4, "").configs}
+    assert (got["log.retention.ms"].value, got["log.retention.ms"].config_source) == ("123456", 3)
+    client.create_topic("inherit")
+    assert config_map(describe_configs(client, 2, "inherit"))["retention.ms"] == ("123456", 3)
+
+
+@pytest.mark.parametrize("ops,code", [                # broker configs: INVALID_REQUEST, as Kafka
+    ([("log.retention.ms", 0, "soon")], ErrorCode.INVALID_REQUEST),
+    ([("log.segment.bytes", 0, "5")], ErrorCode.INVALID_REQUEST),   # under Kafka's 1 MiB
+    ([("node.id", 0, "5")], ErrorCode.INVALID_REQUEST),             # not dynamic
+])
+def test_alter_configs_broker_errors(client, ops, code):
+    assert incremental_alter(client, 4, "", ops).error_code == code
+    assert [e.name for e in describe_configs(client, 4, "").configs] == ["min.insync.replicas"]
+    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
+    assert got["log.retention.ms"].config_source == 5 and got["node.id"].value == "1"
+
+
+def test_create_topics_takes_every_topic_config_kafka_knows(client):
+    """Each of Kafka 4.3.1's topic configs, at its default, is accepted,
+    stored and described as an override (source 1)."""
+    names = sorted(n for n, spec in doze.KAFKA_TOPIC_CONFIGS.items()
+                   if spec[1] is not None and n != "remote.storage.enable")
+    configs = {n: doze.KAFKA_TOPIC_CONFIGS[n][1] for n in names}
+    [res] = client.create_topics(("all-configs", 1, configs))
+    assert res.error_code == 0, res
+    got = config_map(describe_configs(client, 2, "all-configs"))
+    assert {n: got[n] for n in names} == {n: (configs[n], 1) for n in names}
+    assert len(got) == len(doze.TOPIC_CONFIGS) == 33          # what a Kafka 4.3.1 topic lists
+    assert len(describe_configs(client, 2, "all-configs", keys=[]).configs) == 33   # [] is "all"
+
+
+@pytest.mark.parametrize("name,value,code,message", [     # Kafka 4.3.1's answers, word for word
+    ("retention.ms", "-5", 40, "Invalid value -5 for configuration retention.ms: Value must be at least -1"),
+    ("segment.bytes", "abc", 40, "Invalid value abc for configuration segment.bytes: Not a number of type INT"),
+    ("compression.type", "brotli", 40, "Invalid value brotli for configuration compression.type: String must "
+                                       "be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ("cleanup.policy", "delete,bogus", 40, "Invalid value bogus for configuration cleanup.policy: String must "
+                                           "be one of: compact, delete"),
+    ("cleanup.policy", "delete,,compact", 40, "Configuration 'cleanup.policy' values must not be empty."),
+    ("unclean.leader.election.enable", "yes", 40, "Invalid value yes for configuration "
+                                                  "unclean.leader.election.enable: Expected value to be either true or false"),
+    ("min.cleanable.dirty.ratio", "2", 40, "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: "
+                                           "Value must be no more than 1"),
+    ("compression.gzip.level", "0", 40, "Invalid value 0 for configuration compression.gzip.level: Value must "
+                                        "be between 1 and 9 or equal to -1"),
+    ("foo.bar", "1", 40, "Unknown topic config name: foo.bar"),
+    ("retention.ms", None, 42, "Null value not supported for : retention.ms"),
+])
+def test_topic_config_values_are_checked_as_kafka_checks_them(client, name, value, code, message):
+    client.create_topic("checked")
+    r = incremental_alter(client, 2, "checked", [(name, 0, value)])
+    assert (r.error_code, r.error_message) == (code, message)
+
+
+def test_topic_config_values_are_stored_as_kafka_writes_them(client):
+    client.create_topic("norm")
+    assert incremental_alter(client, 2, "norm", [("retention.ms", 0, " +5 "), ("preallocate", 0, "TRUE"),
+                                                  ("cleanup.policy", 0, " compact , delete ,delete"),
+                                                  ("min.cleanable.dirty.ratio", 0, "0.5d")]).error_code == 0
+    got = config_map(describe_configs(client, 2, "norm"))
+    assert [got[n][0] for n in ("retention.ms", "preallocate", "cleanup.policy", "min.cleanable.dirty.ratio")] \
+        == ["5", "true", "compact,delete", "0.5"]
+    r = incremental_alter(client, 2, "norm", [("min.compaction.lag.ms", 0, "10"), ("max.compaction.lag.ms", 0, "5")])
+    assert (r.error_code, r.error_message) == (40, "conflict topic config setting min.compaction.lag.ms (10) > "
+                                                   "max.compaction.lag.ms (5)")
+
+
+def test_broker_configs_kafka_has_are_described_and_unknown_ones_kept(client, broker):
+    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
+    assert "sasl.kerberos.min.time.before.relogin" in got and "internal.metadata.log.segment.bytes" not in got
+    assert (got["listeners"].config_type, got["ssl.key.password"].is_sensitive) == (7, True)
+    assert got["log.flush.interval.messages"].value == "9223372036854775807"
+    assert incremental_alter(client, 4, "1", [("sasl.kerberos.min.time.before.relogin", 0, "70000"),
+                                              ("made.up.setting", 0, "x")]).error_code == 0
+    got = {c.name: c for c in describe_configs(client, 4, "1").configs}
+    assert (got["sasl.kerberos.min.time.before.relogin"].value,
+            got["sasl.kerberos.min.time.before.relogin"].config_source) == ("70000", 2)
+    made_up = got["made.up.setting"]                    # Kafka: kept, shown as unknown and secret
+    assert (made_up.value, made_up.is_sensitive, made_up.read_only, made_up.config_type) == (None, True, True, 0)
+    r = incremental_alter(client, 4, "", [("listeners", 0, "PLAINTEXT://:1")])
+    assert (r.error_code, r.error_message) == (42, "Cannot update these configs at default cluster level, "
+                                                   "broker id must be specified: [listeners]")
+    r = incremental_alter(client, 4, "1", [("node.id", 0, "5")])
+    assert (r.error_code, r.error_message) == (42, "Cannot update these configs dynamically: [node.id]")
+
+
+def test_retention_hours_set_in_server_properties_reaches_topics(start_broker):
+    broker = start_broker({"log.retention.hours": "2"})
+    with RawClient(broker.port) as c:
+        c.create_topic("hours")
+        assert config_map(describe_configs(c, 2, "hours"))["retention.ms"] == ("7200000", 5)
+    assert broker.run_in_loop(lambda: broker.logs.topic_config("hours", "retention.ms")) == 7_200_000
+
+
+def test_alter_configs_broker_survives_restart(start_broker):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert incremental_alter(c, 4, "1", [("log.segment.bytes", 0, "5000000")]).error_code == 0
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        got = {c_.name: c_.value for c_ in describe_configs(c, 4, "1").configs}
+        assert got["log.segment.bytes"] == "5000000"
+
+
+def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker):
+    # GROUP resources (32): a group's own value is kept in meta.db; the bounds are the
+    # broker's group.consumer.min/max settings of the run that checks (recorded: group-configs).
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 0, "+50000"),
+                                              ("share.renew.acknowledge.enable", 0, "FALSE")]).error_code == 0
+    stop(broker)
+    broker = start_broker({"group.consumer.max.session.timeout.ms": "40000",
+                           "group.consumer.min.session.timeout.ms": "30000",
+                           "group.consumer.session.timeout.ms": "35000"})
+    with RawClient(broker.port) as c:
+        got = config_map(describe_configs(c, 32, "g"))
+        assert got["consumer.session.timeout.ms"] == ("50000", 8)
+        assert got["share.renew.acknowledge.enable"] == ("false", 8)
+        assert got["consumer.heartbeat.interval.ms"] == ("5000", 5)
+        bad = incremental_alter(c, 32, "g", [("share.isolation.level", 0, "read_committed")])
+        assert (bad.error_code, bad.error_message) == (40, "consumer.session.timeout.ms must be less than "
+                                                           "or equal to group.consumer.max.session.timeout.ms")
+        assert incremental_alter(c, 32, "g", [("consumer.session.timeout.ms", 1, None)]).error_code == 0
+        assert config_map(describe_configs(c, 32, "g"))["consumer.session.timeout.ms"] == ("35000", 4)
+    assert broker.run_in_loop(broker.store.group_configs) == {"g": {"share.renew.acknowledge.enable": "false"}}
+
+
+###############################################################################
+# 13. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+###############################################################################
+
+def any_acl_filter(**kw):
+    f = dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+             host_filter=None, operation=1, permission_type=1)
+    f.update(kw)
+    return f
+
+
+def scram_upsertion(name, mechanism, password, iterations=4096, salt=b"salt-from-the-client"):
+    digest = {1: "sha256", 2: "sha512"}[mechanism] if mechanism in (1, 2) else "sha256"
+    return Msg(name=name, mechanism=mechanism, iterations=iterations, salt=salt,
+               salted_password=hashlib.pbkdf2_hmac(digest, password.encode(), salt, max(1, min(iterations, 4096))))
+
+
+# --- CreateTopics (19) -----------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_every_version(client, version):
+    [res] = client.create_topics(("ct-%d" % version, 2, {"retention.ms": "1234"}), version=version)
+    assert res.error_code == 0
+    if version >= 5:
+        assert (res.num_partitions, res.replication_factor) == (2, 1)
+        configs = {c.name: (c.value, c.config_source) for c in res.configs}
+        assert configs["retention.ms"] == ("1234", 1)
+        assert configs["cleanup.policy"] == ("delete", 5)
+    if version >= 7:
+        assert res.topic_id != bytes(16)
+    [t] = client.metadata(["ct-%d" % version], allow_auto_topic_creation=False).topics
+    assert t.error_code == 0 and len(t.partitions) == 2
+
+
+def test_create_topics_default_partitions(client):
+    [res] = client.create_topics(("dflt", -1, None))
+    assert (res.error_code, res.num_partitions) == (0, 1)
+
+
+def test_create_topics_validate_only_creates_nothing(client):
+    [res] = client.create_topics(("dry", 4, None), validate_only=True)
+    assert (res.error_code, res.num_partitions) == (0, 4)
+    [t] = client.metadata(["dry"], allow_auto_topic_creation=False).topics
+    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize("topic,code", [
+    (("", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (("a/b", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ((".", 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (("x" * 250, 1, None), ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (("zero", 0, None), ErrorCode.INVALID_PARTITIONS),
+    (("minus", -5, None), ErrorCode.INVALID_PARTITIONS),
+    (("cfg", 1, {"no.such.config": "1"}), ErrorCode.INVALID_CONFIG),
+    (("cfg2", 1, {"retention.ms": "soon"}), ErrorCode.INVALID_CONFIG),
+    (("cfg3", 1, {"cleanup.policy": "shred"}), ErrorCode.INVALID_CONFIG),
+])
+def test_create_topics_errors(client, topic, code):
+    [res] = client.create_topics(topic)
+    assert res.error_code == code
+    assert res.error_message
+
+
+@pytest.mark.parametrize("replication", [0, 2, 3])
+def test_create_topics_invalid_replication_factor(client, replication):
+    [res] = client.call(ApiKey.CREATE_TOPICS, 7, topics=[
+        Msg(name="rf", num_partitions=1, replication_factor=replication, configs=[])],
+        timeout_ms=1000).topics
+    assert res.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_create_topics_already_exists_and_collision(client):
+    client.create_topic("exists.here")
+    [res] = client.create_topics(("exists.here", 1, None))
+    assert res.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    [res] = client.create_topics(("exists_here", 1, None))           # '.' and '_' collide
+    assert res.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def test_create_topics_duplicate_in_request_is_invalid_request(client):
+    results = client.create_topics(("dup", 1, None), ("dup", 1, None), ("single", 1, None))
+    # Kafka 4.3.1 (ControllerApis): one entry per duplicated name, after the others
+    assert [(r.name, r.error_code, r.error_message) for r in results] == [
+        ("single", 0, None), ("dup", ErrorCode.INVALID_REQUEST, "Duplicate topic name.")]
+    names = {t.name for t in client.metadata(None).topics}
+    assert "dup" not in names and "single" in names
+
+
+def test_limit_doze_max_partitions_refuses_what_would_pass_it(start_broker):
+    """doze.max.partitions bounds the partitions of every topic together:
+    CreateTopics, CreatePartitions and Metadata's auto-creation past it get
+    POLICY_VIOLATION and make nothing (no directory); what fits is made, and a
+    client producing beside them notices nothing."""
+    broker = start_broker({"doze.max.partitions": 10})
+    with RawClient(broker.port) as c, RawClient(broker.port) as other:
+        c.create_topic("six", 6)
+        other.create_topic("mine", 1)
+        assert other.produce("mine", 0, make_batch([b"before"])).error_code == 0
+        [r] = c.create_topics(("four", 4, {}))
+        assert r.error_code == ErrorCode.POLICY_VIOLATION and "doze.max.partitions (10)" in r.error_message
+        resp = c.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                      topics=[Msg(name="six", count=10, assignments=None)])
+        assert resp.results[0].error_code == ErrorCode.POLICY_VIOLATION
+        [t] = c.metadata(["auto"]).topics                     # num.partitions 1: 7 + 1 fits
+        assert t.error_code == 0
+        [r] = c.create_topics(("three", 3, {}))               # 8 + 3 does not
+        assert r.error_code == ErrorCode.POLICY_VIOLATION
+        c.create_topic("two", 2)                              # 10: the last that fits
+        [t] = c.metadata(["auto-2"]).topics
+        assert t.error_code == ErrorCode.POLICY_VIOLATION
+        data = broker.config.data_dir
+        made = sorted(d.rsplit("-", 1)[0] for d in os.listdir(data) if os.path.isdir(os.path.join(data, d)))
+        assert made == ["auto", "mine"] + ["six"] * 6 + ["two"] * 2
+        assert other.produce("mine", 0, make_batch([b"after"])).base_offset == 1
+        assert other.values("mine", 0) == [(0, b"before"), (1, b"after")]
+
+
+# --- DeleteTopics (20) -----------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(1, 7))
+def test_delete_topics_every_version(client, version):
+    created = client.create_topic("del-me")
+    if version >= 6:
+        resp = client.call(ApiKey.DELETE_TOPICS, version, timeout_ms=1000,
+                           topics=[Msg(name="del-me", topic_id=bytes(16)),
+                                   Msg(name="never-was", topic_id=bytes(16))])
+    else:
+        resp = client.call(ApiKey.DELETE_TOPICS, version, timeout_ms=1000,
+                           topic_names=["del-me", "never-was"])
+    got = [(r.name, r.error_code) for r in resp.responses]
+    assert got == [("del-me", 0), ("never-was", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    if version >= 6:
+        assert resp.responses[0].topic_id == created.topic_id
+    [t] = client.metadata(["del-me"], allow_auto_topic_creation=False).topics
+    assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_delete_topics_by_id_and_recreate_starts_empty(client):
+    created = client.create_topic("again")
+    assert client.produce("again", 0, make_batch([b"old"])).error_code == 0
+    resp = client.call(ApiKey.DELETE_TOPICS, 6, timeout_ms=1000,
+                       topics=[Msg(name=None, topic_id=created.topic_id)])
+    assert [(r.name, r.error_code) for r in resp.responses] == [("again", 0)]
+    client.create_topic("again")
+    assert client.values("again", 0) == []
+    assert client.produce("again", 0, make_batch([b"new"])).base_offset == 0
+
+
+# --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) ------------------------
+
+def test_acls_created_described_deleted_and_kept_in_meta_db(start_broker, caplog):
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    broker = start_broker(acl_settings())
+    with as_user(broker, "admin") as admin, as_user(broker, "alice") as alice:
+        create_acls(admin, acl(R.TOPIC, "t", A.READ), acl(R.TOPIC, "t", A.READ),
+                    acl(R.GROUP, "g", A.ALL, pattern=PREFIXED, principal="User:*"))
+        d = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
+        assert sorted((r.resource_type, r.resource_name, r.pattern_type, [(x.principal, x.operation) for x in r.acls])
+                      for r in d.resources) == [(2, "t", 3, [("User:alice", 3)]), (3, "g", 4, [("User:*", 2)])]
+        m = admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter(resource_type_filter=3, resource_name_filter="gx",
+                                                                 pattern_type_filter=2))
+        assert [r.resource_name for r in m.resources] == ["g"]                  # MATCH: what applies to gx
+        denied = alice.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter())
+        assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert "principal User:alice denied operation DESCRIBE" in caplog.text
+        bad = admin.call(ApiKey.CREATE_ACLS, 3, creations=[Msg(
+            resource_type=4, resource_name="c", resource_pattern_type=3, principal="User:a", host="*",
+            operation=7, permission_type=3)])
+        assert (bad.results[0].error_code, bad.results[0].error_message) == (
+            ErrorCode.INVALID_REQUEST, "The only valid name for the CLUSTER resource is kafka-cluster")
+    stop(broker)
+    with open(os.path.join(broker.config.data_dir, "meta.db"), "rb") as f:
+        assert b"User:alice" in f.read()                          # the ACLs are in meta.db ...
+    broker = start_broker(acl_settings())                          # ... and back after a restart
+    with as_user(broker, "admin") as admin:
+        gone = admin.call(ApiKey.DELETE_ACLS, 3, filters=[Msg(**any_acl_filter(resource_type_filter=2)),
+                                                          Msg(**any_acl_filter(principal_filter="User:alice"))])
+        assert [len(r.matching_acls) for r in gone.filter_results] == [1, 1]       # matched twice, gone once
+        assert [r.resource_name for r in admin.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).resources] == ["g"]
+
+
+def test_acl_apis_without_an_authorizer_are_security_disabled(client):
+    assert client.call(ApiKey.DESCRIBE_ACLS, 3, **any_acl_filter()).error_code == ErrorCode.SECURITY_DISABLED
+
+
+# --- CreatePartitions (37) -------------------------------------------------------
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_create_partitions_grow(client, version):
+    client.create_topic("grow", partitions=1)
+    resp = client.call(ApiKey.CREATE_PARTITIONS, version, timeout_ms=1000, validate_only=False,
+                       topics=[Msg(name="grow", count=3, assignments=None)])
+    assert [(r.name, r.error_code) for r in resp.results] == [("grow", 0)]
+    [t] = client.metadata(["grow"]).topics
+    assert len(t.partitions) == 3
+    assert client.produce("grow", 2, make_batch([b"p2"])).error_code == 0
+    assert client.values("grow", 2) == [(0, b"p2")]
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_create_partitions_shrink_or_same_is_invalid(client, count):
+    client.create_topic("keep", partitions=2)
+    resp = client.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                       topics=[Msg(name="keep", count=count, assignments=None)])
+    assert resp.results[0].error_code == ErrorCode.INVALID_PARTITIONS
+    assert len(client.metadata(["keep"]).topics[0].partitions) == 2
+
+
+def test_create_partitions_unknown_topic_and_validate_only(client):
+    client.create_topic("vo", partitions=1)
+    resp = client.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=True,
+                       topics=[Msg(name="vo", count=5, assignments=None),
+                               Msg(name="ghost", count=5, assignments=None)])
+    assert [r.error_code for r in resp.results] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert len(client.metadata(["vo"]).topics[0].partitions) == 1
+
+
+def test_create_partitions_of_a_topic_deleted_between_two_steps_leaves_nothing(start_broker, monkeypatch):
+    """Verifies that partitions made for a topic a DeleteTopics removed meanwhile
+    are thrown away: the CreatePartitions answers UNKNOWN_TOPIC_OR_PARTITION, and
+    neither memory nor meta.db (after a restart) nor the data directory keeps any
+    of them. (It used to save the topic's row again and keep 10,000 orphan logs.)"""
+    broker = start_broker()
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        a.create_topic("gone", partitions=1)
+        reached, release = held(monkeypatch, doze.LogManager, "_make_partitions", "after")
+        cid, _ = a.send(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                        topics=[Msg(name="gone", count=300, assignments=None)])
+        assert reached.wait(5)
+        delete_topic(b, "gone")
+        release.set()
+        got, resp = a.receive(ApiKey.CREATE_PARTITIONS, 3)
+        assert (got, [r.error_code for r in resp.results]) == (cid, [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+        left = broker.run_in_loop(lambda: ([tp for tp in broker.logs.logs if tp[0] == "gone"], dict(broker.logs.creating)))
+        assert left == ([], {})
+        data = broker.config.data_dir
+        assert wait_until(lambda: not [d for d in os.listdir(data) if d.startswith("gone-")])
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        [t] = c.metadata(["gone"], allow_auto_topic_creation=False).topics
+        assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) --------
+
+def test_scram_admin_alter_then_authenticate_then_describe(start_broker):
+    """KIP-554: the client sends salt and SaltedPassword; the user can then log in."""
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            scram_upsertion("erin", 2, "erin-secret", 4096)])
+        assert [(x.user, x.error_code, x.error_message) for x in r.results] == [("erin", 0, None)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
+        assert [(x.user, x.error_code, [(i.mechanism, i.iterations) for i in x.credential_infos])
+                for x in d.results] == [("erin", 0, [(2, 4096)])]
+    with RawClient(sasl_port(broker)) as c:
+        client = ScramClient("SCRAM-SHA-512", "erin", "erin-secret")
+        first = sasl_authenticate(c, "SCRAM-SHA-512", [client.first()])[0]
+        assert bytes(first.auth_bytes).endswith(b",s=" + base64.b64encode(b"salt-from-the-client") + b",i=4096")
+        assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final(bytes(first.auth_bytes))).error_code == 0
+    with RawClient(broker.port) as admin:
+        r = admin.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[Msg(name="erin", mechanism=2)],
+                       upsertions=[])
+        assert [(x.user, x.error_code) for x in r.results] == [("erin", 0)]
+        d = admin.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="erin")])
+        assert [(x.user, x.error_code, x.error_message) for x in d.results] == [
+            ("erin", ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist: erin")]
+
+
+def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
+    client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[scram_upsertion("old", 1, "x")])
+    r = client.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[
+        Msg(name="ghost", mechanism=1), Msg(name="old", mechanism=1)], upsertions=[
+        scram_upsertion("", 1, "x"), scram_upsertion("few", 1, "x", iterations=100),
+        scram_upsertion("many", 1, "x", iterations=16385), scram_upsertion("odd", 3, "x"),
+        scram_upsertion("old", 2, "x"), scram_upsertion("both", 1, "x"), scram_upsertion("both", 2, "x"),
+        scram_upsertion("fine", 1, "x")])
+    got = {x.user: (x.error_code, x.error_message) for x in r.results}
+    assert got == {
+        "ghost": (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"),
+        "": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
+        "few": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"),
+        "many": (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"),
+        "odd": (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"),
+        "old": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "both": (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"),
+        "fine": (0, None)}
+    d = client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[Msg(name="fine"), Msg(name="old"),
+                                                                     Msg(name="old")])
+    assert {(x.user, x.error_code) for x in d.results} == {("fine", 0), ("old", ErrorCode.DUPLICATE_RESOURCE)}
+    assert sorted(x.user for x in client.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[]).results) == \
+        ["fine", "old"]
+
+
+###############################################################################
+# 14. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+###############################################################################
+
+def raw_connection(broker):
+    return RawClient(broker.port)
+
 
 def answers(client, wait_s=2):
     """Does the connection answer an ApiVersions within wait_s? False: no answer
@@ -6327,14 +5392,630 @@ def answers(client, wait_s=2):
         return False
 
 
+SERVED = [(key, v) for key, (spec, _) in sorted(doze.HANDLERS.items())
+          for v in range(spec.min_served, spec.max_version + 1)]
+
+
+TWO_LISTENERS = {"listeners": "CLIENT://127.0.0.1:0,BACKEND://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                 "listener.security.protocol.map": "CLIENT:PLAINTEXT,BACKEND:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                 "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "BACKEND",
+                 "advertised.listeners": "CLIENT://clients.example:19092,BACKEND://127.0.0.1:0"}
+
+
+def addresses_seen_on(port):
+    """What a client of this port is told: Metadata's, FindCoordinator's and DescribeCluster's broker."""
+    with RawClient(port) as c:
+        [m] = c.metadata(None).brokers
+        c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)       # makes __consumer_offsets
+        f = c.call(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+        [d] = c.call(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False).brokers
+        return {(m.host, m.port), (f.host, f.port), (d.host, d.port)}
+
+
+# --- TLS ---------------------------------------------------------------------------
+
+# Test certificates (EC P-256, valid until 2126), made once with openssl for these tests only:
+#   a CA "doze-test-ca"; a server certificate for localhost / 127.0.0.1; a client
+#   certificate "C=US, O=Acme, Inc, OU=eng, CN=alice"; the server key also as
+#   encrypted PKCS#8 (password "keypass").
+TEST_CA_PEM = """\
+-----BEGIN CERTIFICATE-----
+MIIBhTCCASugAwIBAgIUJ5BdPEBqq+ovvrtX3KzStBOBimswCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAXMRUwEwYDVQQDDAxkb3plLXRlc3QtY2EwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAAQaOj+w8d+vbN4cQLlcr9UKnvGGsORUWunOR4R40OVbN8Fl
+ZivmbfX58aVpHfp3kspi/Y669wT40iBlN1zLL0eio1MwUTAdBgNVHQ4EFgQUeItm
+/RKZqnJX7Qkbn0YQbCvT1YEwHwYDVR0jBBgwFoAUeItm/RKZqnJX7Qkbn0YQbCvT
+1YEwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA40clyDI+JIAa
+CNmjRP4L5Bvv6eiFV9Pg3ZUCjk6nIMQCIDe5krVs48lQhDoZKGqzK8LvZld0OLLz
+cVfTXgzyn+mc
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgYtQ2F/SH5wnwVJLR
+0agatIoc2uYGZQi0x87HkCsaDK+hRANCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9
+g1naBUvKFddxjsNwBVHkjYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6
+-----END PRIVATE KEY-----
+"""
+TEST_SERVER_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBjjCCATOgAwIBAgIUP1m9XTfI6xJCp3i41or7YPO+zq0wCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYx
+MTA3MTM1OTA3WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggq
+hkjOPQMBBwNCAARaW7uKMZbWmtKlYi6Ac+LPuEuNCwa9g1naBUvKFddxjsNwBVHk
+jYoqyhpM/BnSjmJ6XEx4yThogxYe9X36Lwd6o14wXDAaBgNVHREEEzARgglsb2Nh
+bGhvc3SHBH8AAAEwHQYDVR0OBBYEFKd4TQroR43dpVrUto0HwQSybM+bMB8GA1Ud
+IwQYMBaAFHiLZv0SmapyV+0JG59GEGwr09WBMAoGCCqGSM49BAMCA0kAMEYCIQCn
+kPIBAgswsK3BImx7amaDeWZ1OxRn3n4+lVKbd8c9xQIhAM5Lx2dc9uMdeDCZORxp
+RY0RiGaMTNvkwYcfJ+iv0jR8
+-----END CERTIFICATE-----
+"""
+TEST_SERVER_KEY_ENCRYPTED = """\
+-----BEGIN ENCRYPTED PRIVATE KEY-----
+MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAjA/ExQpyRk/wICCAAw
+DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEBTzekkwjPKZ9B62UnCigW8EgZCd
+hXeTkZE7qh8GHsJtbY7ElrScGt8sUVdwnkSUf6qJnUoeGEL6olLwIWP5TAuROaLr
++lsPwp8Q2/Fo2g62hXLWPzw0fCZnRYZco94sQkGzoWFkeiz3V66+peD0sXckYajo
+XO8aWYyvRm234w3SBYBimueM5965eNTE17b1g8mZg9NSHK+oNX/Q7bSR+edV3q4=
+-----END ENCRYPTED PRIVATE KEY-----
+"""
+TEST_ALICE_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg77rUhtiUODCdH/HR
+kEXxDUM0RiWDrNkelCpsAx0d0+mhRANCAAR5udfsU7ZtJQQFfKH4a9I+vrK5XqdU
+Vur55dpjbUcT5XEu/WoMUE3XvvXn/+LhZ5WvS+Axzez0LRBI/EgpGE0A
+-----END PRIVATE KEY-----
+"""
+TEST_ALICE_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBUjCB+QIUP1m9XTfI6xJCp3i41or7YPO+zq4wCgYIKoZIzj0EAwIwFzEVMBMG
+A1UEAwwMZG96ZS10ZXN0LWNhMCAXDTI2MTIwMTEzNTkwN1oYDzIxMjYxMTA3MTM1
+OTA3WjA/MQswCQYDVQQGEwJVUzESMBAGA1UECgwJQWNtZSwgSW5jMQwwCgYDVQQL
+DANlbmcxDjAMBgNVBAMMBWFsaWNlMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+ebnX7FO2bSUEBXyh+GvSPr6yuV6nVFbq+eXaY21HE+VxLv1qDFBN17715//i4WeV
+r0vgMc3s9C0QSPxIKRhNADAKBggqhkjOPQQDAgNIADBFAiEAzib7TGAAPzfvgzLa
+Vtq2vRnMXkmnbSmX9hCuE/qJXsoCIGrfUtLf/yQ/5qT3w9Poj12ZxR1xBPp0xOYl
+FWryjvS2
+-----END CERTIFICATE-----
+"""
+
+
+@pytest.fixture
+def pem(tmp_path):
+    """The test certificates as files: keystore (key + chain), ca, alice's."""
+    files = {"keystore": TEST_SERVER_KEY + TEST_SERVER_CERT, "ca": TEST_CA_PEM,
+             "alice_key": TEST_ALICE_KEY, "alice_cert": TEST_ALICE_CERT}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = str(tmp_path / f"{name}.pem")
+        with open(paths[name], "w") as f:
+            f.write(text)
+    return paths
+
+
+def tls_settings(pem, **more):
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": pem["keystore"],
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": pem["ca"]}
+    settings.update({k.replace("_", "."): v for k, v in more.items()})
+    return settings
+
+
+class TlsClient(RawClient):
+    """RawClient over TLS, verifying the broker against the test CA."""
+
+    def __init__(self, port, cert=None, key=None, timeout=SOCKET_TIMEOUT_S):
+        ctx = ssl.create_default_context(cadata=TEST_CA_PEM)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.client_id = "doze-test"
+        self.next_correlation_id = 0
+
+
+def ssl_port(broker):
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == "SSL"]
+    return port
+
+
+def port_of(broker, protocol):
+    [port] = [b.listener.port for b in broker.listeners.bound if b.listener.protocol == protocol]
+    return port
+
+
+def hostile_sasl_and_tls(case, broker):
+    """One misbehaving client of test_sasl_and_tls_hostile_clients_leave_others_alone;
+    it must be closed (or answered with its error, then closed)."""
+    plain, tls = port_of(broker, "SASL_PLAINTEXT"), ssl_port(broker)
+    if case in ("TLS garbage", "TLS closed mid-handshake"):
+        with socket.create_connection(("127.0.0.1", tls)) as s:
+            s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE) if case == "TLS garbage"
+                      else b"\x16\x03\x01\x00\xff")
+            if case == "TLS garbage":
+                s.settimeout(5)
+                try:
+                    assert s.recv(100) == b""
+                except ConnectionResetError:
+                    pass
+        return
+    with RawClient(plain) as c:
+        scram = ScramClient("SCRAM-SHA-256", "bob", "bob-secret")
+        if case == "wrong password":
+            assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "nope")])[0].error_code == 58
+        elif case == "unknown mechanism":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="GSSAPI").error_code == 33
+        elif case == "request before authentication":
+            c.send(ApiKey.METADATA, None, topics=None)
+        elif case == "out of order":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+            c.send(ApiKey.METADATA, None, topics=None)
+        elif case == "garbage token":
+            assert sasl_authenticate(c, "SCRAM-SHA-256", [b"\xff\xfe garbage"])[0].error_code == 58
+        elif case == "oversized token":
+            assert c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+            c.send(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\0" * 5000)
+        elif case == "wrong nonce":
+            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
+            bad = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=scram.final(bytes(first.auth_bytes), "forged"))
+            assert bad.error_code == 58
+        elif case == "replayed client-final":
+            first = sasl_authenticate(c, "SCRAM-SHA-256", [scram.first()])[0]
+            final = scram.final(bytes(first.auth_bytes))
+            assert c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 0
+            with RawClient(plain) as other:
+                other_first = sasl_authenticate(other, "SCRAM-SHA-256", [scram.first()])[0]
+                assert other_first.error_code == 0
+                assert other.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=final).error_code == 58
+                assert other.is_closed_by_broker(3)
+            return
+        assert c.is_closed_by_broker(3)
+
+
+HOSTILE_SASL_AND_TLS = {   # case -> what the broker's log says about it
+    "wrong password": "SASL PLAIN authentication failed",
+    "unknown mechanism": "SASL mechanism 'GSSAPI' is not enabled",
+    "request before authentication": "METADATA before SASL authentication",
+    "out of order": "while authenticating with PLAIN: only SaslAuthenticate",
+    "garbage token": "SASL SCRAM-SHA-256 authentication failed",
+    "oversized token": "larger than socket.request.max.bytes (4096)",
+    "wrong nonce": "SASL SCRAM-SHA-256 authentication failed",
+    "replayed client-final": "SASL SCRAM-SHA-256 authentication failed",
+    "TLS garbage": "TLS handshake failed",
+    "TLS closed mid-handshake": "TLS handshake failed",
+}
+
+
+# --- Frames in, answers out in order ---------------------------------------------
+
+def test_server_pipelined_requests_are_answered_in_order(client):
+    client.create_topic("pipe")
+    plan = [(ApiKey.PRODUCE, 9, dict(acks=-1, timeout_ms=1000, topic_data=[
+                Msg(name="pipe", partition_data=[Msg(index=0, records=make_batch([b"p%d" % i]))])]))
+            for i in range(4)]
+    plan.insert(1, (ApiKey.API_VERSIONS, 0, {}))
+    plan.insert(3, (ApiKey.METADATA, 12, dict(topics=None)))
+    plan.append((ApiKey.LIST_OFFSETS, 11, dict(replica_id=-1, topics=[
+        Msg(name="pipe", partitions=[Msg(partition_index=0, timestamp=-1)])])))
+    frames = b"".join(RawClient.encode(key, v, 100 + i, **f) for i, (key, v, f) in enumerate(plan))
+    client.sock.sendall(frames)                              # all at once, one write
+    answers = [client.receive(key, v) for key, v, _ in plan]
+    assert [cid for cid, _ in answers] == [100 + i for i in range(len(plan))]
+    produced = [m.responses[0].partition_responses[0].base_offset
+                for (cid, m), (key, _, _) in zip(answers, plan) if key == ApiKey.PRODUCE]
+    assert produced == [0, 1, 2, 3]
+
+
+def test_server_pipelined_request_sees_an_earlier_acked_produce(client):
+    """Kafka handles one request per connection at a time (the channel is muted
+    until the response is sent), so a ListOffsets or Fetch sent right behind a
+    Produce sees that produce's records."""
+    client.create_topic("ryw")
+    produce = RawClient.encode(ApiKey.PRODUCE, 9, 1, acks=-1, timeout_ms=1000, topic_data=[
+        Msg(name="ryw", partition_data=[Msg(index=0, records=make_batch([b"mine"]))])])
+    latest = RawClient.encode(ApiKey.LIST_OFFSETS, 11, 2, replica_id=-1, topics=[
+        Msg(name="ryw", partitions=[Msg(partition_index=0, timestamp=-1)])])
+    client.sock.sendall(produce + latest)
+    _, acked = client.receive(ApiKey.PRODUCE, 9)
+    _, offsets = client.receive(ApiKey.LIST_OFFSETS, 11)
+    assert acked.responses[0].partition_responses[0].base_offset == 0
+    # The answer sent after the Produce ack must not predate it.
+    assert offsets.topics[0].partitions[0].offset == 1
+
+
+def test_server_serves_hundreds_of_connections_at_once(broker):
+    """Verifies that 300 connections, each with a request in flight, are all
+    answered (one selectors loop, non-blocking sockets)."""
+    clients = [RawClient(broker.port) for _ in range(300)]
+    try:
+        sent = [c.send(ApiKey.API_VERSIONS, 3, client_software_name="t",
+                       client_software_version="1") for c in clients]
+        for c, (cid, version) in zip(clients, sent):
+            got, msg = c.receive(ApiKey.API_VERSIONS, version)
+            assert (got, msg.error_code) == (cid, 0)
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.mark.parametrize("size", [-1, -2 ** 31, 2 ** 31 - 1])
+def test_server_bad_frame_length_closes_the_connection(broker, bystander, size):
+    with raw_connection(broker) as bad:
+        bad.sock.sendall(struct.pack(">i", size) + b"\x00" * 16)
+        assert bad.is_closed_by_broker()
+
+
+def test_server_frame_over_socket_request_max_bytes_closes(start_broker):
+    broker = start_broker({"socket.request.max.bytes": 1000})
+    with RawClient(broker.port) as bystander, RawClient(broker.port) as bad:
+        bystander.call(ApiKey.API_VERSIONS, 0)
+        bystander.create_topic("big")
+        assert bystander.produce("big", 0, make_batch([b"x" * 500])).error_code == 0
+        bad.sock.sendall(RawClient.encode(ApiKey.PRODUCE, 9, 1, acks=-1, timeout_ms=1000,
+                                          topic_data=[Msg(name="big", partition_data=[
+                                              Msg(index=0, records=make_batch([b"y" * 2000]))])]))
+        assert bad.is_closed_by_broker()
+        assert bystander.values("big", 0) == [(0, b"x" * 500)]
+
+
+@pytest.mark.parametrize("key", [7, 99, 1000, -1])
+def test_server_unknown_api_key_closes_the_connection(broker, bystander, key):
+    with raw_connection(broker) as bad:
+        body = struct.pack(">hhih", key, 0, 1, -1)
+        bad.sock.sendall(struct.pack(">i", len(body)) + body)
+        assert bad.is_closed_by_broker()
+
+
+@pytest.mark.parametrize("key,version", [(ApiKey.PRODUCE, 0), (ApiKey.PRODUCE, 2),
+                                         (ApiKey.METADATA, 13), (ApiKey.FETCH, 3),
+                                         (ApiKey.FETCH, 13), (ApiKey.CREATE_TOPICS, 1)])
+def test_server_unsupported_version_closes_the_connection(broker, bystander, key, version):
+    with raw_connection(broker) as bad:
+        body = struct.pack(">hhih", key, version, 1, -1) + b"\x00" * 40
+        bad.sock.sendall(struct.pack(">i", len(body)) + body)
+        assert bad.is_closed_by_broker()
+
+
+@pytest.mark.parametrize("bad", ["unknown-api-key", "unsupported-version", "truncated", "oversized"])
+def test_server_a_refused_frame_closes_only_after_the_answers_owed_before_it(broker, bystander, bad):
+    """An OffsetCommit (its answer held for meta.db's group commit) and an
+    ApiVersions pipelined in one write with a frame that is refused after
+    them: both answers arrive, then the close (the long fuzz found the answer
+    dropped). Kafka reads a connection's next request only once it has
+    answered the one before."""
+    with raw_connection(broker) as c:
+        c.create_topic("owed")
+        commit = RawClient.encode(ApiKey.OFFSET_COMMIT, 8, 7, group_id="owed-g", generation_id_or_member_epoch=-1,
+                                  member_id="", topics=[Msg(name="owed", partitions=[
+                                      Msg(partition_index=0, committed_offset=5, committed_metadata="")])])
+        versions = RawClient.encode(ApiKey.API_VERSIONS, 3, 8, **SOFTWARE)
+        refused = {"unknown-api-key": struct.pack(">hhih", 999, 0, 9, -1),
+                   "unsupported-version": struct.pack(">hhih", ApiKey.PRODUCE, 0, 9, -1) + bytes(20),
+                   "truncated": RawClient.encode(ApiKey.METADATA, 12, 9, topics=None)[4:-3]}.get(bad)
+        tail = struct.pack(">i", len(refused)) + refused if refused else struct.pack(">i", 2 ** 31 - 1) + bytes(8)
+        c.sock.sendall(commit + versions + tail)
+        cid, answer = c.receive(ApiKey.OFFSET_COMMIT, 8)
+        assert cid == 7 and answer.topics[0].partitions[0].error_code == 0
+        assert c.receive(ApiKey.API_VERSIONS, 3)[0] == 8
+        assert c.is_closed_by_broker()
+    with raw_connection(broker) as again:
+        assert again.call(ApiKey.OFFSET_FETCH, 7, group_id="owed-g", topics=None,
+                          require_stable=False).topics[0].partitions[0].committed_offset == 5
+
+
+def test_server_truncated_body_closes_only_that_connection(broker, bystander):
+    for key, version in SERVED:
+        spec = doze.HANDLERS[key][0]
+        frame = RawClient.encode(key, version, 5, **vars(sample_struct(spec.request, False)))
+        header = 4 + 10 + len("doze-test") + (1 if spec.flexible(version) else 0)
+        if len(frame) <= header:
+            continue                                     # an empty body cannot be cut
+        cut = frame[4:header + (len(frame) - header) // 2]
+        with raw_connection(broker) as bad:
+            bad.sock.sendall(struct.pack(">i", len(cut)) + cut)
+            assert bad.is_closed_by_broker(), (key.name, version)
+    assert bystander.call(ApiKey.API_VERSIONS, 0).error_code == 0
+
+
+def test_server_random_bytes_never_kill_the_broker(broker, bystander):
+    rng = random.Random(7)
+    for i in range(150):
+        key, version = SERVED[i % len(SERVED)]
+        if key in (ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS):
+            continue                                     # could legitimately make 10^9 partitions
+        body = struct.pack(">hhih", key, version, i, -1) + rng.randbytes(rng.randrange(0, 80)) \
+            if hasattr(rng, "randbytes") else struct.pack(">hhih", key, version, i, -1) + os.urandom(40)
+        with raw_connection(broker) as bad:
+            bad.sock.sendall(struct.pack(">i", len(body)) + body)
+            bad.sock.settimeout(0.05)
+            try:
+                bad.sock.recv(65536)                     # an answer or a close: both fine
+            except (socket.timeout, ConnectionError):
+                pass
+    assert bystander.call(ApiKey.API_VERSIONS, 0).error_code == 0
+
+
+def test_server_a_request_of_too_many_elements_closes_its_connection(broker, bystander):
+    with RawClient(broker.port) as c:
+        c.send(ApiKey.METADATA, 12, topics=[Msg(name="t") for _ in range(doze.MAX_REQUEST_ELEMENTS + 1)],
+               allow_auto_topic_creation=False)
+        assert c.is_closed_by_broker()
+    with RawClient(broker.port) as c:
+        resp = c.metadata(["t%d" % i for i in range(1000)], allow_auto_topic_creation=False)
+        assert len(resp.topics) == 1000
+
+
+# --- TLS on the loop, and SASL over it -------------------------------------------
+
+def test_tls_listener_serves_requests_and_fetch_without_sendfile(start_broker, pem):
+    broker = start_broker(tls_settings(pem))
+    port = ssl_port(broker)
+    with TlsClient(port) as c:
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+        [b] = c.metadata(None).brokers
+        assert (b.host, b.port) == ("127.0.0.1", port)          # the SSL listener's own address
+        c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name="t", num_partitions=1, replication_factor=1,
+                                                    assignments=[], configs=[])], timeout_ms=5000)
+        values = [bytes([i]) * 3000 for i in range(200)]          # bigger than one TLS record
+        assert c.produce("t", 0, make_batch(values)).error_code == 0
+        assert [v for _, v in c.values("t", 0)] == values
+    with RawClient(broker.port) as plain:                         # the PLAINTEXT listener beside it
+        assert plain.metadata(None).brokers[0].port == broker.port
+
+
+def test_tls_client_certificate_gives_the_mapped_principal(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required",
+                                       ssl_principal_mapping_rules="RULE:^CN=(.*?),OU=eng,.*$/$1/U,DEFAULT"))
+    with TlsClient(ssl_port(broker), pem["alice_cert"], pem["alice_key"]) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ALICE"]
+    with RawClient(broker.port) as plain:
+        assert plain.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        assert principals(broker) == ["User:ANONYMOUS"]
+
+
+def test_tls_required_client_auth_refuses_a_client_without_a_certificate(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem, ssl_client_auth="required"))
+    with RawClient(broker.port) as bystander:
+        with pytest.raises((ssl.SSLError, OSError, EOFError)):
+            with TlsClient(ssl_port(broker)) as c:
+                c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+
+
+def test_java_host_address_prints_ipv6_as_java_does():
+    assert doze.java_host_address("::1") == "0:0:0:0:0:0:0:1"
+    assert doze.java_host_address("127.0.0.1") == "127.0.0.1"
+
+
+def test_tls_rfc2253_names_as_java_prints_them():
+    subject = ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
+               (("organizationalUnitName", "eng"),), (("commonName", "alice"),), (("emailAddress", "a@b.c"),))
+    assert doze.rfc2253(subject) == "1.2.840.113549.1.9.1=#16056140622e63,CN=alice,OU=eng,O=Acme\\, Inc,C=US"
+    assert doze.rfc2253(((("commonName", "#x "),),)) == "CN=\\#x\\ "
+
+
+@pytest.mark.parametrize("rules, dn, name", [
+    ("DEFAULT", "CN=alice,O=Acme", "CN=alice,O=Acme"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=kafka1,OU=ServiceUsers,O=Org", "kafka1"),
+    ("RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L", "CN=Duke,OU=JavaSoft,O=Sun", "duke@javasoft"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/", "CN=x,O=y", None),
+    ("", "CN=x", None),
+])
+def test_tls_principal_mapping_rules_as_kafka_applies_them(rules, dn, name):
+    assert doze.map_principal(doze.parse_principal_rules(rules), dn) == name
+
+
+def test_tls_principal_mapping_rule_that_does_not_parse_stops_the_start(start_broker, pem):
+    with pytest.raises(ValueError, match="Invalid rule: `FOO`"):
+        start_broker(tls_settings(pem, ssl_principal_mapping_rules="FOO"))
+
+
+def test_tls_inline_pem_keystore_with_an_encrypted_key(start_broker, pem):
+    broker = start_broker(tls_settings(pem, ssl_keystore_location=None) | {
+        "ssl.keystore.key": TEST_SERVER_KEY_ENCRYPTED, "ssl.keystore.certificate.chain": TEST_SERVER_CERT,
+        "ssl.key.password": "keypass", "ssl.truststore.certificates": TEST_CA_PEM,
+        "ssl.truststore.location": None})
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+@pytest.mark.parametrize("more, message", [
+    ({"ssl.keystore.type": "JKS"}, "doze reads PEM keystores only"),
+    ({"ssl.keystore.password": "x"}, "SSL key store password cannot be specified with PEM format"),
+    ({"ssl.keystore.location": None}, "an SSL listener needs a key and certificate"),
+    ({"ssl.keystore.location": None, "ssl.keystore.key": TEST_SERVER_KEY}, "certificate chain is not specified"),
+    ({"ssl.keystore.key": TEST_SERVER_KEY, "ssl.keystore.certificate.chain": TEST_SERVER_CERT},
+     "Both SSL key store location and separate private key are specified"),
+    ({"ssl.truststore.password": "x"}, "SSL trust store password cannot be specified for PEM format"),
+    ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols TLSv1.1"),
+    ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
+    ({"ssl.keystore.location": "/nonexistent.pem"}, "Failed to load PEM SSL keystore"),
+])
+def test_tls_settings_kafka_refuses_stop_the_start(start_broker, pem, more, message):
+    settings = tls_settings(pem)
+    settings.update(more)
+    with pytest.raises(ValueError, match=message):
+        start_broker({k: v for k, v in settings.items() if v is not None})
+
+
+def test_tls_per_listener_settings_win(start_broker, pem):
+    """listener.name.<name>.ssl.* for one listener, over the plain ssl.* ones."""
+    settings = tls_settings(pem, ssl_keystore_type="JKS")       # would stop the start ...
+    settings["listener.name.ssl.ssl.keystore.type"] = "PEM"     # ... but not for listener SSL
+    broker = start_broker(settings)
+    with TlsClient(ssl_port(broker)) as c:
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_garbage_closes_only_that_connection(start_broker, pem, caplog):
+    broker = start_broker(tls_settings(pem))
+    with RawClient(broker.port) as bystander, socket.create_connection(("127.0.0.1", ssl_port(broker))) as s:
+        s.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 1, **SOFTWARE))   # Kafka bytes, not TLS
+        s.settimeout(5)
+        try:
+            assert s.recv(100) == b""                             # closed ...
+        except ConnectionResetError:
+            pass                                                  # ... with its bytes unread: a reset
+        assert wait_until(lambda: "TLS handshake failed" in caplog.text)
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+
+
+def test_tls_a_stalled_handshake_is_cut_off_at_the_frame_timeout(start_broker, pem):
+    clock = FakeClock()
+    broker = start_broker(tls_settings(pem, doze_frame_timeout_ms=30_000), clock=clock)
+    with socket.create_connection(("127.0.0.1", ssl_port(broker))) as s, RawClient(broker.port) as ok:
+        s.sendall(b"\x16\x03\x01")                              # the start of a ClientHello, no more
+        assert wait_until(lambda: broker.run_in_loop(lambda: any(c.handshaking for c in broker.connections)))
+        clock.advance(25_000)
+        loop_passes(broker)                                      # the sweep ran at 25 s
+        assert answers(ok)
+        s.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            s.recv(1)                                            # 25 s in: still open
+        clock.advance(10_000)
+        s.settimeout(5)
+        assert s.recv(1) == b""                                  # past 30 s: closed
+
+
+def test_sasl_ssl_listener_does_tls_then_sasl(start_broker, pem):
+    settings = {**tls_settings(pem), **sasl_settings()}
+    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
+    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
+    broker = start_broker(settings)
+    with TlsClient(sasl_port(broker)) as c:
+        a = sasl_authenticate(c, "PLAIN", [plain_token("admin", "admin-secret")])[0]
+        assert a.error_code == 0
+        assert principals(broker) == ["User:admin"]
+        assert c.metadata(None).brokers[0].port == sasl_port(broker)
+
+
+def test_sasl_ssl_takes_ssl_client_auth_only_listener_prefixed(start_broker, pem, caplog):
+    """Kafka's ChannelBuilders: on a SASL_SSL listener a plain ssl.client.auth is
+    ignored (with Kafka's warning); listener.name.<l>.ssl.client.auth applies."""
+    settings = {**tls_settings(pem), **sasl_settings(), "ssl.client.auth": "required",
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS}
+    broker = start_broker(settings)
+    with TlsClient(sasl_port(broker)) as c:                    # no client certificate: still in
+        assert sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])[0].error_code == 0
+    assert "is applied only to SSL listeners" in caplog.text
+    stop(broker)
+    broker = start_broker(dict(settings, **{"listener.name.sasl_ssl.ssl.client.auth": "required"}))
+    with pytest.raises((ssl.SSLError, OSError, EOFError)):
+        with TlsClient(sasl_port(broker)) as c:
+            c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_SASL_AND_TLS))
+def test_sasl_and_tls_hostile_clients_leave_others_alone(start_broker, pem, caplog, case):
+    """A client authenticated with SCRAM over SASL_SSL produces before and after each
+    misbehaving client, whose connection alone closes with a log line that says why."""
+    caplog.set_level(logging.INFO, logger="doze_kafka")
+    settings = {**tls_settings(pem), **sasl_settings(sasl_server_max_receive_size=4096)}
+    settings["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0," \
+                            "SSL://127.0.0.1:0"
+    settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] = PLAIN_JAAS
+    broker = start_broker(settings)
+    add_scram_user(broker, "bob", "bob-secret")
+    add_scram_user(broker, "carol", "carol-secret", "SCRAM-SHA-512")
+    with TlsClient(port_of(broker, "SASL_SSL")) as bystander:
+        scram = ScramClient("SCRAM-SHA-512", "carol", "carol-secret")
+        first = sasl_authenticate(bystander, "SCRAM-SHA-512", [scram.first()])[0]
+        assert bystander.call(ApiKey.SASL_AUTHENTICATE, 2,
+                              auth_bytes=scram.final(bytes(first.auth_bytes))).error_code == 0
+        bystander.create_topic("calm")
+        assert bystander.produce("calm", 0, make_batch([b"before"])).base_offset == 0
+        hostile_sasl_and_tls(case, broker)
+        assert wait_until(lambda: HOSTILE_SASL_AND_TLS[case] in caplog.text), caplog.text[-2000:]
+        assert bystander.produce("calm", 0, make_batch([b"after"])).base_offset == 1
+        assert bystander.fetch("calm", 0, 0).high_watermark == 2
+    assert "Traceback" not in caplog.text and "bob-secret" not in caplog.text
+
+
+# --- Dispatch: a request to its handler, its answer back ---------------------------
+
+def test_server_api_versions_unknown_version_gets_v0_fallback(client):
+    """KIP-511: ApiVersions v9 (request header v2) is answered in the v0 format
+    with UNSUPPORTED_VERSION and ApiVersions' own range, as Kafka 4.3.1 does."""
+    body = (struct.pack(">hhih", 18, 9, 42, 3) + b"cli" + b"\x00"     # header v2
+            + b"\x04doze\x020\x00")                                     # a v9 body nobody reads
+    client.sock.sendall(struct.pack(">i", len(body)) + body)
+    frame = client.read_frame()
+    assert frame.hex() == ("0000002a" "0023" "00000001" "0012" "0000" "0004")
+    assert client.call(ApiKey.API_VERSIONS, 4, **SOFTWARE).error_code == 0   # the connection lives
+
+
+def test_server_a_handler_that_fails_is_answered_or_closes_only_its_connection(broker, bystander,
+                                                                              monkeypatch, caplog):
+    """A bug in a handler: one log line saying where (no traceback), the request
+    answered with UNKNOWN_SERVER_ERROR where its response has an error code,
+    else that connection closed; nobody else notices."""
+    def broken(ctx, req):
+        raise ZeroDivisionError("on purpose")
+    for key in (ApiKey.HEARTBEAT, ApiKey.METADATA):
+        monkeypatch.setitem(doze.HANDLERS, key, (doze.HANDLERS[key][0], broken))
+    with RawClient(broker.port) as c:
+        assert c.call(ApiKey.HEARTBEAT, 4, group_id="g", generation_id=1, member_id="m").error_code \
+            == ErrorCode.UNKNOWN_SERVER_ERROR
+        c.send(ApiKey.METADATA, 12, topics=None)
+        assert c.is_closed_by_broker()
+    [line] = [r for r in caplog.records if "Heartbeat v4" in r.getMessage()]
+    assert "ZeroDivisionError: on purpose (at line" in line.getMessage() and line.exc_info is None
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("key,version", ALL_VERSIONS, ids=[f"{k.name}-v{v}" for k, v in ALL_VERSIONS])
+def test_server_whole_request_error_answers_decode_at_every_version(key, version):
+    """The answer to a request that fails whole (a KafkaError at the top of its
+    handler, or a bug: UNKNOWN_SERVER_ERROR) holds the schema's defaults
+    elsewhere: it must encode, and decode strictly (no null where the schema of
+    that version allows none), for every API and version doze serves. A response
+    without a top-level error code has no such answer: its connection closes."""
+    spec = doze.HANDLERS[key][0]
+    msg = doze.whole_request_error(spec, version, doze.KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "x"), quiet=True)
+    has_code = any(f.name == "error_code" and f.in_version(version) for f in spec.response)
+    assert (msg is not None) == has_code
+    if msg is None:
+        return
+    data = b"".join(doze.encode_body(spec, version, "response", msg).finish())
+    r = doze.Reader(data)
+    decoded = doze.read_struct(r, doze.plan_for(spec, version, "response"), spec.flexible(version))
+    assert r.pos == len(data) and decoded.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def test_sasl_debug_log_shows_no_secret(start_broker, caplog):
+    """The DEBUG request log (every request and answer) hides SASL tokens, SCRAM
+    salted passwords and password-type config values."""
+    caplog.set_level(logging.DEBUG, logger="doze_kafka")
+    broker = start_broker(sasl_settings())
+    with RawClient(sasl_port(broker)) as c:
+        sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
+        c.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            scram_upsertion("dora", 1, "dora-secret", salt=b"dora-salt")])
+        c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=4, resource_name="1", configs=[Msg(name="listener.name.sasl_plaintext.ssl.key.password",
+                                                             config_operation=0, value="key-secret")])])
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "<- SaslAuthenticate" in text and "<hidden:" in text
+    for secret in ("alice-secret", "dora-salt", "key-secret"):
+        assert secret not in text
+
+
+# --- Limits over real sockets (what Kafka does at each, per its source and a
+# real Kafka 4.3.1 tried with small limits) -----------------------------------
+
 def test_limit_descriptor_limit_is_raised_and_shared(broker):
     """RLIMIT_NOFILE's soft limit goes up to the hard one at start; segment files
     get half of it, connections stop short of the rest."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft == hard or hard == resource.RLIM_INFINITY
-    assert broker.logs.open_files.limit == max(64, soft // 2)
-    assert broker.connections.max_connections <= soft // 2
+    files, connections = broker.run_in_loop(lambda: (broker.logs.open_files.limit, broker.connections.max_connections))
+    assert files == max(64, soft // 2)
+    assert connections <= soft // 2
 
 
 def test_limit_max_connections_per_ip_closes_the_extra_one_at_once(start_broker, caplog):
@@ -6422,8 +6103,9 @@ def test_limit_a_client_that_never_reads_is_not_read_either(broker, bystander):
         while sent < 256 << 20:                           # whole frames only, in order
             sent += greedy.sock.send(memoryview(burst)[sent % len(burst):])
     assert sent < 256 << 20, "the broker kept reading a client that never reads"
-    [conn] = [c for c in broker.connections if c.sock.getpeername() == greedy.sock.getsockname()]
-    assert conn.queued_bytes() < doze.MAX_QUEUED_BYTES + 64 * 1024
+    [queued] = broker.run_in_loop(lambda: [c.queued_bytes() for c in broker.connections
+                                           if c.sock.getpeername() == greedy.sock.getsockname()])
+    assert queued < doze.MAX_QUEUED_BYTES + 64 * 1024
     assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
     greedy.sock.setblocking(True)
     greedy.sock.settimeout(5)
@@ -6442,197 +6124,66 @@ def test_limit_queued_max_requests_takes_pipelined_requests_a_few_a_pass(start_b
         assert [c.receive(ApiKey.API_VERSIONS, 3)[0] for _ in range(40)] == list(range(1, 41))
 
 
-def test_limit_doze_max_partitions_refuses_what_would_pass_it(start_broker):
-    """doze.max.partitions bounds the partitions of every topic together:
-    CreateTopics, CreatePartitions and Metadata's auto-creation past it get
-    POLICY_VIOLATION and make nothing (no directory); what fits is made, and a
-    client producing beside them notices nothing."""
-    broker = start_broker({"doze.max.partitions": 10})
-    with RawClient(broker.port) as c, RawClient(broker.port) as other:
-        c.create_topic("six", 6)
-        other.create_topic("mine", 1)
-        assert other.produce("mine", 0, make_batch([b"before"])).error_code == 0
-        [r] = c.create_topics(("four", 4, {}))
-        assert r.error_code == ErrorCode.POLICY_VIOLATION and "doze.max.partitions (10)" in r.error_message
-        resp = c.call(ApiKey.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
-                      topics=[Msg(name="six", count=10, assignments=None)])
-        assert resp.results[0].error_code == ErrorCode.POLICY_VIOLATION
-        [t] = c.metadata(["auto"]).topics                     # num.partitions 1: 7 + 1 fits
-        assert t.error_code == 0
-        [r] = c.create_topics(("three", 3, {}))               # 8 + 3 does not
-        assert r.error_code == ErrorCode.POLICY_VIOLATION
-        c.create_topic("two", 2)                              # 10: the last that fits
-        [t] = c.metadata(["auto-2"]).topics
-        assert t.error_code == ErrorCode.POLICY_VIOLATION
-        data = broker.config.data_dir
-        made = sorted(d.rsplit("-", 1)[0] for d in os.listdir(data) if os.path.isdir(os.path.join(data, d)))
-        assert made == ["auto", "mine"] + ["six"] * 6 + ["two"] * 2
-        assert other.produce("mine", 0, make_batch([b"after"])).base_offset == 1
-        assert other.values("mine", 0) == [(0, b"before"), (1, b"after")]
+def test_a_bug_while_resuming_waiting_frames_closes_that_connection_only(start_broker, monkeypatch, caplog):
+    """Frames past a pass's turns wait for the next pass (Connections.take_waiting);
+    a bug met there costs that client its connection, as a socket event's does."""
+    broker = start_broker({"queued.max.requests": 1})
+    handle = doze.Dispatcher.handle_frame
+    seen = []
+
+    def second_one_fails(self, conn, frame):
+        seen.append(frame)
+        if len(seen) == 2:
+            raise KeyError("a bug")
+        return handle(self, conn, frame)
+    with RawClient(broker.port) as bystander:
+        monkeypatch.setattr(doze.Dispatcher, "handle_frame", second_one_fails)
+        with RawClient(broker.port) as victim:
+            for _ in range(3):                             # one burst: one taken now, the rest wait
+                victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            assert victim.is_closed_by_broker(3)
+        monkeypatch.undo()
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+    assert "KeyError: 'a bug'" in caplog.text and "a bug in doze" in caplog.text
 
 
-@pytest.mark.parametrize("name", sorted(BAD_RECORDS))
-def test_server_batch_whose_records_do_not_decode_is_refused(client, bystander, name):
-    """A right CRC around records that do not tile the batch: Kafka's LogValidator
-    refuses it (INVALID_RECORD; a varint over 5 bytes, UNKNOWN_SERVER_ERROR), so
-    does doze; the partition keeps working."""
-    client.create_topic("framing")
-    payload, count = BAD_RECORDS[name]
-    p = client.produce("framing", 0, batch_with_payload(payload, count))
-    expected = ErrorCode.UNKNOWN_SERVER_ERROR if name == "six-byte-varint" else ErrorCode.INVALID_RECORD
-    assert p.error_code == expected, p                 # as Kafka 4.3.1 answers (produce-bad-records)
-    assert client.produce("framing", 0, make_batch([b"ok"], timestamps=[5_000])).base_offset == 0
-    for ts in (0, -3):
-        assert client.list_offset("framing", 0, ts).offset == 0
+# --- Listeners ---------------------------------------------------------------------
+
+def test_listener_each_answers_with_its_own_advertised_address(start_broker):
+    """Named listeners at once; a request is answered with the address of the
+    listener it came in on (advertised.listeners, else the listener's own).
+    A controller listener is not served: doze has no KRaft controller."""
+    broker = start_broker(TWO_LISTENERS)
+    client_l, backend = broker.listeners.bound
+    assert [(b.listener.name, b.listener.protocol) for b in broker.listeners.bound] == \
+        [("CLIENT", "PLAINTEXT"), ("BACKEND", "PLAINTEXT")]
+    assert addresses_seen_on(client_l.listener.port) == {("clients.example", 19092)}
+    assert addresses_seen_on(backend.listener.port) == {("127.0.0.1", 0)}    # as advertised
+    listeners = broker.config["listeners"]
+    assert listeners.startswith(f"CLIENT://127.0.0.1:{client_l.listener.port},"
+                                f"BACKEND://127.0.0.1:{backend.listener.port},")
+    assert "CONTROLLER://127.0.0.1:0" in listeners                  # as given: doze does not bind it
 
 
-def test_server_partition_holding_a_bad_batch_is_served_without_a_stall(client, broker):
-    """A log written by an older doze (which took any batch with a right CRC):
-    timestamp lookups on it answer at once, the log is served as it is."""
-    client.create_topic("poisoned")
-    plog = broker.logs.logs[("poisoned", 0)]
-    for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
-        batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
-        broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
-    client.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000]))
-    started = time.perf_counter()
-    assert client.list_offset("poisoned", 0, 0).offset == 0            # the first batch's offset
-    after = 2 ** 31 - 1 + 2                      # the two bad batches hold 2^31-1 and 2 offsets
-    assert client.list_offset("poisoned", 0, -3).offset == after          # "after" has the max
-    assert client.list_offset("poisoned", 0, 3_000).offset == after
-    assert time.perf_counter() - started < 2
-    assert client.fetch("poisoned", 0, 0).error_code == 0
-
-
-def test_server_partition_holding_a_bad_batch_is_served_by_every_reader_after_a_restart(start_broker):
-    """The other readers of stored records, on the same poisoned log: a restart
-    (segment indexes and producer state rebuilt from batch headers), the
-    console's browser (a bad batch is one row saying why, the good record after
-    it is shown) and its topic page (record counts), timestamp lookups again."""
-    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
-    with RawClient(broker.port) as c:
-        c.create_topic("poisoned")
-        plog = broker.logs.logs[("poisoned", 0)]
-        for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
-            batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
-            broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
-        assert c.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000])).error_code == 0
-    stop(broker)
-    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
-    after = 2 ** 31 - 1 + 2
-    started = time.perf_counter()
-    with RawClient(broker.port) as c:
-        assert c.list_offset("poisoned", 0, 3_000).offset == after
-        assert c.list_offset("poisoned", 0, -3).offset == after
-        items = browse(broker, "poisoned", 0)["items"]
-        page = console_html(broker, "/topics/poisoned")
-        assert c.produce("poisoned", 0, make_batch([b"later"])).base_offset == after + 1
-    assert time.perf_counter() - started < 3
-    assert [(i["kind"], i["offset"]) for i in items[:2]] == [("batch", 0), ("batch", 2 ** 31 - 1)]
-    assert all(i["note"] for i in items[:2])
-    assert [(i["offset"], i["value_text"]) for i in items if i["kind"] == "record"] == [(after, "after")]
-    assert "poisoned" in page
-
-
-def test_server_api_versions_unknown_version_gets_v0_fallback(client):
-    """KIP-511: ApiVersions v9 (request header v2) is answered in the v0 format
-    with UNSUPPORTED_VERSION and ApiVersions' own range, as Kafka 4.3.1 does."""
-    body = (struct.pack(">hhih", 18, 9, 42, 3) + b"cli" + b"\x00"     # header v2
-            + b"\x04doze\x020\x00")                                     # a v9 body nobody reads
-    client.sock.sendall(struct.pack(">i", len(body)) + body)
-    frame = client.read_frame()
-    assert frame.hex() == ("0000002a" "0023" "00000001" "0012" "0000" "0004")
-    assert client.call(ApiKey.API_VERSIONS, 4, **SOFTWARE).error_code == 0   # the connection lives
-
-
-def test_server_api_versions_response_header_is_v0_even_when_flexible(client):
-    client.sock.sendall(RawClient.encode(ApiKey.API_VERSIONS, 3, 9, client_software_name="a",
-                                         client_software_version="b"))
-    frame = client.read_frame()
-    assert frame[:4] == b"\x00\x00\x00\x09" and frame[4:6] == b"\x00\x00"   # no header tags
-
-
-def test_server_fetch_long_poll_wakes_when_data_arrives(broker, client):
-    client.create_topic("poll")
-    results = []
-
-    def long_poll():
-        with RawClient(broker.port, timeout=10) as c:
-            start = time.monotonic()
-            p = c.fetch("poll", 0, 0, max_wait_ms=8000, min_bytes=1)
-            results.append((time.monotonic() - start, p))
-    t = threading.Thread(target=long_poll)
-    t.start()
-    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
-    assert not results, "the fetch answered before there was anything to read"
-    client.produce("poll", 0, make_batch([b"wake"]))
-    t.join(10)
-    [(elapsed, p)] = results
-    assert elapsed < 5, elapsed                   # woken by the produce, long before its 8 s
-    assert [r[2] for r in batch_records(p.records)] == [b"wake"]
-
-
-def test_server_fetch_long_poll_answers_empty_at_the_deadline(client):
-    client.create_topic("idle")
-    start = time.monotonic()
-    p = client.fetch("idle", 0, 0, max_wait_ms=400, min_bytes=1)
-    elapsed = time.monotonic() - start
-    assert 0.35 < elapsed < 4, elapsed
-    assert (p.error_code, p.records) == (0, b"")
-
-
-def test_server_parked_fetch_holds_back_later_requests_in_order(broker, client):
-    client.create_topic("order")
-    client.send(ApiKey.FETCH, 12, max_wait_ms=300, min_bytes=1, topics=[Msg(topic="order", partitions=[
-        Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
-    client.send(ApiKey.API_VERSIONS, 0)
-    assert client.receive(ApiKey.FETCH, 12)[0] == client.next_correlation_id - 1
-    assert client.receive(ApiKey.API_VERSIONS, 0)[0] == client.next_correlation_id
-
-
-def test_server_a_request_behind_a_parked_fetch_ends_its_wait(broker, client):
-    """A Fetch's max_wait_ms is an upper bound: when the client's next request
-    arrives behind a parked Fetch (librdkafka sends ListOffsets on its fetch
-    connection), the Fetch is answered with what there is, then the request:
-    nothing waits out a long-poll the client no longer needs. A Fetch with
-    nothing behind it still waits (the deadline test above)."""
-    client.create_topic("behind")
-    started = time.monotonic()
-    client.send(ApiKey.FETCH, 12, max_wait_ms=8000, min_bytes=1, topics=[Msg(topic="behind", partitions=[
-        Msg(partition=0, fetch_offset=0, partition_max_bytes=1000)])])
-    assert wait_until(lambda: broker.run_in_loop(lambda: len(broker.purgatory)) == 1)     # parked
-    client.send(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[Msg(name="behind", partitions=[
-        Msg(partition_index=0, timestamp=-2)])])
-    cid, fetched = client.receive(ApiKey.FETCH, 12)
-    assert cid == client.next_correlation_id - 1
-    assert fetched.responses[0].partitions[0].error_code == 0 and not fetched.responses[0].partitions[0].records
-    cid, listed = client.receive(ApiKey.LIST_OFFSETS, 7)
-    assert cid == client.next_correlation_id and listed.topics[0].partitions[0].offset == 0
-    assert time.monotonic() - started < 3            # not the 8 s of max_wait_ms
-
-
-def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
-    clock = FakeClock()
-    broker = start_broker({"log.retention.check.interval.ms": 1000}, clock=clock)
-    now_ms = int(clock() * 1000)
-    with RawClient(broker.port) as c:
-        c.create_topic("ret", internal_segment_bytes=80, retention_ms=10_000)
-        for i in range(3):
-            c.produce("ret", 0, make_batch([b"%d" % i], timestamps=[now_ms]))
-        clock.advance(5_000)
-        broker.run_in_loop(lambda: None)
-        broker.run_in_loop(lambda: None)
-        assert c.list_offset("ret", 0, -2).offset == 0
-        clock.advance(60_000)
-        deadline = time.monotonic() + 5
-        while c.list_offset("ret", 0, -2).offset != 3 and time.monotonic() < deadline:
-            broker.run_in_loop(lambda: None)
-        assert c.list_offset("ret", 0, -2).offset == 3
-        assert c.fetch("ret", 0, 0).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
+    def sockets():
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = doze.Config({"listeners": f"PLAINTEXT://127.0.0.1:0,B://127.0.0.1:{port}",
+                              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,B:PLAINTEXT"},
+                             data_dir=tmp_path / "data")
+        before = sockets()
+        with pytest.raises(OSError):
+            doze.Broker(config)
+        assert sockets() <= before                # A's socket was closed, not leaked
 
 
 ###############################################################################
-# 12. CONSOLE -- its pages and JSON twins over real HTTP, and their safety
+# 15. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 
 def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
@@ -6646,19 +6197,6 @@ def http_get(port, path, host=None, method="GET", headers=None, body=None, sourc
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         c.close()
-
-
-def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
-    """Send bytes as they are; -> everything the console answers before closing."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
-        if data:
-            s.sendall(data)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
 
 
 def console_json(broker, path):
@@ -6702,8 +6240,88 @@ def txn_scene(client):
     return done, gone, pending
 
 
-def test_console_is_off_unless_asked(broker):
-    assert broker.console is None
+def browse(broker, topic, partition, **query):
+    return console_json(broker, doze.console_path("api", "topics", topic, partition, **query))
+
+
+# Batches librdkafka (confluent-kafka 2.16.1) wrote, one per codec: keys k0-k2, values
+# b"value N " * 6, header h=xN (captured from doze's log; the console's decoders are checked on them).
+LIBRDKAFKA_BATCHES = {
+    "gzip": bytes.fromhex(
+        "00000000000000000000007d000000000223e3eb300001000000020000018bcfe568000000018bcfe56802ffffffffffffff"
+        "ffffffffffffff000000031f8b0800000000000003ab62606060c93648284bcc294d55305020966662ca60a930a862606262"
+        "c93684ea3654209606eb36ac62606161c93682ea3652209606eb36020057e74893ba000000"
+    ),
+    "snappy": bytes.fromhex(
+        "0000000000000000000000790000000002b2b06cf30002000000020000018bcfe568000000018bcfe56802ffffffffffffff"
+        "ffffffffffffff00000003ba013c7a000000046b306076616c75652030209e0800300202680478307a000202046b310d3e00"
+        "310d3e860800053e1c317a000404046b320d3e00320d3e86080014020268047832"
+    ),
+    "lz4": bytes.fromhex(
+        "00000000000000000000008a0000000002ed7e7d820003000000020000018bcfe568000000018bcfe56802ffffffffffffff"
+        "ffffffffffffff0000000304224d186040824a000000ff017a000000046b306076616c7565203020080015d3020268047830"
+        "7a000202046b313e0013313e000f08000f013e0083317a000404046b323e0013323e000f08000f6002026804783200000000"
+    ),
+    "zstd": bytes.fromhex(
+        "00000000000000000000007c0000000002324359d40004000000020000018bcfe568000000018bcfe56802ffffffffffffff"
+        "ffffffffffffff0000000328b52ffd0058150200d4027a000000046b306076616c75652030200202680478307a000202046b"
+        "3131317a000404046b32320202680478320800c001c8172483368003c85710b2efcab204"
+    ),
+}
+
+
+def form(**fields):
+    return urllib.parse.urlencode(fields).encode()
+
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def console_login(port, user, password, source=None, origin=True, api=False):
+    """POST the login form -> (status, headers, body); the cookie is headers["set-cookie"]."""
+    headers = {**FORM, **({"Origin": f"http://127.0.0.1:{port}"} if origin else {})}
+    return http_get(port, "/api/login" if api else "/login", method="POST", headers=headers,
+                    body=form(user=user, password=password, next="/topics?x=1"), source=source)
+
+
+def session_cookie(port, user, password, **kw):
+    status, headers, body = console_login(port, user, password, **kw)
+    assert status in (200, 303), (status, body)
+    return headers["set-cookie"].split(";")[0]
+
+
+@pytest.fixture
+def sasl_console(start_broker):
+    return start_broker(acl_settings(doze_console_listener="127.0.0.1:0"))
+
+
+def console_json_as(port, path, cookie):
+    status, _, body = http_get(port, path, headers={"Cookie": cookie})
+    assert status == 200, (path, status, body[:300])
+    return json.loads(body)
+
+
+def acl_scene(broker):
+    """As admin (a super user): topics pub and secret, a committed transaction
+    on each (tx-pub, tx-secret), group offsets (g-pub, g-secret); alice may see
+    pub, tx-pub and g-pub only (DESCRIBE_CONFIGS not given)."""
+    with as_user(broker, "admin") as c:
+        c.create_topic("pub", 1)
+        c.create_topic("secret", 1)
+        for name in ("pub", "secret"):
+            t = Txn(c, f"tx-{name}")
+            t.add((name, 0))
+            assert t.produce(name, 0, [f"{name}-value".encode()]).error_code == 0
+            assert t.end(commit=True) == 0
+            assert commit_offsets(c, f"g-{name}", {(name, 0): 1}) == {(name, 0): 0}
+        c.create_topic("desc", 1)                      # alice may DESCRIBE it, not READ it
+        held = Txn(c, "tx-open")
+        held.add(("desc", 0))
+        assert held.produce("desc", 0, [b"open"]).error_code == 0
+        create_acls(c, acl(doze.ResourceType.TOPIC, "pub", doze.Op.READ),
+                    acl(doze.ResourceType.TOPIC, "desc", doze.Op.DESCRIBE),
+                    acl(doze.ResourceType.TRANSACTIONAL_ID, "tx-pub", doze.Op.DESCRIBE),
+                    acl(doze.ResourceType.GROUP, "g-pub", doze.Op.DESCRIBE))
 
 
 def test_console_cluster_json_shows_every_transaction_and_what_holds_the_lso(console):
@@ -6737,6 +6355,20 @@ def test_console_cluster_json_shows_every_transaction_and_what_holds_the_lso(con
         done.producer_id: -1, gone.producer_id: -1, pending.producer_id: 5}
     assert producers[done.producer_id]["last_sequence"] == 1
     assert not any(p["hanging"] for p in producers.values())
+
+
+def test_console_cluster_shows_a_partition_the_disk_took_offline(start_broker, tmp_path):
+    files = SickDisk()
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"}, files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("shaky", partitions=2)
+        files.sick, files.fsync_errno = str(tmp_path / "data" / "shaky-1"), errno.EIO
+        assert c.produce("shaky", 1, make_batch([b"x"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    rows = console_json(broker, "/api/cluster")["partitions"]
+    assert rows[0]["topic"] == "shaky" and rows[0]["partition"] == 1 and "fsync failed" in rows[0]["offline"]
+    assert [r["offline"] for r in rows if (r["topic"], r["partition"]) == ("shaky", 0)] == [None]
+    status, _, body = http_get(broker.console.port, "/")
+    assert status == 200 and "offline: fsync failed" in body.decode()
 
 
 def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets(console):
@@ -6797,10 +6429,6 @@ def test_console_transaction_timeline_shows_a_fence_and_its_abort(console):
                      ("PrepareAbort", "CompleteAbort", "markers durable", 1),
                      ("CompleteAbort", "Empty", "InitProducerId", 2)]
     assert (d["producer_epoch"], fresh.epoch) == (2, 2) and d["last_decision"]["committed"] is False
-
-
-def browse(broker, topic, partition, **query):
-    return console_json(broker, doze.console_path("api", "topics", topic, partition, **query))
 
 
 def test_console_browser_views_agree_with_what_consumers_fetch(console):
@@ -6907,146 +6535,6 @@ def test_console_snappy_and_lz4_decoders_follow_their_formats():
             doze.unlz4(bad, 1000)
     with pytest.raises(doze.RecordsError):
         doze.unlz4(frame, 20)
-
-
-class EventStream:
-    """A raw reader of the console's /events stream."""
-
-    def __init__(self, port, last_id=None, rcvbuf=None, cookie=None):
-        self.sock = socket.socket()
-        if rcvbuf:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(SOCKET_TIMEOUT_S)
-        self.sock.connect(("127.0.0.1", port))
-        extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
-        extra += f"Cookie: {cookie}\r\n" if cookie else ""
-        self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
-        self.buf = b""
-        while b"\r\n\r\n" not in self.buf:
-            self.buf += self._recv()
-        self.head, self.buf = self.buf.split(b"\r\n\r\n", 1)
-
-    def _recv(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise EOFError("the console closed the stream")
-        return data
-
-    def events(self, count, skip=("offsets",)):
-        """The next `count` events as (id, event name, data dict); comments, retry
-        and (unless asked) the offsets events skipped."""
-        out = []
-        while len(out) < count:
-            while b"\n\n" not in self.buf:
-                self.buf += self._recv()
-            block, self.buf = self.buf.split(b"\n\n", 1)
-            fields = dict(line.split(": ", 1) for line in block.decode().split("\n") if ": " in line
-                          and not line.startswith(":"))
-            if "event" in fields and fields["event"] not in skip:
-                out.append((int(fields["id"]) if "id" in fields else None, fields["event"],
-                            json.loads(fields["data"])))
-        return out
-
-    def close(self):
-        self.sock.close()
-
-
-def test_console_event_stream_sends_each_transition_and_marker_as_it_happens(console):
-    port = console.console.port
-    stream = EventStream(port)
-    try:
-        assert stream.head.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream")
-        assert b"Content-Security-Policy: default-src 'none'" in stream.head and b"Content-Length" not in stream.head
-        with RawClient(console.port) as c:
-            c.create_topic("orders", 1)
-            t = Txn(c, "tx-live")
-            t.add(("orders", 0))
-            t.produce("orders", 0, [b"v"])
-            assert t.end(commit=True) == 0
-        got = stream.events(5)
-    finally:
-        stream.close()
-    assert [(name, d.get("from_state"), d.get("to_state") or d.get("control")) for _, name, d in got] == [
-        ("txn", "Empty", "Empty"), ("txn", "Empty", "Ongoing"), ("txn", "Ongoing", "PrepareCommit"),
-        ("marker", None, "COMMIT"), ("txn", "PrepareCommit", "CompleteCommit")]
-    ids = [i for i, _, _ in got]
-    assert ids == sorted(ids) and len(set(ids)) == 5 and all(d["id"] == i for i, _, d in got)
-    assert got[3][2]["offset"] == 1 and got[3][2]["transactional_id"] == "tx-live"
-    again = EventStream(port, last_id=ids[1])                    # a reconnect gets what it missed
-    try:
-        assert [i for i, _, _ in again.events(3)] == ids[2:]
-    finally:
-        again.close()
-    console.run_in_loop(lambda: setattr(console.journal, "events", collections.deque(console.journal.events,
-                                                                                        maxlen=2)))
-    lost = EventStream(port, last_id=ids[0])                     # no longer in the ring: reset
-    try:
-        assert lost.events(1)[0][1] == "reset"
-    finally:
-        lost.close()
-
-
-def test_console_event_stream_says_when_offsets_move(console):
-    """Plain produce journals nothing; the stream still hears of it (an
-    "offsets" event, no id) within a sweep, so live pages refresh."""
-    stream = EventStream(console.console.port)
-    try:
-        with RawClient(console.port) as c:
-            c.create_topic("plain", 1)
-            assert c.produce("plain", 0, make_batch([b"x"])).error_code == 0
-        [(event_id, name, data)] = stream.events(1, skip=("txn", "marker"))
-    finally:
-        stream.close()
-    assert (event_id, name, data) == (None, "offsets", {})
-
-
-def test_console_event_streams_are_capped_and_a_slow_one_is_let_go(console, monkeypatch):
-    port = console.console.port
-    streams = [EventStream(port) for _ in range(doze.CONSOLE_MAX_STREAMS)]
-    try:
-        assert http_raw(port, f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()).startswith(
-            b"HTTP/1.1 503 ")
-    finally:
-        for s in streams:
-            s.close()
-    monkeypatch.setattr(doze, "CONSOLE_STREAM_BUFFER", 4096)
-    slow = EventStream(port, rcvbuf=2048)                       # reads nothing from here on
-    try:
-        assert wait_until(lambda: console.run_in_loop(lambda: len(console.console.streams())) == 1)
-        for _ in range(200):
-            console.run_in_loop(lambda: [console.journal.record("test", padding="x" * 1000) for _ in range(50)])
-            if not console.run_in_loop(console.console.streams):
-                break
-        assert console.run_in_loop(console.console.streams) == []
-        assert http_get(port, "/apis")[0] == 200                  # the console serves on
-    finally:
-        slow.close()
-
-
-# Batches librdkafka (confluent-kafka 2.16.1) wrote, one per codec: keys k0-k2, values
-# b"value N " * 6, header h=xN (captured from doze's log; the console's decoders are checked on them).
-LIBRDKAFKA_BATCHES = {
-    "gzip": bytes.fromhex(
-        "00000000000000000000007d000000000223e3eb300001000000020000018bcfe568000000018bcfe56802ffffffffffffff"
-        "ffffffffffffff000000031f8b0800000000000003ab62606060c93648284bcc294d55305020966662ca60a930a862606262"
-        "c93684ea3654209606eb36ac62606161c93682ea3652209606eb36020057e74893ba000000"
-    ),
-    "snappy": bytes.fromhex(
-        "0000000000000000000000790000000002b2b06cf30002000000020000018bcfe568000000018bcfe56802ffffffffffffff"
-        "ffffffffffffff00000003ba013c7a000000046b306076616c75652030209e0800300202680478307a000202046b310d3e00"
-        "310d3e860800053e1c317a000404046b320d3e00320d3e86080014020268047832"
-    ),
-    "lz4": bytes.fromhex(
-        "00000000000000000000008a0000000002ed7e7d820003000000020000018bcfe568000000018bcfe56802ffffffffffffff"
-        "ffffffffffffff0000000304224d186040824a000000ff017a000000046b306076616c7565203020080015d3020268047830"
-        "7a000202046b313e0013313e000f08000f013e0083317a000404046b323e0013323e000f08000f6002026804783200000000"
-    ),
-    "zstd": bytes.fromhex(
-        "00000000000000000000007c0000000002324359d40004000000020000018bcfe568000000018bcfe56802ffffffffffffff"
-        "ffffffffffffff0000000328b52ffd0058150200d4027a000000046b306076616c75652030200202680478307a000202046b"
-        "3131317a000404046b32320202680478320800c001c8172483368003c85710b2efcab204"
-    ),
-}
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
@@ -7170,7 +6658,7 @@ def test_console_counts_records_without_markers_within_its_budget(console, monke
             batches = split_batches(c.fetch("many", 0, offset).records)
             data += sum(struct.unpack_from(">i", b, 57)[0] for b in batches if not header_of(b).attributes & 0x20)
             offset = header_of(batches[-1]).base_offset + header_of(batches[-1]).last_offset_delta + 1
-    assert len(console.logs.logs[("many", 0)].segments) == 2
+    assert console.run_in_loop(lambda: len(console.logs.get("many", 0).segments)) == 2
     assert (blind["records"], blind["markers"]) == (None, None)
     assert (counted["log_start_offset"], counted["high_watermark"]) == (5, 307)
     assert (counted["records"], counted["markers"]) == (154, 148) == (data, 148)   # offsets 0-4 held 2 markers
@@ -7195,20 +6683,6 @@ def test_console_counts_a_topic_made_again_afresh(console):
             assert c.produce("again", 0, make_batch([b"y"])).error_code == 0
         again = console_json(console, "/api/topics/again")["partitions"][0]
     assert (again["high_watermark"], again["records"], again["markers"]) == (2, 2, 0)
-
-
-def test_console_sweep_that_fails_is_logged_and_the_broker_serves_on(console, monkeypatch, caplog):
-    def broken(*_):
-        raise OSError(24, "Too many open files")
-    monkeypatch.setattr(console.console.counter, "sweep", broken)
-    assert wait_until(lambda: "console: its sweep failed" in caplog.text)
-    with RawClient(console.port) as c:                             # the loop lives on
-        c.create_topic("alive", 1)
-    monkeypatch.undo()
-    count, real, swept = caplog.text.count("console: its sweep failed"), console.console.counter.sweep, []
-    monkeypatch.setattr(console.console.counter, "sweep", lambda *a: swept.append(1) or real(*a))
-    assert wait_until(lambda: len(swept) >= 2, timeout_s=doze.CONSOLE_SWEEP_S * 5)   # still scheduled
-    assert caplog.text.count("console: its sweep failed") == count and http_get(console.console.port, "/apis")[0] == 200
 
 
 def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
@@ -7250,8 +6724,179 @@ def test_console_escapes_every_name_and_shows_what_does_not_print(console):
         in ('"><img src=x onerror=alert(2)>', SCRIPT_ID, "a\u202eb\u200bc", "tx-done", "tx-gone")
 
 
+def test_console_tables_are_cut_at_their_row_limit(console, monkeypatch):
+    monkeypatch.setattr(doze, "CONSOLE_MAX_ROWS", 50)
+    with RawClient(console.port) as c:
+        c.create_topic("wide", 120)
+    topic = console_json(console, "/api/topics/wide")
+    assert (len(topic["partitions"]), topic["partitions_total"]) == (50, 120)
+    assert "50 of 120 shown." in console_html(console, "/topics/wide")
+    cluster = console_json(console, "/api/cluster")
+    assert len(cluster["partitions"]) == 50 and cluster["partitions_total"] == 120
+
+
+def test_console_without_sasl_shows_what_anonymous_may_see_under_an_authorizer(start_broker):
+    """No SASL listener: no login; the viewer is User:ANONYMOUS, as a PLAINTEXT client."""
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "authorizer.class.name": doze.STANDARD_AUTHORIZER,
+                           "super.users": "User:admin"})
+    port = broker.console.port
+    broker.run_in_loop(lambda: doze.run_steps(broker.logs.create_topic("hidden", 1, {})))
+    assert console_json(broker, "/api/topics")["topics"] == []
+    for path in ("/topics/hidden", "/topics/hidden/0", "/topics/nosuch", "/txn?id=x", "/group?id=g"):
+        assert http_get(port, path)[0] == 403, path
+    assert console_json(broker, "/api/security")["allowed"] is False
+    assert http_get(port, "/login")[0] == 404 and http_get(port, "/apis")[0] == 200
+    broker.run_in_loop(lambda: broker.authorizer.add([acl(doze.ResourceType.TOPIC, "hidden", doze.Op.READ,
+                                                          principal="User:ANONYMOUS", host="127.0.0.1")]))
+    assert [t["name"] for t in console_json(broker, "/api/topics")["topics"]] == ["hidden"]
+    assert http_get(port, "/topics/hidden/0")[0] == 200
+
+
+def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
+    broker, port = sasl_console, sasl_console.console.port
+    acl_scene(broker)
+    alice = session_cookie(port, "alice", "alice-secret")
+    admin = session_cookie(port, "admin", "admin-secret")
+
+    def seen(cookie):
+        cluster = console_json_as(port, "/api/cluster", cookie)
+        return ([t["transactional_id"] for t in cluster["transactions"]],
+                sorted({p["topic"] for p in cluster["producers"]}), sorted({p["topic"] for p in cluster["partitions"]}),
+                [e.get("transactional_id") for e in cluster["recent_events"]],
+                [t["name"] for t in console_json_as(port, "/api/topics", cookie)["topics"]],
+                [g["group_id"] for g in console_json_as(port, "/api/groups", cookie)["groups"]])
+    txns, producers, partitions, events, topics, groups = seen(alice)
+    assert (txns, producers, partitions, topics, groups) == (["tx-pub"], ["pub"], ["desc", "pub"], ["desc", "pub"],
+                                                             ["g-pub"])
+    [desc] = [p for p in console_json_as(port, "/api/cluster", alice)["partitions"] if p["topic"] == "desc"]
+    assert desc["held_back_by"] == {"producer_id": None, "producer_epoch": None, "transactional_id": None,
+                                    "since_offset": 0}                           # no READ: no producer shown
+    rows = {t["name"]: t for t in console_json_as(port, "/api/topics", alice)["topics"]}
+    assert (rows["pub"]["records"], rows["pub"]["markers"]) == (1, 1) and "bytes" not in rows["pub"]
+    assert not {"records", "markers", "bytes"} & set(rows["desc"])            # DESCRIBE only: offsets, no counts
+    assert rows["desc"]["offsets"] == 1
+    admin_rows = {t["name"]: t for t in console_json_as(port, "/api/topics", admin)["topics"]}
+    assert admin_rows["desc"]["records"] == 1 and admin_rows["desc"]["bytes"] > 0
+    assert console_json_as(port, "/api/cluster", alice)["broker"]["data_dir"] is None
+    assert console_json_as(port, "/api/cluster", admin)["broker"]["data_dir"] == broker.config.data_dir
+    assert events and set(events) == {"tx-pub"}
+    txns, producers, partitions, events, topics, groups = seen(admin)
+    assert (txns, producers, partitions, groups) == (["tx-open", "tx-pub", "tx-secret"], ["desc", "pub", "secret"],
+                                                     ["desc", "pub", "secret"], ["g-pub", "g-secret"])
+    assert {"pub", "secret"} <= set(topics) and set(events) == {"tx-open", "tx-pub", "tx-secret"}
+    for path, status in [("/topics/secret", 403), ("/topics/secret/0", 403), ("/topics/nosuch", 403),
+                         ("/txn?id=tx-secret", 403), ("/txn?id=nosuch", 403), ("/group?id=g-secret", 403),
+                         ("/topics/pub/0", 200), ("/txn?id=tx-pub", 200), ("/group?id=g-pub", 200)]:
+        assert http_get(port, path, headers={"Cookie": alice})[0] == status, path
+        assert http_get(port, path, headers={"Cookie": admin})[0] in (200, 404), path
+    records = console_json_as(port, "/api/topics/pub/0", alice)["items"]
+    assert [r["value_text"] for r in records if r["kind"] == "record"] == ["pub-value"]
+    assert console_json_as(port, "/api/topics/pub", alice)["configs"] is None          # no DESCRIBE_CONFIGS
+    assert console_json_as(port, "/api/topics/pub", admin)["configs"]
+    assert console_json_as(port, "/api/security", alice) == {"allowed": False, "viewer": {
+        "user": "alice", "principal": "User:alice"}}
+    security = console_json_as(port, "/api/security", admin)
+    assert security["allowed"] and security["super_users"] == ["User:admin"] and security["acls_total"] == 4
+    assert {(a["resource_type"], a["name"], a["operation"], a["permission"]) for a in security["acls"]} == {
+        ("TOPIC", "pub", "READ", "ALLOW"), ("TOPIC", "desc", "DESCRIBE", "ALLOW"),
+        ("TRANSACTIONAL_ID", "tx-pub", "DESCRIBE", "ALLOW"),
+        ("GROUP", "g-pub", "DESCRIBE", "ALLOW")}
+    assert "ACLs and users" in http_get(port, "/security", headers={"Cookie": admin})[2].decode()
+
+
+###############################################################################
+# 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+###############################################################################
+
+def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
+    """Send bytes as they are; -> everything the console answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        if data:
+            s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
 CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+def broker_digest(broker):
+    """What a read-only console must leave as it is: meta.db, every log's
+    offsets and files, every transaction's and group's state."""
+    def snapshot():
+        logs = sorted((k, p.log_start_offset, p.high_watermark, [(s.base_offset, s.size) for s in p.segments])
+                      for k, p in broker.logs.logs.items())
+        txns = sorted((t, m.state.value, m.producer_epoch, m.last_update_ms, sorted(m.partitions))
+                      for t, m in broker.txns.txns.items())
+        groups = sorted((g, x.state.value, x.generation) for g, x in broker.groups.groups.items())
+        return logs, txns, groups, sorted(broker.logs.topics)
+    db = sqlite3.connect(f"file:{broker.config.data_dir}/meta.db?mode=ro", uri=True)
+    try:
+        dump = list(db.iterdump())
+    finally:
+        db.close()
+    return broker.run_in_loop(snapshot), dump
+
+
+class EventStream:
+    """A raw reader of the console's /events stream."""
+
+    def __init__(self, port, last_id=None, rcvbuf=None, cookie=None):
+        self.sock = socket.socket()
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(SOCKET_TIMEOUT_S)
+        self.sock.connect(("127.0.0.1", port))
+        extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
+        extra += f"Cookie: {cookie}\r\n" if cookie else ""
+        self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        self.head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+
+    def _recv(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("the console closed the stream")
+        return data
+
+    def events(self, count, skip=("offsets",)):
+        """The next `count` events as (id, event name, data dict); comments, retry
+        and (unless asked) the offsets events skipped."""
+        out = []
+        while len(out) < count:
+            while b"\n\n" not in self.buf:
+                self.buf += self._recv()
+            block, self.buf = self.buf.split(b"\n\n", 1)
+            fields = dict(line.split(": ", 1) for line in block.decode().split("\n") if ": " in line
+                          and not line.startswith(":"))
+            if "event" in fields and fields["event"] not in skip:
+                out.append((int(fields["id"]) if "id" in fields else None, fields["event"],
+                            json.loads(fields["data"])))
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def test_console_is_off_unless_asked(broker):
+    assert broker.run_in_loop(lambda: broker.console) is None
+
+
+def test_console_address_in_use_stops_a_given_setting(start_broker):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="doze.console.listener"):
+            start_broker({"doze.console.listener": f"127.0.0.1:{taken.getsockname()[1]}"})
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        start_broker({"doze.console.listener": "nonsense"})
 
 
 @pytest.mark.parametrize("path,method,host,status", [
@@ -7282,24 +6927,6 @@ def test_console_answers_only_to_its_own_names(start_broker):
         assert http_get(port, "/apis", host=host)[0] == 421, host
     assert http_raw(port, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 421 ")      # no Host at all
     assert http_raw(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
-
-
-def broker_digest(broker):
-    """What a read-only console must leave as it is: meta.db, every log's
-    offsets and files, every transaction's and group's state."""
-    def snapshot():
-        logs = sorted((k, p.log_start_offset, p.high_watermark, [(s.base_offset, s.size) for s in p.segments])
-                      for k, p in broker.logs.logs.items())
-        txns = sorted((t, m.state.value, m.producer_epoch, m.last_update_ms, sorted(m.partitions))
-                      for t, m in broker.txns.txns.items())
-        groups = sorted((g, x.state.value, x.generation) for g, x in broker.groups.groups.items())
-        return logs, txns, groups, sorted(broker.logs.topics)
-    db = sqlite3.connect(f"file:{broker.config.data_dir}/meta.db?mode=ro", uri=True)
-    try:
-        dump = list(db.iterdump())
-    finally:
-        db.close()
-    return broker.run_in_loop(snapshot), dump
 
 
 def test_console_requests_change_nothing(console):
@@ -7347,57 +6974,91 @@ def test_console_limits_head_size_time_and_connections(console, monkeypatch):
     assert wait_until(lambda: http_get(port, "/apis")[0] == 200)
 
 
-def test_console_tables_are_cut_at_their_row_limit(console, monkeypatch):
-    monkeypatch.setattr(doze, "CONSOLE_MAX_ROWS", 50)
-    with RawClient(console.port) as c:
-        c.create_topic("wide", 120)
-    topic = console_json(console, "/api/topics/wide")
-    assert (len(topic["partitions"]), topic["partitions_total"]) == (50, 120)
-    assert "50 of 120 shown." in console_html(console, "/topics/wide")
-    cluster = console_json(console, "/api/cluster")
-    assert len(cluster["partitions"]) == 50 and cluster["partitions_total"] == 120
+def test_console_sweep_that_fails_is_logged_and_the_broker_serves_on(console, monkeypatch, caplog):
+    def broken(*_):
+        raise OSError(24, "Too many open files")
+    counter = console.run_in_loop(lambda: console.console.counter)
+    monkeypatch.setattr(counter, "sweep", broken)
+    assert wait_until(lambda: "console: its sweep failed" in caplog.text)
+    with RawClient(console.port) as c:                             # the loop lives on
+        c.create_topic("alive", 1)
+    monkeypatch.undo()
+    count, real, swept = caplog.text.count("console: its sweep failed"), counter.sweep, []
+    monkeypatch.setattr(counter, "sweep", lambda *a: swept.append(1) or real(*a))
+    assert wait_until(lambda: len(swept) >= 2, timeout_s=doze.CONSOLE_SWEEP_S * 5)   # still scheduled
+    assert caplog.text.count("console: its sweep failed") == count and http_get(console.console.port, "/apis")[0] == 200
 
 
-def test_console_without_sasl_shows_what_anonymous_may_see_under_an_authorizer(start_broker):
-    """No SASL listener: no login; the viewer is User:ANONYMOUS, as a PLAINTEXT client."""
-    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "authorizer.class.name": doze.STANDARD_AUTHORIZER,
-                           "super.users": "User:admin"})
-    port = broker.console.port
-    broker.run_in_loop(lambda: doze.run_steps(broker.logs.create_topic("hidden", 1, {})))
-    assert console_json(broker, "/api/topics")["topics"] == []
-    for path in ("/topics/hidden", "/topics/hidden/0", "/topics/nosuch", "/txn?id=x", "/group?id=g"):
-        assert http_get(port, path)[0] == 403, path
-    assert console_json(broker, "/api/security")["allowed"] is False
-    assert http_get(port, "/login")[0] == 404 and http_get(port, "/apis")[0] == 200
-    broker.run_in_loop(lambda: broker.authorizer.add([acl(doze.ResourceType.TOPIC, "hidden", doze.Op.READ,
-                                                          principal="User:ANONYMOUS", host="127.0.0.1")]))
-    assert [t["name"] for t in console_json(broker, "/api/topics")["topics"]] == ["hidden"]
-    assert http_get(port, "/topics/hidden/0")[0] == 200
+def test_console_event_stream_sends_each_transition_and_marker_as_it_happens(console):
+    port = console.console.port
+    stream = EventStream(port)
+    try:
+        assert stream.head.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream")
+        assert b"Content-Security-Policy: default-src 'none'" in stream.head and b"Content-Length" not in stream.head
+        with RawClient(console.port) as c:
+            c.create_topic("orders", 1)
+            t = Txn(c, "tx-live")
+            t.add(("orders", 0))
+            t.produce("orders", 0, [b"v"])
+            assert t.end(commit=True) == 0
+        got = stream.events(5)
+    finally:
+        stream.close()
+    assert [(name, d.get("from_state"), d.get("to_state") or d.get("control")) for _, name, d in got] == [
+        ("txn", "Empty", "Empty"), ("txn", "Empty", "Ongoing"), ("txn", "Ongoing", "PrepareCommit"),
+        ("marker", None, "COMMIT"), ("txn", "PrepareCommit", "CompleteCommit")]
+    ids = [i for i, _, _ in got]
+    assert ids == sorted(ids) and len(set(ids)) == 5 and all(d["id"] == i for i, _, d in got)
+    assert got[3][2]["offset"] == 1 and got[3][2]["transactional_id"] == "tx-live"
+    again = EventStream(port, last_id=ids[1])                    # a reconnect gets what it missed
+    try:
+        assert [i for i, _, _ in again.events(3)] == ids[2:]
+    finally:
+        again.close()
+    console.run_in_loop(lambda: setattr(console.journal, "events", collections.deque(console.journal.events,
+                                                                                        maxlen=2)))
+    lost = EventStream(port, last_id=ids[0])                     # no longer in the ring: reset
+    try:
+        assert lost.events(1)[0][1] == "reset"
+    finally:
+        lost.close()
 
 
-def form(**fields):
-    return urllib.parse.urlencode(fields).encode()
+def test_console_event_stream_says_when_offsets_move(console):
+    """Plain produce journals nothing; the stream still hears of it (an
+    "offsets" event, no id) within a sweep, so live pages refresh."""
+    stream = EventStream(console.console.port)
+    try:
+        with RawClient(console.port) as c:
+            c.create_topic("plain", 1)
+            assert c.produce("plain", 0, make_batch([b"x"])).error_code == 0
+        [(event_id, name, data)] = stream.events(1, skip=("txn", "marker"))
+    finally:
+        stream.close()
+    assert (event_id, name, data) == (None, "offsets", {})
 
 
-FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-
-
-def console_login(port, user, password, source=None, origin=True, api=False):
-    """POST the login form -> (status, headers, body); the cookie is headers["set-cookie"]."""
-    headers = {**FORM, **({"Origin": f"http://127.0.0.1:{port}"} if origin else {})}
-    return http_get(port, "/api/login" if api else "/login", method="POST", headers=headers,
-                    body=form(user=user, password=password, next="/topics?x=1"), source=source)
-
-
-def session_cookie(port, user, password, **kw):
-    status, headers, body = console_login(port, user, password, **kw)
-    assert status in (200, 303), (status, body)
-    return headers["set-cookie"].split(";")[0]
-
-
-@pytest.fixture
-def sasl_console(start_broker):
-    return start_broker(acl_settings(doze_console_listener="127.0.0.1:0"))
+def test_console_event_streams_are_capped_and_a_slow_one_is_let_go(console, monkeypatch):
+    port = console.console.port
+    streams = [EventStream(port) for _ in range(doze.CONSOLE_MAX_STREAMS)]
+    try:
+        assert http_raw(port, f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()).startswith(
+            b"HTTP/1.1 503 ")
+    finally:
+        for s in streams:
+            s.close()
+    monkeypatch.setattr(doze, "CONSOLE_STREAM_BUFFER", 4096)
+    slow = EventStream(port, rcvbuf=2048)                       # reads nothing from here on
+    try:
+        assert wait_until(lambda: console.run_in_loop(lambda: len(console.console.streams())) == 1)
+        for _ in range(200):
+            console.run_in_loop(lambda: [console.journal.record("test", padding="x" * 1000) for _ in range(50)])
+            if not console.run_in_loop(console.console.streams):
+                break
+        assert console.run_in_loop(console.console.streams) == []
+        assert http_get(port, "/apis")[0] == 200                  # the console serves on
+    finally:
+        slow.close()
 
 
 def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_users(sasl_console, caplog):
@@ -7443,12 +7104,6 @@ def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_us
     assert broker_digest(broker) == before                                       # logins change no broker state
     add_scram_user(broker, "carol", "new-pw", "SCRAM-SHA-512")                   # a changed credential ends it
     assert http_get(port, "/api/topics", headers={"Cookie": scram})[0] == 401
-
-
-def console_json_as(port, path, cookie):
-    status, _, body = http_get(port, path, headers={"Cookie": cookie})
-    assert status == 200, (path, status, body[:300])
-    return json.loads(body)
 
 
 @pytest.mark.parametrize("headers, status", [
@@ -7509,81 +7164,6 @@ def test_console_takes_a_small_form_body_only(sasl_console):
     assert http_get(port, "/api/login")[0] == 405 and http_get(port, "/logout")[0] == 405
 
 
-def acl_scene(broker):
-    """As admin (a super user): topics pub and secret, a committed transaction
-    on each (tx-pub, tx-secret), group offsets (g-pub, g-secret); alice may see
-    pub, tx-pub and g-pub only (DESCRIBE_CONFIGS not given)."""
-    with as_user(broker, "admin") as c:
-        c.create_topic("pub", 1)
-        c.create_topic("secret", 1)
-        for name in ("pub", "secret"):
-            t = Txn(c, f"tx-{name}")
-            t.add((name, 0))
-            assert t.produce(name, 0, [f"{name}-value".encode()]).error_code == 0
-            assert t.end(commit=True) == 0
-            assert commit_offsets(c, f"g-{name}", {(name, 0): 1}) == {(name, 0): 0}
-        c.create_topic("desc", 1)                      # alice may DESCRIBE it, not READ it
-        held = Txn(c, "tx-open")
-        held.add(("desc", 0))
-        assert held.produce("desc", 0, [b"open"]).error_code == 0
-        create_acls(c, acl(doze.ResourceType.TOPIC, "pub", doze.Op.READ),
-                    acl(doze.ResourceType.TOPIC, "desc", doze.Op.DESCRIBE),
-                    acl(doze.ResourceType.TRANSACTIONAL_ID, "tx-pub", doze.Op.DESCRIBE),
-                    acl(doze.ResourceType.GROUP, "g-pub", doze.Op.DESCRIBE))
-
-
-def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
-    broker, port = sasl_console, sasl_console.console.port
-    acl_scene(broker)
-    alice = session_cookie(port, "alice", "alice-secret")
-    admin = session_cookie(port, "admin", "admin-secret")
-
-    def seen(cookie):
-        cluster = console_json_as(port, "/api/cluster", cookie)
-        return ([t["transactional_id"] for t in cluster["transactions"]],
-                sorted({p["topic"] for p in cluster["producers"]}), sorted({p["topic"] for p in cluster["partitions"]}),
-                [e.get("transactional_id") for e in cluster["recent_events"]],
-                [t["name"] for t in console_json_as(port, "/api/topics", cookie)["topics"]],
-                [g["group_id"] for g in console_json_as(port, "/api/groups", cookie)["groups"]])
-    txns, producers, partitions, events, topics, groups = seen(alice)
-    assert (txns, producers, partitions, topics, groups) == (["tx-pub"], ["pub"], ["desc", "pub"], ["desc", "pub"],
-                                                             ["g-pub"])
-    [desc] = [p for p in console_json_as(port, "/api/cluster", alice)["partitions"] if p["topic"] == "desc"]
-    assert desc["held_back_by"] == {"producer_id": None, "producer_epoch": None, "transactional_id": None,
-                                    "since_offset": 0}                           # no READ: no producer shown
-    rows = {t["name"]: t for t in console_json_as(port, "/api/topics", alice)["topics"]}
-    assert (rows["pub"]["records"], rows["pub"]["markers"]) == (1, 1) and "bytes" not in rows["pub"]
-    assert not {"records", "markers", "bytes"} & set(rows["desc"])            # DESCRIBE only: offsets, no counts
-    assert rows["desc"]["offsets"] == 1
-    admin_rows = {t["name"]: t for t in console_json_as(port, "/api/topics", admin)["topics"]}
-    assert admin_rows["desc"]["records"] == 1 and admin_rows["desc"]["bytes"] > 0
-    assert console_json_as(port, "/api/cluster", alice)["broker"]["data_dir"] is None
-    assert console_json_as(port, "/api/cluster", admin)["broker"]["data_dir"] == broker.config.data_dir
-    assert events and set(events) == {"tx-pub"}
-    txns, producers, partitions, events, topics, groups = seen(admin)
-    assert (txns, producers, partitions, groups) == (["tx-open", "tx-pub", "tx-secret"], ["desc", "pub", "secret"],
-                                                     ["desc", "pub", "secret"], ["g-pub", "g-secret"])
-    assert {"pub", "secret"} <= set(topics) and set(events) == {"tx-open", "tx-pub", "tx-secret"}
-    for path, status in [("/topics/secret", 403), ("/topics/secret/0", 403), ("/topics/nosuch", 403),
-                         ("/txn?id=tx-secret", 403), ("/txn?id=nosuch", 403), ("/group?id=g-secret", 403),
-                         ("/topics/pub/0", 200), ("/txn?id=tx-pub", 200), ("/group?id=g-pub", 200)]:
-        assert http_get(port, path, headers={"Cookie": alice})[0] == status, path
-        assert http_get(port, path, headers={"Cookie": admin})[0] in (200, 404), path
-    records = console_json_as(port, "/api/topics/pub/0", alice)["items"]
-    assert [r["value_text"] for r in records if r["kind"] == "record"] == ["pub-value"]
-    assert console_json_as(port, "/api/topics/pub", alice)["configs"] is None          # no DESCRIBE_CONFIGS
-    assert console_json_as(port, "/api/topics/pub", admin)["configs"]
-    assert console_json_as(port, "/api/security", alice) == {"allowed": False, "viewer": {
-        "user": "alice", "principal": "User:alice"}}
-    security = console_json_as(port, "/api/security", admin)
-    assert security["allowed"] and security["super_users"] == ["User:admin"] and security["acls_total"] == 4
-    assert {(a["resource_type"], a["name"], a["operation"], a["permission"]) for a in security["acls"]} == {
-        ("TOPIC", "pub", "READ", "ALLOW"), ("TOPIC", "desc", "DESCRIBE", "ALLOW"),
-        ("TRANSACTIONAL_ID", "tx-pub", "DESCRIBE", "ALLOW"),
-        ("GROUP", "g-pub", "DESCRIBE", "ALLOW")}
-    assert "ACLs and users" in http_get(port, "/security", headers={"Cookie": admin})[2].decode()
-
-
 def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the_session(sasl_console):
     broker, port = sasl_console, sasl_console.console.port
     acl_scene(broker)
@@ -7608,74 +7188,8 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
         stream.close()
 
 
-def test_console_address_in_use_stops_a_given_setting(start_broker):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        with pytest.raises(OSError, match="doze.console.listener"):
-            start_broker({"doze.console.listener": f"127.0.0.1:{taken.getsockname()[1]}"})
-    with pytest.raises(ValueError, match="HOST:PORT"):
-        start_broker({"doze.console.listener": "nonsense"})
-
-
-def test_cli_serves_the_console_and_prints_its_url(tmp_path):
-    """python3 doze_kafka.py: the console on by default (here moved to port 0)."""
-    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
-                             "--override", "doze.console.listener=127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        proc.stdout.readline()
-        line = proc.stdout.readline()
-        m = re.fullmatch(r"console: http://127\.0\.0\.1:(\d+)/\n", line)
-        assert m, line
-        assert http_get(int(m.group(1)), "/apis")[0] == 200
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
-def test_cli_the_script_runs_again_as_a_module(tmp_path):
-    """python3 doze_kafka.py starts the interpreter again on the file imported
-    as a module (the script's syntax tree is not kept for the broker's life),
-    with the interpreter's options and the arguments given, in the same
-    process (kill and wait work on the pid the caller has), from a copy of
-    the file under another name too."""
-    copy = tmp_path / "renamed_broker.py"
-    copy.write_bytes(open(doze.__file__, "rb").read())
-    proc = subprocess.Popen([sys.executable, "-X", "utf8", str(copy), "--port", "0", "--data-dir",
-                             str(tmp_path / "d"), "--override", "doze.console.listener="],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout.readline().startswith("doze-kafka ")     # it serves
-        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\0")
-        options = [b"-X", b"utf8"] if hasattr(sys, "orig_argv") else []   # Python 3.9 cannot tell
-        assert cmdline[1:1 + len(options)] == options, cmdline
-        rest = cmdline[1 + len(options):]
-        assert rest[0] == b"-c" and str(copy).encode() in rest[1], cmdline
-        assert rest[2:6] == [b"--port", b"0", b"--data-dir", str(tmp_path / "d").encode()]
-    finally:
-        proc.terminate()
-        assert proc.wait(10) == 0
-
-
-def test_cli_under_run_path_the_file_does_not_start_again(capsys):
-    """Run by another program (runpy, a profiler, a debugger), the file is not
-    the program and is not started again: --apis answers in this process."""
-    import runpy
-    saved = sys.argv
-    sys.argv = [doze.__file__, "--apis"]
-    try:
-        with pytest.raises(SystemExit) as e:
-            runpy.run_path(doze.__file__, run_name="__main__")
-    finally:
-        sys.argv = saved
-    assert e.value.code == 0 and "Produce" in capsys.readouterr().out
-
-
 ###############################################################################
-# 12b. TRACE -- the protocol as it moves, line by line
+# 17. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 
 @pytest.fixture
@@ -7699,6 +7213,8 @@ def in_order(lines, *patterns):
         i += 1
     return found
 
+
+# --- The protocol trace -------------------------------------------------------------
 
 def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(traced):
     broker, lines = traced("txn")
@@ -7825,40 +7341,123 @@ def test_trace_is_off_unless_asked_and_refuses_unknown_kinds(start_broker, caplo
     broker = start_broker()
     with RawClient(broker.port) as c:
         Txn(c, "tx-1")
-    assert broker.tracer is None and not [r for r in caplog.records if r.name == "doze_kafka.trace"]
+    assert broker.run_in_loop(lambda: broker.tracer) is None
+    assert not [r for r in caplog.records if r.name == "doze_kafka.trace"]
     stop(broker)
     with pytest.raises(ValueError, match="doze.trace: txns: the kinds are txn, group, all"):
         start_broker({"doze.trace": "txns"})
 
 
-def test_cli_trace_prints_bare_lines_on_stdout(tmp_path):
-    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
-                             "--override", "doze.console.listener=", "--trace", "all", "--trace-ids", "cli-test",
-                             "--log-level", "ERROR"],                   # the trace is printed whatever the level
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+# --- The timers, a bug in an event handler, the Broker's data directory -------------
 
-    def line():                                         # unbuffered, so that select() tells the truth
-        out = b""
-        while not out.endswith(b"\n"):
-            assert select.select([proc.stdout], [], [], SOCKET_TIMEOUT_S)[0], f"no line from --trace: {out!r}"
-            out += proc.stdout.read(1)
-        return out.decode()
-    try:
-        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", line()).group(1))
-        with RawClient(port, client_id="cli-test") as c:
-            c.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
-        lines = [line(), line()]
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} \u2192 ApiVersions v3 \[cli-test@127\.0\.0\.1:\d+\] "
-                        r"client_software_name=t client_software_version=1\n", lines[0]), lines
-    assert re.match(r"\d\d:\d\d:\d\d\.\d{3} \u2190 ApiVersions v3 \[cli-test@[\d.:]+\] error_code=NONE api_keys=\[",
-                    lines[1]), lines
+def test_server_retention_timer_runs_on_the_broker_clock(start_broker):
+    clock = FakeClock()
+    broker = start_broker({"log.retention.check.interval.ms": 1000}, clock=clock)
+    now_ms = int(clock() * 1000)
+    with RawClient(broker.port) as c:
+        c.create_topic("ret", internal_segment_bytes=80, retention_ms=10_000)
+        for i in range(3):
+            c.produce("ret", 0, make_batch([b"%d" % i], timestamps=[now_ms]))
+        clock.advance(5_000)
+        broker.run_in_loop(lambda: None)
+        broker.run_in_loop(lambda: None)
+        assert c.list_offset("ret", 0, -2).offset == 0
+        clock.advance(60_000)
+        deadline = time.monotonic() + 5
+        while c.list_offset("ret", 0, -2).offset != 3 and time.monotonic() < deadline:
+            broker.run_in_loop(lambda: None)
+        assert c.list_offset("ret", 0, -2).offset == 3
+        assert c.fetch("ret", 0, 0).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_a_timer_that_fails_loses_one_run_and_the_broker_serves_on(start_broker, monkeypatch, caplog):
+    """A bug in a periodic chore (here the transaction tick, once) is logged;
+    the loop lives, and the chore's next run still comes (the timeout fires)."""
+    clock = FakeClock()
+    broker = start_broker(clock=clock)
+    real, calls = broker.txns.tick, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return real()
+    monkeypatch.setattr(broker.txns, "tick", flaky)
+    with RawClient(broker.port) as client:
+        client.create_topic("t", 1)
+        txn = Txn(client, "tx-t", timeout_ms=1000)
+        txn.add(("t", 0))
+        clock.advance(200)
+        broker.waker.wake()
+        assert wait_until(lambda: "a timer (TransactionCoordinator._tick) failed: RuntimeError: a bug" in caplog.text)
+        clock.advance(1000)
+        broker.waker.wake()
+        assert wait_until(lambda: describe_txn(client, "tx-t").transaction_state == "CompleteAbort")
+    assert broker._thread.is_alive() and len(calls) > 1
+
+
+def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, monkeypatch, caplog):
+    """A handler that raises (a bug, made here on purpose) costs its own client
+    the connection, with a log line; the loop, the listeners and the others go on."""
+    broker = start_broker(sasl_settings())
+    with RawClient(broker.port) as bystander:
+        real = doze.SaslSession.__init__
+        monkeypatch.setattr(doze.SaslSession, "__init__", lambda *a, **k: 1 / 0)
+        with RawClient(sasl_port(broker)) as refused:                   # the accept path
+            assert refused.is_closed_by_broker(3)
+        monkeypatch.setattr(doze.SaslSession, "__init__", real)
+        with RawClient(broker.port) as victim:
+            victim.call(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            monkeypatch.setattr(doze.Connection, "process_frames", lambda self: {}["a bug"])
+            victim.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            assert victim.is_closed_by_broker(3)                        # a connection's own event
+            monkeypatch.undo()
+        assert bystander.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code == 0
+        with RawClient(sasl_port(broker)) as later:
+            assert later.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0
+    assert "ZeroDivisionError: division by zero" in caplog.text and "KeyError: 'a bug'" in caplog.text
+    assert caplog.text.count("a bug in doze") >= 2
+
+
+def test_disk_one_broker_per_data_directory(start_broker, tmp_path):
+    """Verifies Kafka's .lock: a second broker on a data directory in use
+    refuses to start (with Kafka's message) and changes nothing; once the
+    first stops, the directory can be used again."""
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("locked")
+        c.produce("locked", 0, make_batch([b"mine"]))
+    with pytest.raises(OSError, match="Failed to acquire lock on file .lock in .* another process or thread"):
+        doze.Broker(doze.Config(None, data_dir=tmp_path / "data", host="127.0.0.1", port=0))
+    with RawClient(broker.port) as c:
+        assert c.values("locked", 0) == [(0, b"mine")]
+    stop(broker)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert c.values("locked", 0) == [(0, b"mine")]
 
 
 ###############################################################################
-# 12c. DEMO -- the transaction protocol step by step
+# 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
+###############################################################################
+
+def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
+    """running() is for tests: a new group's first join is answered at once
+    (group.initial.rebalance.delay.ms 0, as Testcontainers and EmbeddedKafka
+    set it); a setting given wins; the command line keeps Kafka's 3 s."""
+    with doze.running() as broker:
+        assert broker.config["group.initial.rebalance.delay.ms"] == 0
+        with RawClient(broker.port) as c:
+            t0 = time.perf_counter()
+            assert join(c, "fresh").error_code == 0
+            assert time.perf_counter() - t0 < 1.0
+    with doze.running({"group.initial.rebalance.delay.ms": 50}) as broker:
+        assert broker.config["group.initial.rebalance.delay.ms"] == 50
+    assert doze.Config(None)["group.initial.rebalance.delay.ms"] == 3000
+
+
+###############################################################################
+# 19. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
@@ -7894,20 +7493,8 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert written == ours, "README.md's walkthrough is not the demo's: python3 doze_kafka.py demo --walkthrough README.md"
 
 
-def test_cli_demo_runs_without_pauses(tmp_path):
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", ""], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(scratch)))
-    assert r.returncode == 0, r.stderr
-    assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
-    assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
-    assert "could not be written (the demo's disk refuses this write)" in r.stderr
-    assert os.listdir(scratch) == [] and os.listdir(tmp_path) == ["tmp"]   # its broker's directory is gone
-
-
 ###############################################################################
-# 13. CLI
+# 20. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):
@@ -7918,54 +7505,47 @@ def test_cli_apis_lists_every_handler(capsys):
     assert "v0-v2 advertised, refused" in out
 
 
-PROPERTIES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance", "configs", "properties")
+def cli_start_error(tmp_path, *args):
+    """The first line a broker that cannot start prints, and its exit status."""
+    proc = subprocess.run([sys.executable, doze.__file__, *args], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    return proc.returncode, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
 
 
-def properties_corpus():
-    with open(os.path.join(PROPERTIES_DIR, "expected.json"), encoding="utf-8") as f:
-        return sorted(json.load(f)["files"].items())
+def test_cli_errors_say_what_to_do(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    code, line = cli_start_error(tmp_path, "--port", "0", "--data-dir", str(a_file))
+    assert code == 1 and line == (f"doze_kafka: cannot start: the data directory {a_file} cannot be made: {a_file} "
+                                  "is a file, not a directory (--data-dir, or log.dirs, names where doze keeps "
+                                  "its logs and meta.db)")
+    code, line = cli_start_error(tmp_path, "--port", "0", "--data-dir", str(a_file / "under"))
+    assert code == 1 and f"{a_file} is a file, not a directory" in line
+    code, line = cli_start_error(tmp_path, "--log-level", "chatty")
+    assert code == 2 and "argument --log-level: invalid choice: 'CHATTY'" in line
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, line = cli_start_error(tmp_path, "--port", str(port), "--data-dir", str(tmp_path / "d"))
+        assert code == 1 and "Address already in use" in line and "--port" in line, line
+        code, line = cli_start_error(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "d"),
+                                     "--console", f"127.0.0.1:{port}")
+        assert code == 1 and line.startswith(f"doze_kafka: cannot start: the console's address 127.0.0.1:{port}: "
+                                             "Address already in use") and "--console HOST:PORT" in line, line
 
 
-@pytest.mark.parametrize("name, java", properties_corpus(), ids=lambda x: x if isinstance(x, str) else "")
-def test_config_properties_read_as_java_reads_them(name, java):
-    """server.properties as java.util.Properties.load reads it (Kafka's
-    Utils.loadProps): every corpus file against what Java 17 gave for it
-    (expected.json, written only by conformance/configs/properties/check.py
-    --record from Java's output): continuations, escapes, separators, comments."""
-    with open(os.path.join(PROPERTIES_DIR, "corpus", name), "rb") as f:
-        data = f.read()
-    assert hashlib.sha256(data).hexdigest() == java["sha256"], "the corpus changed: record expected.json again"
-    if "error" in java:
-        with pytest.raises(ValueError, match="Malformed"):
-            doze.read_java_properties(data)
-    else:
-        assert doze.read_java_properties(data) == java["props"]
-
-
-def test_config_a_jaas_line_continued_as_kafkas_docs_write_it_starts_a_sasl_listener(tmp_path):
-    """Kafka's docs write sasl.jaas.config over several lines ending in a
-    backslash: read as Java reads it, the PLAIN users are all there."""
-    path = tmp_path / "server.properties"
-    path.write_bytes(b"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0\n"
-                     b"sasl.enabled.mechanisms=PLAIN\n"
-                     b"num.partitions=\\\n    4\n"
-                     b"listener.name.sasl_plaintext.plain.sasl.jaas.config="
-                     b"org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
-                     b'    username="admin" \\\n    password="admin-secret" \\\n'
-                     b'    user_admin="admin-secret" \\\n    user_alice="alice-secret";\n')
-    config = doze.Config.from_properties(str(path), data_dir=str(tmp_path / "data"), port=0)
-    assert config["num.partitions"] == 4 and "user_alice" not in config.given
-    broker = doze.Broker(config)
-    thread = threading.Thread(target=broker.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with RawClient(sasl_port(broker)) as c:
-            [answer] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
-            assert answer.error_code == 0
-            assert c.call(ApiKey.METADATA, 12, topics=None).brokers
-    finally:
-        broker.stop()
-        thread.join(5)
+def test_cli_a_taken_default_console_address_moves_to_another_port(tmp_path, monkeypatch):
+    """The command line's console (127.0.0.1:8092 unless told) moves to a free
+    port when that one is taken, and says where; the demo does the same."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        monkeypatch.setattr(doze, "CONSOLE_CLI_ADDRESS", f"127.0.0.1:{taken.getsockname()[1]}")
+        config = doze.Config({}, data_dir=str(tmp_path / "d"), port=0)
+        config.set_default("doze.console.listener", doze.CONSOLE_CLI_ADDRESS)
+        broker = doze.Broker(config)
+        try:
+            assert broker.console is not None and broker.console.port != taken.getsockname()[1]
+        finally:
+            broker.stop()
+            broker.serve_forever()                      # runs the stop at once: closes everything
 
 
 def test_cli_bad_flag_exits_non_zero(capsys):
@@ -7980,24 +7560,995 @@ def test_cli_bad_override_exits_non_zero(capsys, tmp_path):
     assert e.value.code != 0
 
 
-def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
-    """running() is for tests: a new group's first join is answered at once
-    (group.initial.rebalance.delay.ms 0, as Testcontainers and EmbeddedKafka
-    set it); a setting given wins; the command line keeps Kafka's 3 s."""
-    with doze.running() as broker:
-        assert broker.config["group.initial.rebalance.delay.ms"] == 0
-        with RawClient(broker.port) as c:
-            t0 = time.perf_counter()
-            assert join(c, "fresh").error_code == 0
-            assert time.perf_counter() - t0 < 1.0
-    with doze.running({"group.initial.rebalance.delay.ms": 50}) as broker:
-        assert broker.config["group.initial.rebalance.delay.ms"] == 50
-    assert doze.Config(None)["group.initial.rebalance.delay.ms"] == 3000
+def test_sasl_add_scram_on_the_command_line(tmp_path, capsys):
+    user, mechanism, credential = doze.parse_add_scram("SCRAM-SHA-512=[name=dave,password=\"p,w=d\",iterations=8192]")
+    assert (user, mechanism, credential[3]) == ("dave", "SCRAM-SHA-512", 8192)
+    salt, stored, server, iterations = credential
+    assert (stored, server) == doze.scram_keys(mechanism, doze.scram_salted_password(mechanism, "p,w=d", salt, 8192))
+    with pytest.raises(ValueError, match="iterations must be"):
+        doze.parse_add_scram("SCRAM-SHA-256=[name=x,password=y,iterations=100]")
+
+
+def test_cli_serves_the_console_and_prints_its_url(tmp_path):
+    """python3 doze_kafka.py: the console on by default (here moved to port 0)."""
+    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
+                             "--override", "doze.console.listener=127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        proc.stdout.readline()
+        line = proc.stdout.readline()
+        m = re.fullmatch(r"console: http://127\.0\.0\.1:(\d+)/\n", line)
+        assert m, line
+        assert http_get(int(m.group(1)), "/apis")[0] == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_cli_demo_runs_without_pauses(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", ""], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(scratch)))
+    assert r.returncode == 0, r.stderr
+    assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
+    assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
+    assert "could not be written (the demo's disk refuses this write)" in r.stderr
+    assert os.listdir(scratch) == [] and os.listdir(tmp_path) == ["tmp"]   # its broker's directory is gone
+
+
+def test_cli_trace_prints_bare_lines_on_stdout(tmp_path):
+    proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir", str(tmp_path),
+                             "--override", "doze.console.listener=", "--trace", "all", "--trace-ids", "cli-test",
+                             "--log-level", "ERROR"],                   # the trace is printed whatever the level
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+
+    def line():                                         # unbuffered, so that select() tells the truth
+        out = b""
+        while not out.endswith(b"\n"):
+            assert select.select([proc.stdout], [], [], SOCKET_TIMEOUT_S)[0], f"no line from --trace: {out!r}"
+            out += proc.stdout.read(1)
+        return out.decode()
+    try:
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", line()).group(1))
+        with RawClient(port, client_id="cli-test") as c:
+            c.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+        lines = [line(), line()]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} \u2192 ApiVersions v3 \[cli-test@127\.0\.0\.1:\d+\] "
+                        r"client_software_name=t client_software_version=1\n", lines[0]), lines
+    assert re.match(r"\d\d:\d\d:\d\d\.\d{3} \u2190 ApiVersions v3 \[cli-test@[\d.:]+\] error_code=NONE api_keys=\[",
+                    lines[1]), lines
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_cli_the_script_runs_again_as_a_module(tmp_path):
+    """python3 doze_kafka.py starts the interpreter again on the file imported
+    as a module (the script's syntax tree is not kept for the broker's life),
+    with the interpreter's options and the arguments given, in the same
+    process (kill and wait work on the pid the caller has), from a copy of
+    the file under another name too: `python3 [-P] -m renamed_broker ...`, so
+    that `ps` tells a broker apart; a file name -m cannot import (a dash in
+    it) runs the same by hand, with -c."""
+    copy = tmp_path / "renamed_broker.py"
+    copy.write_bytes(open(doze.__file__, "rb").read())
+    proc = subprocess.Popen([sys.executable, "-X", "utf8", str(copy), "--port", "0", "--data-dir",
+                             str(tmp_path / "d"), "--override", "doze.console.listener="],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().startswith("doze-kafka ")     # it serves
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+        options = [b"-X", b"utf8"] if hasattr(sys, "orig_argv") else []   # Python 3.9 cannot tell
+        assert cmdline[1:1 + len(options)] == options, cmdline
+        rest = cmdline[1 + len(options):]
+        if rest[0] == b"-P":
+            rest = rest[1:]
+        assert rest[:2] == [b"-m", b"renamed_broker"], cmdline
+        assert rest[2:6] == [b"--port", b"0", b"--data-dir", str(tmp_path / "d").encode()]
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+    dashed = tmp_path / "doze-kafka.py"
+    dashed.write_bytes(open(doze.__file__, "rb").read())
+    proc = subprocess.Popen([sys.executable, str(dashed), "--port", "0", "--data-dir", str(tmp_path / "e"),
+                             "--no-console"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().startswith("doze-kafka ")
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+        assert cmdline[1] == b"-c" and str(dashed).encode() in cmdline[2], cmdline
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_cli_under_run_path_the_file_does_not_start_again(capsys):
+    """Run by another program (runpy, a profiler, a debugger), the file is not
+    the program and is not started again: --apis answers in this process."""
+    import runpy
+    saved = sys.argv
+    sys.argv = [doze.__file__, "--apis"]
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(doze.__file__, run_name="__main__")
+    finally:
+        sys.argv = saved
+    assert e.value.code == 0 and "Produce" in capsys.readouterr().out
 
 
 ###############################################################################
-# 14. CONFORMANCE -- recordings of Apache Kafka 4.3.1, replayed against doze
+# B. SCENARIOS -- kill -9, restart, torn tails, power cuts
 ###############################################################################
+
+def _wait_for_state(broker, transactional_id, state):
+    """Wait (test thread) until meta.db holds the transaction in `state`."""
+    path = os.path.join(broker.config.data_dir, "meta.db")
+
+    def stored():
+        db = sqlite3.connect(path)
+        try:
+            row = db.execute("SELECT state FROM transactions WHERE transactional_id = ?",
+                             (transactional_id,)).fetchone()
+        finally:
+            db.close()
+        return row and row[0] == state
+    assert wait_until(stored), f"{transactional_id} never reached {state} in meta.db"
+
+
+class PowerCutFiles(doze.Files):
+    """A Files layer that remembers what a power cut would leave behind.
+
+    Per file: the content as of its last fsync (the "durable" content). Per
+    path: whether its directory entry is durable, which it becomes when its
+    parent directory is fsynced. Everything already on disk when the layer is
+    made counts as durable (it survived the previous boot). meta.db is
+    written by sqlite without an fsync (synchronous=NORMAL); the broker's
+    sync_file of meta.db-wal makes it durable, so the layer keeps a copy of
+    meta.db and its WAL as they were at each sync_file, and a power cut puts
+    that copy back (sqlite's own fsyncs at checkpoints are not counted: a cut
+    loses at least as much as a real one would).
+
+    cut_at=N: the power goes out at the N-th change the broker asks for (a
+    write, fsync, rename... or a meta.db commit): that change and every later
+    one fail with EIO (a commit: sqlite's disk I/O error, rolled back), and
+    on_cut() is called (the test's hook to stop the broker). cut() then
+    rewrites the directory to what would be on disk after the reboot; without
+    it, what is left is what a crash (kill -9) at that point leaves. .labels
+    names every change made, in order (which call, which file)."""
+
+    SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
+
+    def __init__(self, root, cut_at=None, on_cut=None):
+        self.root = os.path.abspath(root)
+        self.cut_at, self.on_cut = cut_at, on_cut
+        self.changes = 0
+        self.labels = []
+        self.dead = False
+        self.paths = {}                  # fd -> path
+        self.durable = {}                # path -> bytes as of the last fsync
+        self.entries = set()             # paths whose directory entry is durable
+        if os.path.isdir(self.root):
+            self.entries.add(self.root)
+            for directory, dirs, names in os.walk(self.root):
+                for name in dirs + names:
+                    self.entries.add(os.path.join(directory, name))
+                for name in names:
+                    if not name.startswith("meta.db"):
+                        path = os.path.join(directory, name)
+                        self.durable[path] = self._read(path)
+        self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
+
+    def _meta_files(self):
+        """{meta.db and its WAL: bytes} as they are now."""
+        out = {}
+        for name in ("meta.db", "meta.db-wal"):
+            path = os.path.join(self.root, name)
+            if os.path.isfile(path):
+                out[path] = self._read(path)
+        return out
+
+    @staticmethod
+    def _read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def _change(self, what=None):
+        if self.dead:
+            raise OSError(5, "power is out")
+        self.changes += 1
+        caller = sys._getframe(1)
+        what = what or caller.f_locals.get("path") or self.paths.get(caller.f_locals.get("fd"), "")
+        what = os.path.relpath(what, self.root) if os.path.isabs(str(what)) else what
+        self.labels.append(f"{caller.f_code.co_name} {what}")
+        if self.cut_at is not None and self.changes >= self.cut_at:
+            self.dead = True
+            if self.on_cut:
+                self.on_cut()
+            raise OSError(5, "power is out")
+
+    # --- the Files interface ---
+    def open_append(self, path, create):
+        self._change()
+        fd = super().open_append(path, create)
+        path = os.path.abspath(path)
+        self.paths[fd] = path
+        if create:
+            self.durable[path] = b""
+        else:
+            self.durable.setdefault(path, self._read(path))
+        return fd
+
+    def write(self, fd, data):
+        self._change()
+        super().write(fd, data)
+
+    def fsync(self, fd):
+        self._change()
+        super().fsync(fd)
+        self.durable[self.paths[fd]] = self._read(self.paths[fd])
+
+    def truncate(self, path, size):
+        self._change()
+        super().truncate(path, size)                 # doze's truncate fsyncs
+        self.durable[os.path.abspath(path)] = self._read(path)
+
+    def truncate_fd(self, fd, size):
+        self._change()
+        super().truncate_fd(fd, size)
+
+    def close(self, fd):
+        super().close(fd)                            # closing is not a change
+        self.paths.pop(fd, None)
+
+    def mkdir(self, path):
+        self._change()
+        super().mkdir(path)
+
+    def fsync_dir(self, path):
+        self._change()
+        super().fsync_dir(path)
+        path = os.path.abspath(path)
+        for name in os.listdir(path):
+            self.entries.add(os.path.join(path, name))
+
+    def write_file(self, path, data):
+        self._change()
+        super().write_file(path, data)
+        self.durable.setdefault(os.path.abspath(path), b"")    # written, never fsynced
+
+    def unlink(self, path):
+        self._change()
+        super().unlink(path)
+        path = os.path.abspath(path)
+        self.durable.pop(path, None)
+        self.entries.discard(path)
+
+    def rename(self, src, dst):
+        self._change(src)
+        super().rename(src, dst)
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        self.durable[dst] = self.durable.pop(src, b"")
+        self.entries.discard(src)
+
+    def rmtree(self, path):
+        self._change()
+        super().rmtree(path)
+        path = os.path.abspath(path)
+        for known in (self.durable, self.entries):
+            for p in [p for p in known if p == path or p.startswith(path + os.sep)]:
+                known.pop(p) if isinstance(known, dict) else known.discard(p)
+
+    def commit(self, db):
+        try:
+            self._change("meta.db")
+        except OSError as e:
+            raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
+        super().commit(db)
+
+    def sync_file(self, path, fallback=None):
+        self._change(path)
+        super().sync_file(path, fallback)
+        if os.path.basename(path).startswith("meta.db"):
+            self.meta = self._meta_files()
+
+    # --- the power cut ---
+    def _restore_meta(self):
+        """meta.db as of its last sync."""
+        for name in ("meta.db",) + self.SQLITE_OWN:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.root, name))
+        for path, content in self.meta.items():
+            with open(path, "wb") as f:
+                f.write(content)
+
+    def cut(self, written_back=False):
+        """Forget every write not fsynced and every entry whose directory was not.
+        written_back: the kernel had written every log file and directory back
+        (as it may at any moment), but meta.db is as of its last sync."""
+        import shutil
+        if written_back:
+            self._restore_meta()
+            return
+        for path, content in self.durable.items():
+            if os.path.isfile(path):
+                with open(path, "wb") as f:
+                    f.write(content)
+        self._restore_meta()
+        if self.root not in self.entries:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for directory, dirs, names in os.walk(self.root):
+            for name in list(dirs):
+                if os.path.join(directory, name) not in self.entries:
+                    shutil.rmtree(os.path.join(directory, name))
+                    dirs.remove(name)
+            for name in names:
+                path = os.path.join(directory, name)
+                if path not in self.entries and name not in self.SQLITE_OWN:
+                    os.unlink(path)
+
+
+def run_workload(broker, files, log_bytes_topics=3):
+    """Create topics and produce with acks=-1/1 (plus acks=0 noise) until the
+    broker goes away. Returns (acked records {(topic, p): {offset: value}},
+    created topics {name: partitions})."""
+    acked, created = {}, {}
+    try:
+        with RawClient(broker.port, timeout=3) as c:
+            for t in range(log_bytes_topics):
+                name = "pc-%d" % t
+                [res] = c.create_topics((name, 2, {"internal.segment.bytes": "400"}))
+                if res.error_code == 0:
+                    created[name] = 2
+                for i in range(40):
+                    tp = ("pc-%d" % (i % (t + 1)), i % 2)
+                    value = b"%s/%d/%d" % (tp[0].encode(), tp[1], i + 100 * t)
+                    if i % 5 == 4:
+                        c.produce(*tp, make_batch([value + b"-noise"]), acks=0)
+                        continue
+                    p = c.produce(*tp, make_batch([value, value + b"+"]), acks=(-1, 1)[i % 2])
+                    if p.error_code == 0:
+                        acked.setdefault(tp, {}).update({p.base_offset: value,
+                                                         p.base_offset + 1: value + b"+"})
+    except (EOFError, ConnectionError, socket.timeout):
+        pass                                               # the power went out
+    return acked, created
+
+
+def check_nothing_acknowledged_was_lost(broker, acked, created):
+    """-> the acknowledged records that are missing (empty when all is well)."""
+    missing = []
+    with RawClient(broker.port) as c:
+        topics = {t.name: len(t.partitions) for t in c.metadata(None).topics}
+        for name, partitions in created.items():
+            assert topics.get(name) == partitions, f"created topic {name} is gone"
+        for (topic, partition), records in acked.items():
+            got = dict(c.values(topic, partition)) if topic in topics else {}
+            missing += [(topic, partition, o) for o, v in records.items() if got.get(o) != v]
+            if records and topic in topics:
+                nxt = c.produce(topic, partition, make_batch([b"after the cut"]))
+                if nxt.error_code != 0 or nxt.base_offset <= max(records):
+                    missing.append((topic, partition, "offset reused", nxt.base_offset))
+    return missing
+
+
+class LyingDisk(PowerCutFiles):
+    """A disk whose fsync returns without making anything durable."""
+
+    def fsync(self, fd):
+        self._change()
+
+
+# --- Crash at every point ---------------------------------------------------------
+# A transactional workload on the PowerCutFiles layer numbers every change the
+# broker makes (write, fsync, directory fsync, rename, truncate, mkdir, unlink,
+# meta.db commit). For each point N the disk dies at N (the broker is stopped
+# there), and the broker restarts on what a crash leaves (every write made) or,
+# separately, on what a power cut leaves (only what was fsynced). Then every
+# invariant is checked against what the clients were told.
+
+class Ledger:
+    """What the workload's clients were told, and so may rely on."""
+
+    def __init__(self):
+        self.topic_created = False
+        self.acked = {}              # (topic, partition) -> {offset: value}: every answered produce
+        self.txns = []               # [{"values": {tp: [v]}, "offsets": {tp: o}, "end": None/True/False, "told": bool}]
+        self.plain_offset = None     # an OffsetCommit answered
+        self.member_offset = None    # ... and one by a group's member, with its generation
+        self.idem_sent = []          # (batch, seq, values) of the idempotent producer, in order
+        self.idem_acked = {}         # seq -> offset
+
+
+CP_TOPIC, CP_GROUP, CP_PLAIN_GROUP, CP_MEMBERS = "cp", "cp-group", "cp-plain", "cp-members"
+
+
+def crash_idempotent(c, ledger):
+    """An idempotent producer's two batches, then a plain OffsetCommit."""
+    pid, epoch = init_producer_id(c)
+    for seq in (0, 2):
+        values = [b"idem-%d" % seq, b"idem-%d" % (seq + 1)]
+        batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        ledger.idem_sent.append((batch, seq, values))
+        p = c.produce(CP_TOPIC, 1, batch)
+        assert p.error_code == 0, p
+        ledger.idem_acked[seq] = p.base_offset
+        ledger.acked.setdefault((CP_TOPIC, 1), {}).update({p.base_offset: values[0], p.base_offset + 1: values[1]})
+    assert commit_offsets(c, CP_PLAIN_GROUP, {(CP_TOPIC, 1): 77}) == {(CP_TOPIC, 1): 0}
+    ledger.plain_offset = 77
+
+
+def crash_group_and_wide_produce(c, ledger):
+    """A group's member joins and commits with its generation; then one
+    Produce to both partitions (two logs in one group commit)."""
+    joined = join(c, CP_MEMBERS)
+    assert joined.error_code == 0, joined
+    assert sync(c, CP_MEMBERS, joined.generation_id, joined.member_id,
+                {joined.member_id: b"assignment"}).error_code == 0
+    assert commit_offsets(c, CP_MEMBERS, {(CP_TOPIC, 0): 3}, joined.generation_id,
+                          joined.member_id) == {(CP_TOPIC, 0): 0}
+    ledger.member_offset = 3
+    resp = c.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name=CP_TOPIC, partition_data=[
+        Msg(index=p, records=make_batch([b"wide-%d" % p])) for p in (0, 1)])])
+    for part in resp.responses[0].partition_responses:
+        assert part.error_code == 0, part
+        ledger.acked.setdefault((CP_TOPIC, part.index), {})[part.base_offset] = b"wide-%d" % part.index
+
+
+def crash_workload(port, ledger, strict=False):
+    """Topics, three transactions (committed, aborted, left open), an
+    idempotent producer, plain offset commits. Ends where the broker goes away
+    (strict: it must not)."""
+    try:
+        with RawClient(port, timeout=5) as c:
+            [res] = c.create_topics((CP_TOPIC, 2, {"internal.segment.bytes": "300"}))
+            assert res.error_code == 0, res
+            ledger.topic_created = True
+            txn = Txn(c, "cp-txn", timeout_ms=600000)
+            for n, (commit, tps) in enumerate([(True, [(CP_TOPIC, 0), (CP_TOPIC, 1)]),
+                                               (False, [(CP_TOPIC, 0)]),
+                                               (True, [(CP_TOPIC, 1), (CP_TOPIC, 0)]),
+                                               (None, [(CP_TOPIC, 1)])]):
+                t = {"values": {}, "offsets": {}, "end": commit, "told": False}
+                ledger.txns.append(t)
+                assert set(txn.add(*tps).values()) == {0}
+                for tp in tps:
+                    values = [b"txn%d-%s-%d-%d" % (n, tp[0].encode(), tp[1], i) for i in range(2)]
+                    t["values"][tp] = values
+                    part = txn.produce(*tp, values)
+                    assert part.error_code == 0, part
+                    ledger.acked.setdefault(tp, {}).update({part.base_offset + i: v for i, v in enumerate(values)})
+                if commit is None:
+                    return True                              # left open: undecided
+                assert txn.add_offsets(CP_GROUP) == 0
+                t["offsets"] = {(CP_TOPIC, 0): 10 + n}
+                assert set(txn.commit_offsets(CP_GROUP, t["offsets"]).values()) == {0}
+                assert txn.end(commit) == 0
+                t["told"] = True
+                if n == 0:
+                    crash_idempotent(c, ledger)
+                    crash_group_and_wide_produce(c, ledger)
+    except (EOFError, ConnectionError, socket.timeout, AssertionError):
+        if strict:
+            raise
+        return False                                          # the disk died: the broker is gone
+
+
+def crash_idempotent_violations(c, ledger, logs):
+    """The idempotent producer retries its last batch, then sends the next:
+    one copy of each in the log, no sequence error."""
+    if not ledger.idem_sent:
+        return []
+    bad = []
+    batch, seq, values = ledger.idem_sent[-1]
+    retry = c.produce(CP_TOPIC, 1, batch)
+    if retry.error_code != 0 or seq in ledger.idem_acked and retry.base_offset != ledger.idem_acked[seq]:
+        bad.append(f"the idempotent retry of seq {seq} got {retry.error_code} @{retry.base_offset}")
+    if seq == 0:
+        pid, epoch = header_of(batch).producer_id, header_of(batch).producer_epoch
+        nxt = c.produce(CP_TOPIC, 1, make_batch([b"idem-2", b"idem-3"], producer_id=pid,
+                                                producer_epoch=epoch, base_sequence=2))
+        if nxt.error_code != 0:
+            bad.append(f"the idempotent producer's next batch got {nxt.error_code}")
+    after = [v for _, v in c.values(CP_TOPIC, 1) if v.startswith(b"idem-")]
+    if sorted(after) != sorted(set(after)):
+        bad.append(f"idempotent records written twice: {after}")
+    return bad
+
+
+def crash_violations(port, ledger):
+    """-> [what is wrong] after a restart, checked against the ledger."""
+    bad = []
+    with RawClient(port) as c:
+        topics = {t.name: t for t in c.metadata([CP_TOPIC], allow_auto_topic_creation=False).topics}
+        if not ledger.topic_created:
+            return bad
+        if topics[CP_TOPIC].error_code != 0 or len(topics[CP_TOPIC].partitions) != 2:
+            return ["the answered CreateTopics is gone"]
+        tps = [(CP_TOPIC, 0), (CP_TOPIC, 1)]
+        logs = {tp: dict(c.values(*tp)) for tp in tps}
+        for tp, records in ledger.acked.items():
+            bad += [f"acknowledged {tp} @{o} {v!r} reads {logs[tp].get(o)!r}" for o, v in records.items()
+                    if logs[tp].get(o) != v]
+        bad += crash_idempotent_violations(c, ledger, logs)
+        # The application restarts: its InitProducerId aborts what is open, finishes what is decided.
+        assert wait_until(lambda: c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="cp-txn",
+                                         transaction_timeout_ms=60000).error_code == 0, timeout_s=10)
+        for tp in tps:
+            if not wait_until(lambda: (lambda p: p.last_stable_offset == p.high_watermark)(
+                    fetch_isolated(c, *tp)), timeout_s=5):
+                bad.append(f"{tp}: the LSO is stuck below the high watermark")
+        visible = {tp: set(visible_values(c, *tp, every_segment=True)) for tp in tps}
+        offsets = committed_offsets(c, CP_GROUP, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
+        for n, t in enumerate(ledger.txns):
+            shown = {tp: set(vs) <= visible[tp] for tp, vs in t["values"].items()}
+            hidden = {tp: not (set(vs) & visible[tp]) for tp, vs in t["values"].items()}
+            if t["told"] and t["end"]:
+                if not all(shown.values()):
+                    bad.append(f"transaction {n}: its commit was answered, its records are not all visible")
+            elif t["told"] or t["end"] is None:
+                if not all(hidden.values()):
+                    bad.append(f"transaction {n}: aborted or undecided, yet read_committed shows its records")
+            elif not (all(shown.values()) or all(hidden.values())):
+                bad.append(f"transaction {n}: half of it is visible ({shown})")
+        committed = [t for t in ledger.txns if t["end"] and t["offsets"] and
+                     t["values"] and all(set(vs) <= visible[tp] for tp, vs in t["values"].items())]
+        want = committed[-1]["offsets"][(CP_TOPIC, 0)] if committed else -1
+        if offsets != want:
+            bad.append(f"the group's offset is {offsets}, its committed transactions say {want}")
+        if ledger.plain_offset is not None:
+            got = committed_offsets(c, CP_PLAIN_GROUP, [(CP_TOPIC, 1)])[(CP_TOPIC, 1)][1]
+            if got != ledger.plain_offset:
+                bad.append(f"the answered OffsetCommit reads {got}")
+        if ledger.member_offset is not None:
+            got = committed_offsets(c, CP_MEMBERS, [(CP_TOPIC, 0)])[(CP_TOPIC, 0)][1]
+            if got != ledger.member_offset:
+                bad.append(f"the member's answered OffsetCommit reads {got}")
+    return bad
+
+
+def _crash_broker(data, files=None):
+    config = doze.Config({"group.initial.rebalance.delay.ms": 0}, data_dir=data, host="127.0.0.1", port=0)
+    broker = doze.Broker(config, files=files)
+    thread = threading.Thread(target=broker.serve_forever, name="doze-crash", daemon=True)
+    broker._thread = thread
+    thread.start()
+    return broker
+
+
+def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False,
+                 patch=None):
+    """Run the workload once to number its changes, then crash at each (or at
+    `points`; first_failure: stop at the first point that fails). power_cut:
+    False (a crash), True (files.cut()) or "written back" (files.cut(written_back=True)).
+    patch(broker) changes the broker under test (for negative controls).
+    -> (number of points, [(point, its change, what is wrong)])."""
+    count, labels = None, None
+    failures = []
+    n = 0
+    while count is None or n <= count:
+        data = tmp_path / f"run-{n}"
+        holder = []
+        files = files_class(data)
+
+        def die():
+            holder[0].stop(clean=False)
+        files.on_cut = die
+        broker = _crash_broker(data, files)
+        holder.append(broker)
+        if patch:
+            broker.run_in_loop(lambda: patch(broker))
+        if n:
+            files.cut_at = files.changes + n
+        before = files.changes
+        ledger = Ledger()
+        crash_workload(broker.port, ledger, strict=not n)
+        broker.stop(clean=False)
+        assert broker.stopped.wait(5)
+        made = files.labels[before:]
+        if not n:
+            count, labels = len(made), made
+            n = 1 if points is None else points.pop(0)
+            continue
+        assert made == labels[:n], f"the workload is not deterministic at point {n}: {made[-3:]}"
+        if power_cut:
+            files.cut(written_back=power_cut == "written back")
+        broker = _crash_broker(data)
+        try:
+            failures += [(n, labels[n - 1], why) for why in crash_violations(broker.port, ledger)]
+        finally:
+            broker.stop(clean=False)
+            assert broker.stopped.wait(5)
+        import shutil
+        shutil.rmtree(data)
+        if first_failure and failures:
+            break
+        if points is not None:
+            if not points:
+                break
+            n = points.pop(0)
+        else:
+            n += 1
+    return count, failures
+
+
+class SkipsMarkerFsync(PowerCutFiles):
+    """A doze that forgot to fsync the markers before finishing the commit: an
+    fsync right after a marker's write returns without making it durable."""
+
+    def write(self, fd, data):
+        super().write(fd, data)
+        self.marker_last = len(data) > 22 and bool(data[22] & doze.ATTR_CONTROL)
+
+    def fsync(self, fd):
+        if getattr(self, "marker_last", False):
+            self._change()
+            return
+        super().fsync(fd)
+
+
+class LyingMetaSync(PowerCutFiles):
+    """A doze whose fsync of meta.db-wal returns without making anything durable."""
+
+    def sync_file(self, path, fallback=None):
+        self._change(path)
+
+
+# --- Kill -9 and restart ---------------------------------------------------------------
+
+def test_restart_scenario_kill_keeps_every_acked_record_and_continues_offsets(start_broker):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("k", partitions=2, internal_segment_bytes=300)
+        acked = []
+        for i in range(20):
+            p = c.produce("k", i % 2, make_batch([b"k%d" % i]), acks=(-1, 1)[i % 2])
+            assert p.error_code == 0
+            acked.append((i % 2, p.base_offset, b"k%d" % i))
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        for partition in (0, 1):
+            want = [(o, v) for p, o, v in acked if p == partition]
+            assert c.values("k", partition) == want
+            nxt = c.produce("k", partition, make_batch([b"after"]))
+            assert nxt.base_offset == want[-1][0] + 1                 # no offset reused
+
+
+@pytest.mark.parametrize("torn", ["garbage", "partial batch", "bad crc"])
+def test_restart_scenario_torn_last_batch_is_cut_with_a_log_line(start_broker, tmp_path, caplog,
+                                                                 torn):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("torn")
+        for i in range(3):
+            c.produce("torn", 0, make_batch([b"t%d" % i]))
+    stop(broker, clean=False)
+    segment = tmp_path / "data" / "torn-0" / doze.segment_name(0)
+    size = os.path.getsize(segment)
+    whole = struct.pack(">q", 3) + make_batch([b"torn-away" * 10])[8:]
+    with open(segment, "ab") as f:
+        f.write({"garbage": os.urandom(37),
+                 "partial batch": whole[:len(whole) // 2],
+                 "bad crc": whole[:-3] + b"???"}[torn])
+    caplog.set_level(logging.WARNING, logger="doze_kafka")
+    broker = start_broker()
+    assert any("torn tail" in r.getMessage() and "torn-0" in r.getMessage()
+               for r in caplog.records)
+    assert os.path.getsize(segment) == size
+    with RawClient(broker.port) as c:
+        assert [v for _, v in c.values("torn", 0)] == [b"t0", b"t1", b"t2"]
+        assert c.produce("torn", 0, make_batch([b"t3"])).base_offset == 3
+        assert [v for _, v in c.values("torn", 0)] == [b"t0", b"t1", b"t2", b"t3"]
+
+
+def test_restart_scenario_idempotent_retry_after_restart_is_not_written_twice(start_broker):
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("idem-restart")
+        pid, epoch = init_producer_id(c)
+        batch = make_batch([b"once"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+        assert c.produce("idem-restart", 0, batch).base_offset == 0
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        retry = c.produce("idem-restart", 0, batch)     # the producer never saw the answer
+        # Kafka rebuilds producer state from the log (ProducerStateManager), so
+        # the retry is answered with its original offset, not written again.
+        assert (retry.error_code, retry.base_offset) == (0, 0)
+        assert c.values("idem-restart", 0) == [(0, b"once")]
+
+
+def test_server_partition_holding_a_bad_batch_is_served_by_every_reader_after_a_restart(start_broker):
+    """The other readers of stored records, on the same poisoned log: a restart
+    (segment indexes and producer state rebuilt from batch headers), the
+    console's browser (a bad batch is one row saying why, the good record after
+    it is shown) and its topic page (record counts), timestamp lookups again."""
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
+    with RawClient(broker.port) as c:
+        c.create_topic("poisoned")
+        plog = broker.run_in_loop(lambda: broker.logs.get("poisoned", 0))
+        for payload, count in [BAD_RECORDS["count-2^31-1-length--1"], BAD_RECORDS["length--2"]]:
+            batch = bytearray(batch_with_payload(payload, count, timestamp_ms=2_000))
+            broker.run_in_loop(lambda: broker.logs.append(plog, batch, doze.read_batch_header(batch)))
+        assert c.produce("poisoned", 0, make_batch([b"after"], timestamps=[9_000])).error_code == 0
+    stop(broker)
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"})
+    after = 2 ** 31 - 1 + 2
+    started = time.perf_counter()
+    with RawClient(broker.port) as c:
+        assert c.list_offset("poisoned", 0, 3_000).offset == after
+        assert c.list_offset("poisoned", 0, -3).offset == after
+        items = browse(broker, "poisoned", 0)["items"]
+        page = console_html(broker, "/topics/poisoned")
+        assert c.produce("poisoned", 0, make_batch([b"later"])).base_offset == after + 1
+    assert time.perf_counter() - started < 3
+    assert [(i["kind"], i["offset"]) for i in items[:2]] == [("batch", 0), ("batch", 2 ** 31 - 1)]
+    assert all(i["note"] for i in items[:2])
+    assert [(i["offset"], i["value_text"]) for i in items if i["kind"] == "record"] == [(after, "after")]
+    assert "poisoned" in page
+
+
+def test_txn_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
+    """Verifies that after a restart an open transaction is still open (its
+    producer can commit it) and aborted transactions are still listed."""
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        client.create_topic("rs", 1)
+        txn = Txn(client, "tx-rs")
+        assert txn.whole("rs", 0, [b"dropped"], commit=False) == 0
+        txn.add(("rs", 0))
+        txn.produce("rs", 0, [b"kept"])
+        pid, epoch = txn.producer_id, txn.epoch
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        part = fetch_isolated(client, "rs", 0)
+        assert part.last_stable_offset == 2 and part.high_watermark == 3
+        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+        resumed = Txn.__new__(Txn)
+        resumed.c, resumed.id, resumed.producer_id, resumed.epoch, resumed.seq = \
+            client, "tx-rs", pid, epoch, {("rs", 0): 2}
+        assert resumed.end(True) == 0                  # a fresh connection, no InitProducerId
+        assert visible_values(client, "rs", 0) == [b"kept"]
+
+
+def test_txn_a_topic_made_again_under_a_deleted_ones_name_is_rebuilt_whole_after_a_restart(
+        start_broker, monkeypatch):
+    """Verifies that a topic made again under the name of a deleted one that
+    held transactions is noted as transactional in meta.db when it takes its
+    own, so a restart rebuilds its aborted index whole: read_committed still
+    hides an aborted record that more than the tail window of plain records
+    followed. (The broker used to remember the deleted topic's partitions as
+    noted, and skipped the note.)"""
+    monkeypatch.setattr(doze, "PRODUCER_STATE_WINDOW", 4096)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("twice", 1)
+        assert Txn(c, "tx-twice").whole("twice", 0, [b"first topic"], commit=False) == 0
+        delete_topic(c, "twice")
+        c.create_topic("twice", 1)
+        assert Txn(c, "tx-twice").whole("twice", 0, [b"aborted"], commit=False) == 0
+        for _ in range(4):
+            assert c.produce("twice", 0, make_batch([b"p" * 1000, b"q" * 1000])).error_code == 0
+        assert b"aborted" not in visible_values(c, "twice", 0)
+    stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        seen = visible_values(c, "twice", 0)
+        assert len(seen) == 8 and b"aborted" not in seen
+
+
+def test_txn_crash_between_the_decision_and_the_markers(start_broker):
+    """Verifies that a commit decided in meta.db but with no marker written is
+    carried out on restart: markers, offsets, and EndTxn retried succeeds."""
+    files = FailingMarkers()
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "crash1")
+        files.broken = True                            # the disk takes no marker: none is written
+        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
+                    producer_epoch=txn.epoch, committed=True)
+        _wait_for_state(broker, txn.id, "PrepareCommit")
+        with RawClient(broker.port) as other:          # (EndTxn's answer is owed on this connection)
+            assert fetch_isolated(other, "crash1", 0, read_committed=False).high_watermark == 1   # no marker
+        stop(broker, clean=False)
+    broker = start_broker()                            # a sound disk
+    with RawClient(broker.port) as client:
+        txn.c = client
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "crash1", txn)
+
+
+def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch):
+    """Verifies that a commit whose markers are on disk but whose offsets and
+    Complete state are not is finished on restart."""
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "crash2")
+
+        def fail(*args):
+            raise doze.StoreFailed(ErrorCode.KAFKA_STORAGE_ERROR, "injected: disk I/O error")
+        monkeypatch.setattr(broker.store, "complete_txn", fail)
+        client.send(ApiKey.END_TXN, 3, transactional_id=txn.id, producer_id=txn.producer_id,
+                    producer_epoch=txn.epoch, committed=True)
+        with RawClient(broker.port) as other:          # the markers are durable...
+            assert wait_until(lambda: fetch_isolated(other, "crash2", 1, read_committed=False)
+                              .high_watermark == 2)
+        _wait_for_state(broker, txn.id, "PrepareCommit")  # ...the offsets are not
+        stop(broker, clean=False)
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn.c = client
+        assert wait_until(lambda: describe_txn(client, txn.id).transaction_state == "CompleteCommit")
+        _check_committed(client, "crash2", txn)
+
+
+# --- A power cut: only what was fsynced is left ----------------------------------
+
+def test_power_cut_layer_forgets_unsynced_writes_and_entries(tmp_path):
+    root = tmp_path / "data"
+    os.mkdir(root)
+    files = PowerCutFiles(root)
+    synced, unsynced_entry = str(root / "synced.log"), str(root / "lost.log")
+    fd = files.open_append(synced, create=True)
+    files.fsync_dir(str(root))
+    files.write(fd, b"durable")
+    files.fsync(fd)
+    files.write(fd, b"-volatile")
+    fd2 = files.open_append(unsynced_entry, create=True)
+    files.write(fd2, b"data")
+    files.fsync(fd2)                         # the file is synced, its entry is not
+    files.mkdir(str(root / "newdir"))
+    files.close(fd)
+    files.close(fd2)
+    assert open(synced, "rb").read() == b"durable-volatile"
+    files.cut()
+    assert open(synced, "rb").read() == b"durable"
+    assert not os.path.exists(unsynced_entry)
+    assert not os.path.exists(root / "newdir")
+
+
+def test_power_cut_layer_fails_every_change_after_the_cut(tmp_path):
+    root = tmp_path / "data"
+    os.mkdir(root)
+    cuts = []
+    files = PowerCutFiles(root, cut_at=2, on_cut=lambda: cuts.append(1))
+    files.mkdir(str(root / "a"))
+    with pytest.raises(OSError):
+        files.mkdir(str(root / "b"))
+    with pytest.raises(OSError):
+        files.fsync_dir(str(root))
+    assert cuts == [1] and not os.path.exists(root / "b")
+
+
+@pytest.mark.parametrize("cut_at", [9, 42, 92, 162, 262, None],
+                         ids=["at-9", "at-42", "at-92", "at-162", "at-262", "after-all"])
+def test_power_cut_loses_nothing_acknowledged(start_broker, tmp_path, cut_at):
+    """Verifies that every record acknowledged with acks=1/-1 and every topic
+    whose CreateTopics was answered survive a power cut at any point: acks
+    are only sent after the fsyncs (of data and of directory entries)."""
+    holder = []
+    files = PowerCutFiles(tmp_path / "data", cut_at=cut_at,
+                          on_cut=lambda: holder[0].stop(clean=False))
+    broker = start_broker(files=files)
+    holder.append(broker)
+    acked, created = run_workload(broker, files)
+    stop(broker, clean=False)
+    assert files.dead == (cut_at is not None)
+    files.cut()
+    if cut_at is None:
+        assert len(created) == 3 and sum(map(len, acked.values())) > 100
+        assert files.changes > 300            # so every cut_at above falls inside the run
+    broker = start_broker()
+    assert check_nothing_acknowledged_was_lost(broker, acked, created) == []
+
+
+def test_power_cut_negative_control_lying_fsync_loses_acked_records(start_broker, tmp_path):
+    """The check above can fail: when fsync lies, acknowledged records vanish."""
+    files = LyingDisk(tmp_path / "data")
+    broker = start_broker(files=files)
+    acked, created = run_workload(broker, files, log_bytes_topics=1)
+    stop(broker, clean=False)
+    files.cut()
+    broker = start_broker()
+    assert acked and check_nothing_acknowledged_was_lost(broker, acked, created) != []
+
+
+def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
+    """The broker fsyncs the data directory after sqlite creates meta.db; a
+    layer that skips directory fsyncs loses the topic with it."""
+    class NoDirSync(PowerCutFiles):
+        def fsync_dir(self, path):
+            self._change()
+    files = NoDirSync(tmp_path / "data")
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("entry")
+    stop(broker, clean=False)
+    files.cut()
+    assert not os.path.exists(tmp_path / "data")
+    files = PowerCutFiles(tmp_path / "data")
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as c:
+        c.create_topic("entry")
+    stop(broker, clean=False)
+    files.cut()
+    assert os.path.exists(tmp_path / "data" / "meta.db")
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        assert c.metadata(["entry"], allow_auto_topic_creation=False).topics[0].error_code == 0
+
+
+def test_txn_power_cut_right_after_end_txn_keeps_the_commit(start_broker, tmp_path):
+    """Verifies that a power cut the moment EndTxn answered success cannot take
+    the commit back: markers, offsets and state survive."""
+    files = PowerCutFiles(tmp_path / "data")
+    broker = start_broker(files=files)
+    with RawClient(broker.port) as client:
+        txn = _txn_with_offsets(client, "pcut")
+        assert txn.end(True) == 0
+        stop(broker, clean=False)
+    files.cut()
+    broker = start_broker()
+    with RawClient(broker.port) as client:
+        txn.c = client
+        _check_committed(client, "pcut", txn)
+
+
+# --- A crash, or a power cut, at every point of a workload ------------------------
+
+@pytest.mark.parametrize("power_cut", [False, True, "written back"],
+                         ids=["crash", "power-cut", "power-cut-logs-written-back"])
+def test_crash_at_every_point_loses_nothing_acknowledged(tmp_path, power_cut):
+    """Verifies, for every change the workload makes, that a crash (or a power
+    cut, with or without the kernel having written the logs back before it:
+    meta.db's unsynced commits lost either way) exactly there loses nothing any client was told: answered produces at
+    their offsets, answered commits whole with their offsets, aborted and
+    undecided transactions invisible to read_committed, no LSO stuck, the
+    idempotent producer's sequences intact."""
+    count, failures = crash_points(tmp_path, power_cut)
+    assert failures == []
+    assert count > 60                  # the workload reaches its every part (its size is in the README)
+
+
+def test_crash_at_every_point_negative_control_fails_without_an_fsync(tmp_path):
+    """The check above can fail: a layer that skips the markers' fsync loses
+    answered commits at some power-cut point."""
+    count, failures = crash_points(tmp_path, power_cut=True, files_class=SkipsMarkerFsync, first_failure=True)
+    assert any("commit was answered" in why for _, _, why in failures), failures
+
+
+def test_crash_at_every_point_negative_control_fails_without_meta_db_fsync(tmp_path):
+    """The check above can fail: without meta.db's fsync a power cut loses
+    what was answered (offsets, transactions, topics)."""
+    count, failures = crash_points(tmp_path, power_cut=True, files_class=LyingMetaSync, first_failure=True)
+    assert failures, "no point failed"
+
+
+def test_crash_at_every_point_negative_control_markers_before_decision(tmp_path):
+    """The check above can fail: markers written (and written back) before
+    their decision is durable leave a transaction that the restart does not
+    know was decided -- half committed, or its answered commit undone."""
+    def markers_at_once(broker):
+        txns, deferred = broker.txns, broker.txns._write_markers
+
+        def write_markers(meta):           # as EndTxn did when meta.db fsynced each commit itself
+            deferred(meta)
+            txns._append_markers(meta)
+        txns._write_markers = write_markers
+    count, failures = crash_points(tmp_path, power_cut="written back", patch=markers_at_once,
+                                   first_failure=True)
+    assert any("half of it is visible" in why or "commit was answered" in why for _, _, why in failures), failures
+
+
+###############################################################################
+# C. CONFORMANCE -- recordings of Kafka 4.3.1 replayed; the fuzz
+###############################################################################
+
 # conformance/recordings/*.json were made by running conformance/recorder.py
 # against a real Kafka 4.3.1 (conformance/README.md says how). Each is replayed
 # here against a fresh doze and compared field by field, with the short list
@@ -8009,20 +8560,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "con
 import replay as conformance_replay  # noqa: E402
 
 RECORDINGS = conformance_replay.recording_names()
-
-
-@pytest.mark.parametrize("name", RECORDINGS)
-def test_conformance_replay_matches_kafka(name):
-    rec = conformance_replay.load(name)
-    with doze.running(conformance_replay.broker_settings(rec)) as broker:
-        result = conformance_replay.replay_full(rec, conformance_replay.bootstraps(broker))
-    assert result.differences == []
-    assert result.stale_known == []
-    declared = {step: kd["name"] for step, kd in conformance_replay.known_differences(rec).items()}
-    seen = {item.split(":")[0]: item.split(":")[1].split("(")[0].strip()
-            for item in result.known_differences_seen}
-    assert seen == {step: name for step, name in declared.items()
-                    if any(s.get("step") == step for s in rec["steps"])}
 
 
 def _first_int_field(node, path=()):
@@ -8041,6 +8578,20 @@ def _first_int_field(node, path=()):
             if found:
                 return found
     return None
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_conformance_replay_matches_kafka(name):
+    rec = conformance_replay.load(name)
+    with doze.running(conformance_replay.broker_settings(rec)) as broker:
+        result = conformance_replay.replay_full(rec, conformance_replay.bootstraps(broker))
+    assert result.differences == []
+    assert result.stale_known == []
+    declared = {step: kd["name"] for step, kd in conformance_replay.known_differences(rec).items()}
+    seen = {item.split(":")[0]: item.split(":")[1].split("(")[0].strip()
+            for item in result.known_differences_seen}
+    assert seen == {step: name for step, name in declared.items()
+                    if any(s.get("step") == step for s in rec["steps"])}
 
 
 @pytest.mark.parametrize("name", ["endtxn-decisions", "produce-transactional", "fetch-read-committed",
@@ -8064,8 +8615,48 @@ def test_conformance_replay_fails_when_a_response_field_is_changed(name):
     assert any("kafka=99" in d or "kafka=98" in d for d in differences), differences
 
 
+def test_fuzz_bounded_run():
+    """conformance/fuzz.py, seeded and bounded: valid requests for every API and
+    version doze serves, built from its schemas (checked against Kafka's by
+    conformance/schemacheck.py) and mutated, with a well-behaved client beside.
+    Nothing may kill or stall the broker, no handler may fail, every answer must
+    decode strictly by the schema of its version, and every API must have been
+    reached (50 real answers at least) so that the mutations count."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+    import fuzz
+    report = fuzz.run(seed=1, frames=8000, connections=4, spawn=True)   # a child process: the
+    # fuzzer's own threads (multi-MiB frames, gzip) do not share the broker's GIL
+    assert not report.findings, report.summary()
+    thin = {spec.name: report.per_api.get(spec.name, {}).get("answered", 0)
+            for spec, _ in doze.HANDLERS.values()
+            if report.per_api.get(spec.name, {}).get("answered", 0) < 50}
+    assert not thin, f"APIs the fuzz barely reached: {thin}\n{report.summary()}"
+
+
+def test_fuzz_bounded_run_over_sasl_ssl():
+    """The same fuzz with a SASL_SSL listener and Kafka's StandardAuthorizer:
+    half the connections authenticate (PLAIN, SCRAM-SHA-256/512, SaslHandshake
+    v1 and v0's bare tokens, re-authentication) and are fuzzed as principals
+    under the ACLs the fuzz makes; beside them every hostile TLS and SASL
+    exchange of fuzz.SecureSide.HOSTILE. No finding (a wrong credential or a
+    request before authentication answered, a valid one refused, a password in
+    the log or meta.db), every mechanism authenticated, every case reached."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+    import fuzz
+    report = fuzz.run(seed=2, frames=3000, connections=4, spawn=True, security=True,
+                      ops={"sasl": 30, "reauth": 5})
+    assert not report.findings, report.summary()
+    auth = report.security["auth"]
+    for mechanism in fuzz.MECHANISMS:
+        assert auth.get(f"{mechanism} ok", 0) and auth.get(f"{mechanism} v0 ok", 0), report.summary()
+    assert sum(n for k, n in auth.items() if k.endswith("re-auth ok")), report.summary()
+    missed = [case for case in fuzz.SecureSide.HOSTILE if f"hostile: {case}" not in report.security]
+    assert not missed, f"hostile cases never run: {missed}\n{report.summary()}"
+    assert report.per_api["SaslAuthenticate"]["answered"] >= 100, report.summary()
+
+
 ###############################################################################
-# THE BOOK -- doze_kafka.py's shape, measured by conformance/book.py
+# D. THE BOOK -- doze_kafka.py's shape, measured by conformance/book.py
 ###############################################################################
 
 def book():
@@ -8117,3 +8708,7 @@ def test_book_nothing_refers_to_a_later_chapter():
 
 def test_book_no_class_writes_another_class_s_state():
     assert book().writes() == []
+
+
+def test_book_every_class_says_its_job():
+    assert [name for name, _, _, job in book().classes() if not job] == []
