@@ -115,6 +115,7 @@ import json
 import logging
 import operator
 import os
+import random
 import re
 import secrets
 import selectors
@@ -9567,6 +9568,223 @@ def loggable(api_key, msg):
     return hide(msg)
 
 
+# --- Faults: a chosen error, a late or a lost answer, on purpose ------------------
+# A test that vendors doze makes it fail where its own code must cope: a rule
+# (Faults.add) names an API by Kafka's name, optionally narrowed to a topic, a
+# partition, a transactional id, a group or a client id, and says what happens
+# to a request it matches, instead of or around its handler:
+#   error=NAME    answered with that Kafka error, not handled: every error code
+#                 of the answer is set, per partition where it has them (as
+#                 Kafka's getErrorResponse does), else the top-level one
+#   hold_ms=N     held N ms (on the broker's clock), then handled: a request that
+#                 arrives late; the connection's next requests wait behind it
+#   delay_ms=N    handled now, answered N ms later (the answers after it wait)
+#   close=True    its connection closed at once, the request not handled
+#   drop=True     handled, and its connection closed instead of the answer: the
+#                 write happened, the client never heard (what idempotence is for)
+# A rule fires `times` times (None: every time), each time with `probability`
+# (drawn from a seeded random). Without rules, a request costs one truth test.
+
+# How an answer lists what its request named, where its errors are per item
+# (Kafka's getErrorResponse of each request): (request list, answer list,
+# {answer field: request field, or "" for the request's item itself}, the
+# level below or None). The first whose request list this version has applies.
+ERROR_ITEMS = {
+    ApiKey.PRODUCE: [("topic_data", "responses", {"name": "name"},
+                      ("partition_data", "partition_responses", {"index": "index"}, None))],
+    ApiKey.FETCH: [("topics", "responses", {"topic": "topic"},
+                    ("partitions", "partitions", {"partition_index": "partition"}, None))],
+    ApiKey.LIST_OFFSETS: [("topics", "topics", {"name": "name"},
+                           ("partitions", "partitions", {"partition_index": "partition_index"}, None))],
+    ApiKey.METADATA: [("topics", "topics", {"name": "name", "topic_id": "topic_id"}, None)],
+    ApiKey.OFFSET_COMMIT: [("topics", "topics", {"name": "name"},
+                            ("partitions", "partitions", {"partition_index": "partition_index"}, None))],
+    ApiKey.OFFSET_FETCH: [("groups", "groups", {"group_id": "group_id"}, None)],
+    ApiKey.FIND_COORDINATOR: [("coordinator_keys", "coordinators", {"key": ""}, None)],
+    ApiKey.DESCRIBE_GROUPS: [("groups", "groups", {"group_id": ""}, None)],
+    ApiKey.CREATE_TOPICS: [("topics", "topics", {"name": "name"}, None)],
+    ApiKey.DELETE_TOPICS: [("topics", "responses", {"name": "name", "topic_id": "topic_id"}, None),
+                           ("topic_names", "responses", {"name": ""}, None)],
+    ApiKey.DELETE_RECORDS: [("topics", "topics", {"name": "name"},
+                             ("partitions", "partitions", {"partition_index": "partition_index"}, None))],
+    ApiKey.ADD_PARTITIONS_TO_TXN: [("topics", "results_by_topic", {"name": "name"},
+                                    ("partitions", "results_by_partition", {"partition_index": ""}, None))],
+    ApiKey.WRITE_TXN_MARKERS: [("markers", "markers", {"producer_id": "producer_id"},
+                                ("topics", "topics", {"name": "name"},
+                                 ("partition_indexes", "partitions", {"partition_index": ""}, None)))],
+    ApiKey.TXN_OFFSET_COMMIT: [("topics", "topics", {"name": "name"},
+                                ("partitions", "partitions", {"partition_index": "partition_index"}, None))],
+    ApiKey.DESCRIBE_CONFIGS: [("resources", "results", {"resource_type": "resource_type",
+                                                        "resource_name": "resource_name"}, None)],
+    ApiKey.ALTER_CONFIGS: [("resources", "responses", {"resource_type": "resource_type",
+                                                       "resource_name": "resource_name"}, None)],
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: [("resources", "responses", {"resource_type": "resource_type",
+                                                                   "resource_name": "resource_name"}, None)],
+    ApiKey.CREATE_PARTITIONS: [("topics", "results", {"name": "name"}, None)],
+    ApiKey.DELETE_GROUPS: [("groups_names", "results", {"group_id": ""}, None)],
+    ApiKey.DESCRIBE_PRODUCERS: [("topics", "topics", {"name": "name"},
+                                 ("partition_indexes", "partitions", {"partition_index": ""}, None))],
+    ApiKey.DESCRIBE_TRANSACTIONS: [("transactional_ids", "transaction_states", {"transactional_id": ""}, None)],
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: [("topics", "topics", {"name": "name"}, None)],
+}
+
+
+def error_answer(spec, version, req, code):
+    """The answer to req with every error code set to code (not handled), or
+    None where the answer carries no error code doze can set."""
+    fields = [f for f in spec.response if f.in_version(version)]
+    for items in ERROR_ITEMS.get(spec.key, ()):
+        if getattr(req, items[0], None) is not None:
+            return Msg(**_error_items(fields, req, items, code))
+    if any(f.name == "error_code" for f in fields):
+        return Msg(error_code=code)
+    return None
+
+
+def _error_items(fields, parent, items, code):
+    """{answer list: [an item per request item, its error codes set]} (see ERROR_ITEMS)."""
+    request_list, answer_list, keys, below = items
+    field = next(f for f in fields if f.name == answer_list)
+    present = {f.name for f in field.fields}
+    out = []
+    for item in getattr(parent, request_list) or ():
+        entry = {name: (item if source == "" else getattr(item, source)) for name, source in keys.items()
+                 if name in present}
+        entry.update({f.name: code for f in field.fields if f.name.endswith("error_code")})
+        if below is not None:
+            entry.update(_error_items(field.fields, item, below, code))
+        out.append(Msg(**entry))
+    return {answer_list: out}
+
+
+def request_ids(req):
+    """The transactional and group ids a request names (single or in lists:
+    OffsetFetch v8+, DescribeGroups, DeleteGroups, DescribeTransactions, FindCoordinator)."""
+    ids = {getattr(req, "transactional_id", None), getattr(req, "group_id", None), getattr(req, "key", None)}
+    for name in ("transactional_ids", "groups", "groups_names", "coordinator_keys"):
+        for item in getattr(req, name, None) or ():
+            ids.add(item if isinstance(item, str) else getattr(item, "group_id", None))
+    return ids
+
+
+FAULT_ACTIONS = ("error", "hold_ms", "delay_ms", "close", "drop")
+FAULT_FILTERS = ("topic", "partition", "transactional_id", "group", "client_id")
+
+
+def api_named(name):
+    """An API's schema by Kafka's name ("EndTxn"), ApiKey's ("END_TXN") or its key."""
+    for key, (spec, _) in HANDLERS.items():
+        if name in (spec.name, key.name, int(key)) or str(name).lower() in (spec.name.lower(), key.name.lower()):
+            return spec
+    raise ValueError(f"no API {name!r}: one of {', '.join(sorted(spec.name for spec, _ in HANDLERS.values()))}")
+
+
+def error_named(name):
+    """A Kafka error code by its name ("NOT_COORDINATOR", any case) or number."""
+    try:
+        return ErrorCode(name) if isinstance(name, int) else ErrorCode[str(name).upper()]
+    except (KeyError, ValueError):
+        raise ValueError(f"no Kafka error {name!r}: one of {', '.join(e.name for e in ErrorCode)}") from None
+
+
+def request_names(req):
+    """(topics, partitions, ids) a request names: its topics' names, their
+    partitions, and its transactional and group ids (for a rule's filters)."""
+    topics, partitions = set(), set()
+    for t in itertools.chain(*(getattr(req, n, None) or () for n in ("topics", "topic_data", "resources"))):
+        if isinstance(t, str):
+            topics.add(t)
+            continue
+        topics.add(getattr(t, "name", None) or getattr(t, "topic", None) or getattr(t, "resource_name", None))
+        for p in itertools.chain(*(getattr(t, n, None) or () for n in ("partitions", "partition_data",
+                                                                        "partition_indexes"))):
+            partitions.add(p if isinstance(p, int) else next(
+                (getattr(p, n) for n in ("partition_index", "index", "partition") if hasattr(p, n)), None))
+    topics.update(getattr(req, "topic_names", None) or ())
+    return topics, partitions, request_ids(req)
+
+
+class Fault:
+    """One rule (see above): what it matches, what it does, how often."""
+    __slots__ = ("id", "spec", "where", "action", "value", "times", "probability", "fired")
+
+    def __init__(self, id_, spec, where, action, value, times, probability):
+        self.id, self.spec, self.where, self.action, self.value = id_, spec, where, action, value
+        self.times, self.probability, self.fired = times, probability, 0
+
+    def matches(self, req, client_id):
+        if not self.where:
+            return True
+        topics, partitions, ids = request_names(req)
+        w = self.where
+        return ("topic" not in w or w["topic"] in topics) and ("partition" not in w or w["partition"] in partitions) \
+            and ("transactional_id" not in w or w["transactional_id"] in ids) \
+            and ("group" not in w or w["group"] in ids) and ("client_id" not in w or w["client_id"] == client_id)
+
+    def describe(self):
+        """The rule as a dict (what Faults.list and the control endpoint show)."""
+        value = ErrorCode(self.value).name if self.action == "error" else self.value
+        return {"id": self.id, "api": self.spec.name, **self.where, self.action: value, "times": self.times,
+                "probability": self.probability, "fired": self.fired}
+
+
+class Faults:
+    """The faults asked of this broker (a test's), matched by the Dispatcher
+    before each request's handler."""
+
+    def __init__(self, seed=0):
+        self.rules = []
+        self.random = random.Random(seed)
+        self.next_id = 1
+
+    def add(self, api, *, times=None, probability=1.0, **what):
+        """One rule: add("EndTxn", error="NOT_COORDINATOR", times=1),
+        add("Produce", topic="orders", drop=True, times=1), add("EndTxn", hold_ms=500)
+        -> its id. Exactly one action of FAULT_ACTIONS; filters of FAULT_FILTERS."""
+        spec = api_named(api)
+        unknown = set(what) - set(FAULT_ACTIONS) - set(FAULT_FILTERS)
+        actions = [a for a in FAULT_ACTIONS if what.get(a) not in (None, False, 0)]
+        if unknown or len(actions) != 1:
+            raise ValueError(f"a fault takes one of {', '.join(FAULT_ACTIONS)} and filters "
+                             f"{', '.join(FAULT_FILTERS)}" + (f"; not {', '.join(sorted(unknown))}" if unknown else ""))
+        action, value = actions[0], what[actions[0]]
+        if action == "error":
+            value = error_named(value)
+            if not any(error_answer(spec, v, Msg(), value) is not None or spec.key in ERROR_ITEMS
+                       for v in range(spec.min_served, spec.max_version + 1)):
+                raise ValueError(f"{spec.name}'s answer carries no error code: try close=True or drop=True")
+        if times is not None and times < 1 or not 0 < probability <= 1:
+            raise ValueError("times is at least 1 (or None: always), probability in (0, 1]")
+        fault = Fault(self.next_id, spec, {k: what[k] for k in FAULT_FILTERS if what.get(k) is not None},
+                      action, value, times, probability)
+        self.next_id += 1
+        self.rules.append(fault)
+        return fault.id
+
+    def remove(self, fault_id):
+        """Remove a rule by its id; -> whether there was one."""
+        before = len(self.rules)
+        self.rules = [f for f in self.rules if f.id != fault_id]
+        return len(self.rules) < before
+
+    def clear(self):
+        self.rules = []
+
+    def list(self):
+        return [f.describe() for f in self.rules]
+
+    def match(self, spec, req, client_id):
+        """The rule that fires for this request now (counted), or None."""
+        for fault in self.rules:
+            if fault.spec is spec and fault.matches(req, client_id) and \
+                    (fault.probability >= 1 or self.random.random() < fault.probability):
+                fault.fired += 1
+                if fault.times is not None and fault.fired >= fault.times:
+                    self.rules.remove(fault)
+                return fault
+        return None
+
+
 # --- Dispatch: a request to its handler, its answer back ---------------------------
 # Kafka's KafkaApis.handle and RequestChannel in one class: a frame is decoded
 # (header, then body by the API's schema), run by its handler, and whatever
@@ -9591,23 +9809,24 @@ def whole_request_error(spec, version, e, quiet=False):
 class Request:
     """One request in flight: its connection, its place in the answers'
     order, and how to encode its answer."""
-    __slots__ = ("conn", "slot", "spec", "version", "correlation_id", "traced")
+    __slots__ = ("conn", "slot", "spec", "version", "correlation_id", "traced", "fault")
 
     def __init__(self, conn, spec, version, correlation_id):
         self.conn, self.spec, self.version, self.correlation_id = conn, spec, version, correlation_id
         self.slot = conn.new_slot()
         self.traced = None          # how its answer is traced, when the request was (--trace)
+        self.fault = None           # a Fault that delays or drops its answer
 
 
 class Dispatcher:
     """Request -> handler -> response, for every connection."""
 
-    def __init__(self, rooms, purgatory, tracer=None):
-        self.rooms, self.purgatory, self.tracer = rooms, purgatory, tracer
+    def __init__(self, rooms, purgatory, timers, faults, tracer=None):
+        self.rooms, self.purgatory, self.timers, self.faults, self.tracer = rooms, purgatory, timers, faults, tracer
         self.clock = rooms.config.clock
 
     def handle_frame(self, conn, frame):
-        """Decode one request, run its handler, queue its response."""
+        """Decode one request, run its handler (or a fault), queue its response."""
         if conn.sasl is not None and conn.sasl.raw and not conn.sasl.complete:
             self._raw_sasl_token(conn, frame)
             return
@@ -9617,8 +9836,36 @@ class Dispatcher:
         request, handler, req, client_id = decoded
         if self.tracer is not None:
             request.traced = self.tracer.request(conn, request.spec, request.version, client_id, req)
-        ctx = RequestContext(self.rooms, conn, request.spec.key, request.version, client_id)
-        self._settle(request, self.evaluate(request, handler, ctx, req))
+        fault = self.faults.match(request.spec, req, client_id) if self.faults.rules else None
+        if fault is None:
+            self._settle(request, self.evaluate(request, self._handle, request, handler, req, client_id))
+        else:
+            self._inject(fault, request, handler, req, client_id)
+
+    def _handle(self, request, handler, req, client_id):
+        """The handler's result for the request, in a context of its own."""
+        return handler(RequestContext(self.rooms, request.conn, request.spec.key, request.version, client_id), req)
+
+    def _inject(self, fault, request, handler, req, client_id):
+        """Carry out a fault (see Faults) instead of, or around, the handler."""
+        spec, conn = request.spec, request.conn
+        log.info("fault %d on %s v%d from %s (%s): %s", fault.id, spec.name, request.version, conn.name,
+                 client_id, fault.describe())
+        if fault.action == "close":
+            conn.close(f"fault {fault.id}: closed before {spec.name} was handled")
+        elif fault.action == "error":
+            answer = error_answer(spec, request.version, req, fault.value)
+            if answer is None:
+                conn.close(f"fault {fault.id}: {spec.name} v{request.version}'s answer carries no error code")
+            else:
+                self._respond(request, answer)
+        elif fault.action == "hold_ms":
+            def held(expired):
+                return self._handle(request, handler, req, client_id) if expired else None
+            self.purgatory.add(Park(held, deadline_ms=self.clock() * 1000 + fault.value), request, self)
+        else:                                         # delay_ms, drop: handled now, answered later or never
+            request.fault = fault
+            self._settle(request, self.evaluate(request, self._handle, request, handler, req, client_id))
 
     def _decode(self, conn, frame):
         """-> (Request, its handler, its decoded body, client id); None when it
@@ -9689,11 +9936,10 @@ class Dispatcher:
             self._respond(request, result)
 
     def reply(self, request, result):
-        """A parked request's answer, once its wait is over (Purgatory)."""
-        if result is not None and not request.conn.closed:
-            self._respond(request, result)
-        elif not request.conn.closed:
-            request.conn.close(f"{request.spec.name} could not be answered")
+        """A parked request's result, once its wait is over (Purgatory): an
+        answer, or a close (a held request's handler may park it again)."""
+        if not request.conn.closed:
+            self._settle(request, result)
 
     def _handler_failed(self, request, e):
         """An exception a handler should not have let out (a bug): one log line
@@ -9732,8 +9978,18 @@ class Dispatcher:
                       loggable(spec.key, msg))
         if request.traced is not None:
             self.tracer.response(request.traced, spec, msg)
-        if not conn.closed:
+        if request.fault is not None:
+            self._answer_late(request, chunks)
+        elif not conn.closed:
             conn.push(request.slot, chunks)
+
+    def _answer_late(self, request, chunks):
+        """A fault's answer: dropped (the connection closed instead), or delayed."""
+        fault, conn = request.fault, request.conn
+        if fault.action == "drop":
+            conn.close(f"fault {fault.id}: the answer to {request.spec.name} dropped")
+        else:
+            self.timers.call_later(fault.value / 1000, lambda: None if conn.closed else conn.push(request.slot, chunks))
 
     def _response_chunks(self, spec, version, correlation_id, msg):
         """One response frame (size, header, body) as chunks; None (logged) if it does not encode."""
@@ -12094,7 +12350,7 @@ class Tracer:
                                          or getattr(req, "isolation_level", 0) == 1)
                 or "group" in self.kinds and api_key in TRACE_GROUP_APIS):
             return False
-        return not self.ids or bool(self.ids & ({client_id} | trace_ids(req)))
+        return not self.ids or bool(self.ids & ({client_id} | request_ids(req)))
 
     def guarded(hook):
         """A trace hook runs inside request handling and the group commit: a
@@ -12161,16 +12417,6 @@ class Tracer:
 
 
 trace_log = logging.getLogger("doze_kafka.trace")
-
-
-def trace_ids(req):
-    """The transactional and group ids a request names (single or in lists:
-    OffsetFetch v8+, DescribeGroups, DeleteGroups, DescribeTransactions, FindCoordinator)."""
-    ids = {getattr(req, "transactional_id", None), getattr(req, "group_id", None), getattr(req, "key", None)}
-    for name in ("transactional_ids", "groups", "groups_names", "coordinator_keys"):
-        for item in getattr(req, name, None) or ():
-            ids.add(item if isinstance(item, str) else getattr(item, "group_id", None))
-    return ids
 
 
 def trace_text(node, top=False, depth=0):
@@ -12540,7 +12786,8 @@ class Broker:
         self.rooms = Rooms(config=config, store=self.store, logs=self.logs, producer_states=self.producer_states,
                            producer_ids=self.producer_ids, groups=self.groups, txns=self.txns,
                            authorizer=self.authorizer, node=self.listeners.node, notify=self.purgatory.notify)
-        self.dispatcher = Dispatcher(self.rooms, self.purgatory, self.tracer)
+        self.faults = Faults()                       # none unless a test asks (§14)
+        self.dispatcher = Dispatcher(self.rooms, self.purgatory, self.timers, self.faults, self.tracer)
         self.group_commit = GroupCommit(self.store, self.logs, self.txns, self.purgatory, self.tracer)
         self.connections = Connections(config, self.selector, self.timers, self.listeners, self.dispatcher,
                                        self.group_commit, self.purgatory, descriptors)

@@ -29,7 +29,7 @@ from lib import DOZE
 # Classes that are records: plain data their owner reads and writes (a Kafka
 # message, a group member, a producer's entry...). Writing their fields from
 # the class that owns them is what they are for.
-RECORDS = {"Msg", "GroupMember", "Group", "ProducerEntry", "TransactionMetadata", "Park", "Slot", "Request",
+RECORDS = {"Msg", "GroupMember", "Group", "ProducerEntry", "TransactionMetadata", "Park", "Slot", "Request", "Fault",
            "Listener", "Api", "Field", "Writer", "Reader", "ConsoleSession", "BatchError"}
 # Local names the handlers and the log give to a Msg they are building (an
 # answer's part, a topic's row): Msg has no class of its own to tell by.
