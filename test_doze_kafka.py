@@ -33,6 +33,7 @@ only it uses (section 0 holds those many sections use), then its tests. After
   B. Scenarios                 kill -9, restart, torn tails, power cuts, a crash at every point
   C. Conformance               Kafka 4.3.1's recordings replayed; conformance/fuzz.py, bounded
   D. The book                  doze_kafka.py's shape, measured by conformance/book.py
+  E. The README                its lists (settings, APIs, .ci/run) against the code; its links and sections
 
 The broker's state belongs to its loop: a test reads it through
 broker.run_in_loop(...), and waits with loop_passes(broker) or wait_until(),
@@ -44,6 +45,7 @@ import base64
 import collections
 import contextlib
 import errno
+import glob
 import hashlib
 import hmac
 import html
@@ -54,6 +56,7 @@ import os
 import random
 import re
 import select
+import shlex
 import socket
 import ssl
 import sqlite3
@@ -8712,3 +8715,284 @@ def test_book_no_class_writes_another_class_s_state():
 
 def test_book_every_class_says_its_job():
     assert [name for name, _, _, job in book().classes() if not job] == []
+
+
+###############################################################################
+# E. THE README -- its lists against the code, its links and sections against the files
+###############################################################################
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+README = os.path.join(ROOT, "README.md")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def marked(text, name):
+    """The text between <!-- NAME ... --> and <!-- /NAME --> (one such block)."""
+    m = re.search(rf"<!-- {re.escape(name)}\b[^>]*-->\n(.*?)<!-- /{re.escape(name)} -->", text, re.S)
+    assert m, f"README.md has no <!-- {name} --> ... <!-- /{name} --> block"
+    return m.group(1)
+
+
+def fenced(block):
+    """The lines of the one fenced code block in `block`."""
+    m = re.search(r"^```[^\n]*\n(.*?)^```", block, re.S | re.M)
+    assert m, "no fenced block between the markers"
+    return m.group(1).rstrip("\n").split("\n")
+
+
+# --- (a) the settings doze acts on, and its own doze.* settings ------------------
+
+def settings_acted_on():
+    """What the code says doze acts on, named as the README names it:
+    BROKER_DEFAULTS' Kafka names, the settings checked at start, the
+    per-listener prefixes (as `ssl.*`), the topic configs of TOPIC_CONFIGS_USED
+    and their broker synonyms (log.retention.hours, ...)."""
+    synonyms = {s for t in doze.TOPIC_CONFIGS_USED for s in doze.KAFKA_TOPIC_CONFIGS[t][3]}
+    return ({k for k in doze.BROKER_DEFAULTS if not k.startswith("doze.")} | set(doze.SETTINGS_CHECKED_AT_START)
+            | {p + "*" for p in doze.TLS_SETTING_PREFIXES} | set(doze.TOPIC_CONFIGS_USED) | synonyms)
+
+
+def test_readme_settings_doze_acts_on_are_the_codes():
+    named = re.findall(r"`([a-z][a-z0-9._*-]*)`", marked(read(README), "acts-on"))
+    assert len(named) == len(set(named)), "a setting named twice"
+    expected = settings_acted_on()
+    assert set(named) - expected == set(), "named in the README, not acted on by the code"
+    assert expected - set(named) == set(), "acted on by the code, missing from the README"
+    for name in named:                        # and acts_on, the start log's answer, agrees name by name
+        probe = name[:-1] + "x" if name.endswith("*") else name
+        assert name in doze.TOPIC_CONFIGS_USED or doze.acts_on(probe), name
+
+
+def default_text(value):
+    return '""' if value == "" else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_readme_doze_settings_are_the_codes_with_their_defaults():
+    named = re.findall(r"`(doze\.[a-z.]+)` \(`([^`]*)`\)", marked(read(README), "doze-settings"))
+    ours = {k: v for k, v in doze.BROKER_DEFAULTS.items() if k.startswith("doze.")}
+    assert [name for name, _ in named] == list(ours), "the doze.* settings, in BROKER_DEFAULTS' order"
+    assert dict(named) == {k: default_text(v) for k, v in ours.items()}
+
+
+# --- (b) the APIs table -----------------------------------------------------------
+
+def apis_table_lines(block):
+    """The README's APIs table (key | API | versions, repeated across the
+    columns, read down each column) as --apis prints it: one line an API."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in block.strip().split("\n") if line.startswith("|")][2:]      # header and rule
+    columns = max(len(r) for r in rows) // 3
+    entries = [r[3 * c:3 * c + 3] for c in range(columns) for r in rows if len(r) > 3 * c and r[3 * c]]
+    return [f"{int(key):3d}  {name:29s} {versions}" for key, name, versions in entries]
+
+
+def test_readme_apis_table_is_what_apis_prints():
+    assert apis_table_lines(marked(read(README), "apis")) == doze.render_apis().split("\n")
+
+
+def test_apis_table_lines_reads_down_the_columns():
+    table = ("| key | API | versions | key | API | versions |\n|---|---|---|---|---|---|\n"
+             "| 0 | Produce | v3-v9 | 2 | ListOffsets | v1-v11 |\n| 1 | Fetch | v4-v12 |  |  |  |\n")
+    assert apis_table_lines(table) == ["  0  Produce                       v3-v9",
+                                       "  1  Fetch                         v4-v12",
+                                       "  2  ListOffsets                   v1-v11"]
+    assert apis_table_lines(table.replace("v4-v12", "v4-v13")) != apis_table_lines(table)
+
+
+# --- (c) what .ci/run runs ---------------------------------------------------------
+
+def command_lines(text):
+    """A shell script's command lines: not blank, not a comment, not the
+    script's own plumbing (set, cd)."""
+    lines = [line.strip() for line in text.split("\n")]
+    return [line for line in lines if line and not line.startswith("#")
+            and shlex.split(line, comments=True)[0] not in ("set", "cd")]
+
+
+def test_readme_lists_what_ci_runs():
+    readme = command_lines("\n".join(fenced(marked(read(README), "ci"))))
+    assert readme == command_lines(read(os.path.join(ROOT, ".ci", "run")))
+
+
+def test_command_lines_sees_a_changed_ci_script():
+    script = "#!/bin/sh\nset -e\ncd x\n# a comment\npython3 -m pytest -q\n\npython3 a.py --quick\n"
+    assert command_lines(script) == ["python3 -m pytest -q", "python3 a.py --quick"]
+    assert command_lines(script + "python3 b.py\n") != command_lines(script)
+
+
+# --- (d) links, anchors and the sections named in prose ----------------------------
+
+SKIP_DIRS = {"node_modules", "target", ".venv", "venv", "__pycache__"}
+FENCE = re.compile(r"^ {0,3}(```+|~~~+)")
+
+
+def markdown_files():
+    files = [README]
+    for path in sorted(glob.glob(os.path.join(ROOT, "conformance", "**", "*.md"), recursive=True)):
+        if not SKIP_DIRS & set(os.path.relpath(path, ROOT).split(os.sep)):
+            files.append(path)
+    return files
+
+
+def without_code(text, spans=True):
+    """The text with fenced code blocks blanked (lines kept, so line numbers
+    hold); with `spans`, indented code blocks and `code spans` too: what is
+    left is what a reader reads as prose."""
+    out, fence, after_blank = [], None, True
+    for line in text.split("\n"):
+        m = FENCE.match(line)
+        if fence:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+            out.append("")
+        elif m:
+            fence = m.group(1)
+            out.append("")
+        elif spans and after_blank and re.match(r"^( {4}|\t)", line):
+            out.append("")                        # an indented code block: it follows a blank line
+        else:
+            after_blank = not line.strip()
+            out.append(re.sub(r"(`+)(.+?)\1", lambda s: " " * len(s.group(0)), line) if spans else line)
+    return "\n".join(out)
+
+
+def heading_texts(text):
+    """Headings as GitHub renders their text (code marks, links and emphasis undone)."""
+    texts = []
+    for line in without_code(text, spans=False).split("\n"):
+        m = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            t = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))
+            texts.append(re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", t).strip())
+    return texts
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lowercase, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def anchors(text):
+    seen, out = {}, set()
+    for h in heading_texts(text):
+        s = slug(h)
+        out.add(s if s not in seen else f"{s}-{seen[s]}")      # a repeated heading gets -1, -2, ...
+        seen[s] = seen.get(s, 0) + 1
+    return out | set(re.findall(r"""<a\s+(?:name|id)=["']([^"']+)["']""", text))
+
+
+LINKS = [r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)",     # [text](target)
+         r"""<(?:a|img)\b[^>]*?\b(?:href|src)=["']([^"']+)["']""",                      # <a href>, <img src>
+         r"^ {0,3}\[[^\]]+\]:\s*(\S+)"]                                                 # [name]: target
+
+
+def link_targets(text):
+    """[(line number, target)] of the links in the prose (a link's text may run over lines)."""
+    words = without_code(text)
+    found = [(words.count("\n", 0, m.start()) + 1, m.group(1))
+             for pattern in LINKS for m in re.finditer(pattern, words, re.M)]
+    return sorted(found)
+
+
+def dead_links(text, path, root=ROOT):
+    """Problems with the links of the Markdown `text` of the file at `path`:
+    a relative link to a file that is not there, an #anchor no heading has."""
+    problems = []
+    for number, target in link_targets(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("//"):
+            continue                               # http:, https:, mailto:
+        file_part, _, anchor = target.partition("#")
+        where = f"{os.path.relpath(path, root)}:{number}: {target}"
+        base = root if file_part.startswith("/") else os.path.dirname(path)
+        full = os.path.normpath(os.path.join(base, file_part.lstrip("/"))) if file_part else path
+        if not os.path.exists(full):
+            problems.append(f"{where}: no such file")
+        elif anchor and full.endswith(".md") and anchor not in anchors(text if full == path else read(full)):
+            problems.append(f"{where}: no heading with that anchor")
+    return problems
+
+
+README_NAMES = re.compile(r"""README(?:[:,]|'s)\s+"([^"]+)\"""")
+SEE_NAMES = re.compile(r"""\b[Ss]ee\s+"([^"]+)\"""")
+
+
+def named_sections(text):
+    """Sections the prose names by title: (README: "X"), README's "X"; see "X"."""
+    words = without_code(text)
+    tidy = lambda names: [" ".join(n.split()) for n in names]          # noqa: E731 (a name may wrap)
+    return tidy(README_NAMES.findall(words)), tidy(SEE_NAMES.findall(words))
+
+
+def missing_sections(names, *texts):
+    """The names no heading of `texts` is, or starts with before ':', ' (' or ','."""
+    heads = [h.lower() for t in texts for h in heading_texts(t)]
+    return [n for n in names
+            if not any(h == n.lower() or h.startswith(tuple(n.lower() + c for c in ":(,")) or
+                       h.startswith(n.lower() + " (") for h in heads)]
+
+
+def test_every_link_in_the_markdown_points_at_something():
+    files = markdown_files()
+    assert len(files) > 10 and sum(len(link_targets(read(p))) for p in files) > 100   # it reads them all
+    assert [p for path in files for p in dead_links(read(path), path)] == []
+
+
+def test_every_section_named_in_prose_exists():
+    readme = read(README)
+    problems = []
+    for path in markdown_files():
+        text = read(path)
+        by_readme, seen = named_sections(text)
+        problems += [f"{os.path.relpath(path, ROOT)}: README \"{n}\"" for n in missing_sections(by_readme, readme)]
+        problems += [f"{os.path.relpath(path, ROOT)}: see \"{n}\"" for n in missing_sections(seen, text, readme)]
+    # the code names README sections too (--help, the reading guide, docstrings)
+    code = [os.path.join(ROOT, "doze_kafka.py")] + [
+        p for p in glob.glob(os.path.join(ROOT, "conformance", "**", "*.py"), recursive=True)
+        if not SKIP_DIRS & set(os.path.relpath(p, ROOT).split(os.sep))]
+    named = 0
+    for path in code:
+        names = [" ".join(n.split()) for n in README_NAMES.findall(read(path))]
+        named += len(names)
+        problems += [f"{os.path.relpath(path, ROOT)}: README \"{n}\"" for n in missing_sections(names, readme)]
+    assert named >= 3 and problems == []
+
+
+def test_the_link_checker_finds_a_dead_link_and_a_dead_anchor(tmp_path):
+    (tmp_path / "there.md").write_text("# A heading: with `code`\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    text = ("# Page\n\nSee [a file](there.md), [its heading](there.md#a-heading-with-code),\n"
+            "[the second twice](there.md#twice-1), [here](#page), [the web](https://example.com/x),\n"
+            "[a link over\ntwo lines](there.md).\n\n"
+            "Dead: [gone](gone.md), [no anchor](there.md#nowhere), [no local](#nowhere-here),\n"
+            "[dead over\ntwo lines](gone-too.md).\n\n"
+            "```\n[in code](not-a-link.md)\n```\n")
+    page.write_text(text)
+    problems = dead_links(text, str(page), root=str(tmp_path))
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        "#nowhere-here: no heading with that anchor", "gone-too.md: no such file",
+        "gone.md: no such file", "there.md#nowhere: no heading with that anchor"]
+    assert dead_links(text.split("Dead:")[0], str(page), root=str(tmp_path)) == []
+
+
+def test_the_section_checker_finds_a_section_that_is_gone():
+    readme = "# R\n\n## In your own tests\n\n## Watch the protocol: --trace\n"
+    text = 'As the README: "In your own\ntests" says; README\'s "Watch the protocol"; see "Gone away".'
+    by_readme, seen = named_sections(text)
+    assert by_readme == ["In your own tests", "Watch the protocol"] and seen == ["Gone away"]
+    assert missing_sections(by_readme, readme) == []
+    assert missing_sections(seen, text, readme) == ["Gone away"]
+    assert missing_sections(["In your own"], readme) == ["In your own"]     # a prefix is not a name
+
+
+@pytest.mark.parametrize("heading, anchor", [
+    ("Watch the protocol: --trace", "watch-the-protocol---trace"),
+    ("Side by side with Apache Kafka 4.3.1", "side-by-side-with-apache-kafka-431"),
+    ("Exactly-once with every client, under crashes (`run`)", "exactly-once-with-every-client-under-crashes-run"),
+    ("The reverse path: Kafka → doze for local testing", "the-reverse-path-kafka--doze-for-local-testing"),
+])
+def test_anchors_follow_githubs_rules(heading, anchor):
+    assert anchor in anchors(f"## {heading}\n")
