@@ -94,10 +94,11 @@ import threading
 import time
 import traceback
 import urllib.parse
-import zipfile
 import zlib
 
 import lib                      # free_port, recv_exactly (and puts the repository root on sys.path)
+import schemacheck              # Kafka's message JSON and its version ranges (read_kafka_messages)
+from schemacheck import version_range as _vrange     # "3+", "1-4", "7", "none" -> (first, last) or None
 
 DOZE_PATH = lib.DOZE
 KAFKA_JAR = os.path.expanduser("~/.cache/doze-kafka/kafka-4.3.1/lib/kafka-clients-4.3.1.jar")
@@ -213,18 +214,6 @@ def models_from_doze(doze):
     return models
 
 
-def _vrange(text):
-    """Kafka's version ranges: "3+", "1-4", "7", "none"."""
-    if text is None or text == "none":
-        return None
-    if text.endswith("+"):
-        return int(text[:-1]), INF
-    if "-" in text:
-        a, b = text.split("-")
-        return int(a), int(b)
-    return int(text), int(text)
-
-
 def _kafka_default(text, type_):
     if not isinstance(text, str):
         return text
@@ -240,17 +229,11 @@ def _kafka_default(text, type_):
 
 def read_kafka_messages(jar=KAFKA_JAR):
     """apiKey -> {"request": json, "response": json}, read from the jar at run
-    time (the schemas are Apache Kafka's; they are not copied anywhere)."""
+    time (the schemas are Apache Kafka's; they are not copied anywhere) by
+    schemacheck.py's reader."""
     out = collections.defaultdict(dict)
-    with zipfile.ZipFile(jar) as z:
-        for name in z.namelist():
-            if not (name.startswith("common/message/") and name.endswith(".json")):
-                continue
-            text = "\n".join(line for line in z.read(name).decode("utf-8").splitlines()
-                             if not line.strip().startswith("//"))
-            j = json.loads(text)
-            if j.get("type") in ("request", "response") and "apiKey" in j:
-                out[j["apiKey"]][j["type"]] = j
+    for (key, kind), j in schemacheck.load_kafka(jar).items():
+        out[key][kind] = j
     return out
 
 
@@ -1750,15 +1733,28 @@ class AuthRefused(Exception):
     """A valid authentication got an error answer (or none)."""
 
 
+def tcp_connect(addr, timeout):
+    """A TCP connection to addr, Nagle off: a frame goes out as it is written."""
+    sock = socket.create_connection(addr, timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def close_quietly(sock):
+    """Close sock; an error on closing is of no interest (the connection is over)."""
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
 class SecureSide:
     """Worker's part on the secure listener: connecting (TLS, then SASL) and the
     hostile exchanges. Counts go to the runner (count_security, under its lock)."""
 
     def secure_tcp(self, timeout):
         """A TCP connection to the SASL_SSL listener, TLS not yet begun."""
-        raw = socket.create_connection(self.r.secure_addr, timeout=timeout)
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return raw
+        return tcp_connect(self.r.secure_addr, timeout)
 
     def tls_wrap(self, raw):
         return self.r.tls.wrap_socket(raw, server_hostname="localhost")
@@ -2126,8 +2122,7 @@ class Worker(SecureSide, threading.Thread):
             if self.secure:
                 self.sock = self.secure_connect()
             else:
-                self.sock = socket.create_connection(self.r.addr, timeout=5)
-                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = tcp_connect(self.r.addr, 5)
             self.local_port = self.sock.getsockname()[1]
             self.r.port_owner[self.local_port] = self
             self.r.closes.pop(self.local_port, None)         # an older connection's, same port
@@ -2136,10 +2131,7 @@ class Worker(SecureSide, threading.Thread):
 
     def drop(self):
         if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            close_quietly(self.sock)
             self.sock = None
             self.pending.clear()
 
@@ -2671,8 +2663,7 @@ class Client:
     def call(self, api_key, version, body, client_id="fuzz-bystander"):
         api = self.models[api_key]
         if self.sock is None:
-            self.sock = socket.create_connection(self.addr, timeout=self.timeout)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = tcp_connect(self.addr, self.timeout)
         self.corr += 1
         data, _ = encode_request(api, version, self.corr, client_id, body)
         self.sock.settimeout(self.timeout)
@@ -2689,10 +2680,7 @@ class Client:
 
     def close(self):
         if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            close_quietly(self.sock)
             self.sock = None
 
 

@@ -258,18 +258,28 @@ def compare_describe(table, topic_desc, broker_desc):
             d["note"] = note
         out.append(d)
 
-    # topic
-    desc = {c["name"]: c for c in topic_desc["configs"]}
-    for t in table["topic"]:
-        c = desc.get(t["name"])
-        if c is None:
-            if t["described"]:
-                diff("topic", t["name"], "only_in_configdef", t["type"], None)
-            continue
-        if not t["described"]:
-            diff("topic", t["name"], "internal_but_described", "internal", c["value"])
-        if c["config_type"] != t["type_code"]:
-            diff("topic", t["name"], "type", t["type"], CODE_TYPES.get(c["config_type"]))
+    def described(resource, entries, answer):
+        """The ConfigDef's entries paired with their config in the DescribeConfigs answer:
+        (entry, config). On the way the differences both resources share: an entry one side
+        lacks, or of another type; at the end, the described configs the ConfigDef lacks."""
+        desc = {c["name"]: c for c in answer["configs"]}
+        for e in entries:
+            c = desc.get(e["name"])
+            if c is None:
+                if e["described"]:
+                    diff(resource, e["name"], "only_in_configdef", e["type"], None)
+                continue
+            if not e["described"]:
+                diff(resource, e["name"], "internal_but_described", "internal", c["value"])
+            if c["config_type"] != e["type_code"]:
+                diff(resource, e["name"], "type", e["type"], CODE_TYPES.get(c["config_type"]))
+            yield e, c
+        names = {e["name"] for e in entries}
+        for name in desc:
+            if name not in names:
+                diff(resource, name, "only_in_describe", None, desc[name]["value"])
+
+    for t, c in described("topic", table["topic"], topic_desc):
         if c["config_source"] == 5 and c["value"] != t["default"]:
             diff("topic", t["name"], "default", t["default"], c["value"])
         if c["read_only"]:
@@ -292,22 +302,8 @@ def compare_describe(table, topic_desc, broker_desc):
         if got != expected:
             diff("topic", t["name"], "default_synonyms", expected, got,
                  "described synonyms with source DEFAULT_CONFIG")
-    for name in desc:
-        if name not in {t["name"] for t in table["topic"]}:
-            diff("topic", name, "only_in_describe", None, desc[name]["value"])
 
-    # broker
-    desc = {c["name"]: c for c in broker_desc["configs"]}
-    for b in table["broker"]:
-        c = desc.get(b["name"])
-        if c is None:
-            if b["described"]:
-                diff("broker", b["name"], "only_in_configdef", b["type"], None)
-            continue
-        if not b["described"]:
-            diff("broker", b["name"], "internal_but_described", "internal", c["value"])
-        if c["config_type"] != b["type_code"]:
-            diff("broker", b["name"], "type", b["type"], CODE_TYPES.get(c["config_type"]))
+    for b, c in described("broker", table["broker"], broker_desc):
         if c["read_only"] != b["read_only"]:
             diff("broker", b["name"], "read_only", b["read_only"], c["read_only"])
         if c["is_sensitive"] != b["sensitive"]:
@@ -323,9 +319,6 @@ def compare_describe(table, topic_desc, broker_desc):
         if c["config_source"] == 5 and c["value"] != (None if b["sensitive"] else b["default"]):
             diff("broker", b["name"], "described_value", b["default"], c["value"],
                  "value described with source DEFAULT_CONFIG")
-    for name in desc:
-        if name not in broker:
-            diff("broker", name, "only_in_describe", None, desc[name]["value"])
     return out
 
 

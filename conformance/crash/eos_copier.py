@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
 import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
+from kill9 import read_to_end  # noqa: E402
 
 IN, OUT, GROUP, TXN_ID = "eos-in", "eos-out", "eos-copier", "eos-copier-1"
 
@@ -127,23 +128,9 @@ def copier(bootstrap, total, status_path):
 # --- verification ----------------------------------------------------------------
 
 def read_all(bootstrap, topic, isolation):
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-verify-" + isolation,
-                  "isolation.level": isolation, "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
-    out, eof, deadline = [], set(), time.time() + 120
-    while len(eof) < 3 and time.time() < deadline:
-        m = c.poll(1)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == -191:
-                eof.add(m.partition())
-            continue
-        out.append(m.value())
-    c.close()
-    return out
+    """The values of every record in the topic, read with isolation."""
+    return [m.value() for m in read_to_end(bootstrap, topic, {"group.id": "eos-verify-" + isolation,
+                                                              "isolation.level": isolation}, 120)]
 
 
 def main():

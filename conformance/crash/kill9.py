@@ -27,13 +27,16 @@ import needs  # noqa: E402
 from dozeproc import DozeProcess  # noqa: E402
 
 
-def read_all(bootstrap, topic):
+def read_to_end(bootstrap, topic, conf, limit_s, partitions=3):
+    """The records of topic's partitions 0..partitions-1 from offset 0 until each reports its
+    end (or limit_s passes), read by a confluent-kafka Consumer with conf (group.id, ...) added
+    -> [Message]. eos_copier.py reads its output with it too."""
     from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
-    found, eof, deadline = {}, set(), time.time() + 60
-    while len(eof) < 3 and time.time() < deadline:
+    c = Consumer(dict({"bootstrap.servers": bootstrap, "enable.auto.commit": False, "enable.partition.eof": True},
+                      **conf))
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, eof, deadline = [], set(), time.time() + limit_s
+    while len(eof) < partitions and time.time() < deadline:
         m = c.poll(1)
         if m is None:
             continue
@@ -41,9 +44,15 @@ def read_all(bootstrap, topic):
             if m.error().code() == -191:           # _PARTITION_EOF
                 eof.add(m.partition())
             continue
-        found[(m.partition(), m.offset())] = (m.key(), m.value())
+        out.append(m)
     c.close()
-    return found
+    return out
+
+
+def read_all(bootstrap, topic):
+    """{(partition, offset): (key, value)} of every record in the topic."""
+    return {(m.partition(), m.offset()): (m.key(), m.value())
+            for m in read_to_end(bootstrap, topic, {"group.id": "verify", "auto.offset.reset": "earliest"}, 60)}
 
 
 def main():

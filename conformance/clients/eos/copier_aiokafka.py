@@ -4,7 +4,7 @@ send_offsets_to_transaction(offsets, group_id) -- no KIP-447 group metadata; all
 APIs at v0). Contract: copier_common.py."""
 import asyncio
 
-from copier_common import Status, headers, log, parse_args, security_options
+from copier_common import Status, consumer_options, headers, log, parse_args, security_options
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -26,11 +26,7 @@ T = 30
 async def main():
     a = parse_args()
     st = Status(a, "aiokafka", "aiokafka %s" % aiokafka.__version__)
-    consumer = AIOKafkaConsumer(a.input, bootstrap_servers=a.bootstrap, group_id=a.group,
-                                client_id="eos-aiokafka-c%d" % a.attempt,
-                                isolation_level="read_committed", enable_auto_commit=False,
-                                auto_offset_reset="earliest", session_timeout_ms=10000,
-                                heartbeat_interval_ms=2000, **secure())
+    consumer = AIOKafkaConsumer(a.input, **consumer_options(a, "aiokafka"), **secure())
     while True:
         try:
             await asyncio.wait_for(consumer.start(), T)

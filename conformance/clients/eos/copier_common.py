@@ -51,6 +51,14 @@ def security_options(names):
     return {names[k]: v for k, v in s.items() if k in names}
 
 
+def consumer_options(a, client):
+    """The copier's consumer (a: parse_args()) in the option names kafka-python and aiokafka
+    share: group a.group, client id eos-<client>-c<attempt>, read_committed, no auto commit."""
+    return {"bootstrap_servers": a.bootstrap, "group_id": a.group, "client_id": "eos-%s-c%d" % (client, a.attempt),
+            "isolation_level": "read_committed", "enable_auto_commit": False, "auto_offset_reset": "earliest",
+            "session_timeout_ms": 10000, "heartbeat_interval_ms": 2000}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)

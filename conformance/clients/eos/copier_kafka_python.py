@@ -13,7 +13,7 @@ import logging
 import os
 import time
 
-from copier_common import Status, headers, log, parse_args, security_options
+from copier_common import Status, consumer_options, headers, log, parse_args, security_options
 
 import kafka
 from kafka import KafkaConsumer, KafkaProducer
@@ -50,11 +50,7 @@ def main():
     for name in filter(None, os.environ.get("EOS_KAFKA_PYTHON_DEBUG", "").split(",")):
         logging.getLogger(name).setLevel(logging.DEBUG)     # e.g. kafka.net,kafka.producer
     st = Status(a, "kafka-python", "kafka-python %s" % kafka.__version__)
-    consumer = KafkaConsumer(a.input, bootstrap_servers=a.bootstrap, group_id=a.group,
-                             client_id="eos-kafka-python-c%d" % a.attempt,
-                             isolation_level="read_committed", enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=10000,
-                             heartbeat_interval_ms=2000, **secure())
+    consumer = KafkaConsumer(a.input, **consumer_options(a, "kafka-python"), **secure())
 
     def new_producer(old=None):
         if old is not None:

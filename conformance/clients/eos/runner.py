@@ -49,6 +49,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
 from lib import DOZE, Child  # noqa: E402
 from clients import verify as verify_mod  # noqa: E402
+from clients.jvmcheck import build, log  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from secure import MODES, Security  # noqa: E402
 
@@ -61,10 +62,6 @@ ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "
 ALL_FAULTS = ["none", "broker", "client"]
 SECURE_FAULTS = ALL_FAULTS + ["noacl"]
 IN, OUT = "eos-in", "eos-out"
-
-
-def log(msg):
-    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- clients
@@ -82,7 +79,7 @@ def _go_build(name):
     out = os.path.join(CACHE, "bin", name + "-copier")
     src = os.path.join(HERE, "go")
     srcs = [os.path.join(src, f) for f in ("go.mod", "go.sum")] + \
-           [os.path.join(src, name, f) for f in os.listdir(os.path.join(src, name))]
+           [os.path.join(src, d, f) for d in (name, "common") for f in os.listdir(os.path.join(src, d))]
     if not os.path.exists(out) or os.path.getmtime(out) < max(os.path.getmtime(f) for f in srcs):
         log("go build %s" % name)
         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -113,11 +110,7 @@ JAVA_DIR = os.path.join(CLIENTS_DIR, "java")
 def _java_build():
     """Builds conformance/clients/java (as its `run` script does) if the jar is missing or stale."""
     jar = os.path.join(JAVA_DIR, "target", "java-client-checks-1.0.jar")
-    srcs = [os.path.join(JAVA_DIR, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
-                                                  os.walk(os.path.join(JAVA_DIR, "src")) for f in fs]
-    if not os.path.exists(jar) or os.path.getmtime(jar) < max(os.path.getmtime(f) for f in srcs):
-        log("mvn package in %s" % JAVA_DIR)
-        subprocess.run(["mvn", "-q", "-B", "package"], cwd=JAVA_DIR, check=True, timeout=600)
+    build(JAVA_DIR, jar)
     return ["java", "-Xmx512m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("DOZECHECK_LOG", "warn"),
             "-cp", jar + os.pathsep + os.path.join(JAVA_DIR, "target", "lib", "*"), "dozecheck.EosCopier"]
 

@@ -32,42 +32,26 @@ producer and the verifier stay on PLAINTEXT.
 Logs (job-*.log, produce.log, verify.log, broker log) and result.json are in the job's directory.
 Exit 1 if a job fails. Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG. Job log level: FLINK_LOG=info.
 """
-import argparse
 import glob
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
 from lib import Child  # noqa: E402
-from brokers import Doze, Kafka  # noqa: E402
-from secure import Security  # noqa: E402
-import needs  # noqa: E402
+from clients import jvmcheck  # noqa: E402
+from clients.jvmcheck import log  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JAR = os.path.join(HERE, "target", "flink-eos-check-1.0.jar")
 
 
-def log(msg):
-    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def build():
-    srcs = [os.path.join(HERE, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
-                                             os.walk(os.path.join(HERE, "src")) for f in fs]
-    if not os.path.exists(JAR) or os.path.getmtime(JAR) < max(os.path.getmtime(f) for f in srcs):
-        log("mvn package in %s" % HERE)
-        subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
-
-
 def java(cls, *args, level="warn", heap="384m"):
-    return ["java", "-Xmx" + heap, "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + level,
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
-            "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozeflink." + cls] + list(args)
+    return jvmcheck.java(HERE, JAR, "dozeflink." + cls, *args, level=level, heap=heap,
+                         jvm=["--add-opens=java.base/java.util=ALL-UNNAMED",
+                              "--add-opens=java.base/java.lang=ALL-UNNAMED"])
 
 
 def checkpoints(cpdir):
@@ -105,155 +89,102 @@ def committed(bootstrap, topic, records):
     return -1
 
 
-def run_job(fault, args, root, broker_cls, idx):
-    name = "%d-%s-%s" % (idx, "kafka" if args.kafka else ("ext" if args.bootstrap else "doze"), fault)
-    jdir = os.path.join(root, name)
-    os.makedirs(jdir)
-    row = {"job": name, "fault": fault, "records": args.records, "ok": False, "notes": [], "dir": jdir}
-    broker, jobs = None, []
-    t0 = time.time()
-    try:
-        sec = None
-        if args.bootstrap:
-            bootstrap = job_bootstrap = args.bootstrap
-        else:
-            sec = Security(jdir) if args.secure else None
-            broker = broker_cls(jdir, sec.settings if sec else None)
-            broker.start()
-            bootstrap = job_bootstrap = broker.bootstrap
-        suffix = "%s-%d" % (fault, int(time.time()))
-        tin, tout, prefix = "fl-in-" + suffix, "fl-out-" + suffix, "fl-tx-" + suffix
-        cpdir = os.path.join(jdir, "checkpoints")
-        os.makedirs(cpdir)
-        run_tool(jdir, "produce.log", "produce", "--bootstrap", bootstrap, "--input", tin, "--output", tout,
-                 "--records", str(args.records))
-        log("%s: produced %d records to %s" % (name, args.records, tin))
-        if sec:        # the job over SASL_SSL with exactly what it needs
-            sec.add_user(bootstrap)
-            sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
-                                  ("GROUP", "flink-eos-" + prefix, "LITERAL", "READ"),
-                                  ("TRANSACTIONAL_ID", prefix, "PREFIXED", "WRITE")])
-            os.environ.update(sec.env)
-            job_bootstrap = broker.bootstraps["SASL_SSL"]
+def run_job(job):
+    fault, args, name, jdir, row, jvms = job.fault, job.args, job.name, job.dir, job.row, job.children
+    bootstrap = job.start_broker()
+    suffix = "%s-%d" % (fault, int(time.time()))
+    tin, tout, prefix = "fl-in-" + suffix, "fl-out-" + suffix, "fl-tx-" + suffix
+    cpdir = os.path.join(jdir, "checkpoints")
+    os.makedirs(cpdir)
+    run_tool(jdir, "produce.log", "produce", "--bootstrap", bootstrap, "--input", tin, "--output", tout,
+             "--records", str(args.records))
+    log("%s: produced %d records to %s" % (name, args.records, tin))
+    # --secure: the job over SASL_SSL with exactly what it needs
+    job_bootstrap = job.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
+                                          ("GROUP", "flink-eos-" + prefix, "LITERAL", "READ"),
+                                          ("TRANSACTIONAL_ID", prefix, "PREFIXED", "WRITE")])
 
-        def start_job(restore=None):
-            extra = ["--restore", restore] if restore else []
-            p = Child(java("FlinkJob", "--bootstrap", job_bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
-                          "--checkpoint-dir", cpdir, "--parallelism", str(args.parallelism),
-                          "--delay-ms", str(args.delay_ms), *extra,
-                          level=os.environ.get("FLINK_LOG", "info"), heap="768m"),
-                      log=os.path.join(jdir, "job-%d.log" % (len(jobs) + 1)))
-            jobs.append(p)
-            return p
+    def start_jvm(restore=None):
+        extra = ["--restore", restore] if restore else []
+        p = Child(java("FlinkJob", "--bootstrap", job_bootstrap, "--input", tin, "--output", tout, "--prefix", prefix,
+                       "--checkpoint-dir", cpdir, "--parallelism", str(args.parallelism),
+                       "--delay-ms", str(args.delay_ms), *extra,
+                       level=os.environ.get("FLINK_LOG", "info"), heap="768m"),
+                  log=os.path.join(jdir, "job-%d.log" % (len(jvms) + 1)))
+        jvms.append(p)
+        return p
 
-        job = start_job()
-        deadline = time.time() + args.job_timeout
-        pending = fault if fault != "none" else None
-        next_poll, complete_at, stopped = 0, None, False
-        while job.alive() and time.time() < deadline:
-            time.sleep(0.1)
-            if pending and len(checkpoints(cpdir)) >= args.kill_after:
-                time.sleep(0.2)
-                if pending == "client":
-                    job.kill9()
-                    cps = checkpoints(cpdir)
-                    log("%s: kill -9 job JVM after %d checkpoints; restart from %s" % (name, len(cps), cps[-1]))
-                    row["notes"].append("job kill -9 after checkpoint %s, restarted from it" % os.path.basename(cps[-1]))
-                    job = start_job(cps[-1])
-                else:
-                    log("%s: kill -9 broker after %d checkpoints" % (name, len(checkpoints(cpdir))))
-                    broker.kill9()
-                    time.sleep(1)
-                    broker.start()
-                    row["notes"].append("broker kill -9 after %d checkpoints, restarted" % args.kill_after)
-                pending = None
-            if not pending and time.time() >= next_poll and (jobs[-1] is not jobs[0] or fault == "broker"):
-                # A bounded KafkaSource restored from a checkpoint (new JVM, or a failover) never
-                # finishes: its enumerator does not send NoMoreSplits again (FLINK-33466 / FLINK-31006,
-                # apache/flink-connector-kafka PR #318). So once the committed output holds all N
-                # records, wait --settle-s (more checkpoints: a late duplicate would show) and stop it.
-                next_poll = time.time() + 3
-                n = committed(bootstrap, tout, args.records)
-                if n >= args.records and complete_at is None:
-                    complete_at = time.time()
-                    log("%s: committed output complete (%d); stopping the job in %ds" % (name, n, args.settle_s))
-                if complete_at is not None and time.time() - complete_at >= args.settle_s:
-                    stopped = True
-                    row["notes"].append("restored bounded source did not finish (FLINK-33466); job stopped "
-                                        "%ds after the output was complete" % args.settle_s)
-                    job.kill9()
-        if job.alive():
-            row["notes"].append("job timeout after %ds" % args.job_timeout)
-            job.kill9()
-        elif job.proc.returncode != 0 and not stopped:
-            row["notes"].append("job rc=%s" % job.proc.returncode)
-        if pending:
-            row["notes"].append("job ended before the fault could be injected (raise --delay-ms or --records)")
-        job_ok = (job.proc.returncode == 0 or stopped) and not pending
-        out = run_tool(jdir, "verify.log", "verify", "--bootstrap", bootstrap, "--output", tout,
-                       "--records", str(args.records), "--timeout-ms", "60000")
-        result = None
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                result = json.loads(line[7:])
-        row["result"] = result
-        row["checkpoints"] = len(checkpoints(cpdir))
-        row["ok"] = bool(result and result.get("ok")) and job_ok
-    except Exception as e:
-        row["notes"].append("error: %r" % e)
-    finally:
-        for p in jobs:
-            if p.alive():
-                p.kill9()
-        if broker:
-            broker.stop()
-    row["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(jdir, "result.json"), "w") as f:
-        json.dump(row, f, indent=1)
-    return row
+    jvm = start_jvm()
+    deadline = time.time() + args.job_timeout
+    pending = fault if fault != "none" else None
+    next_poll, complete_at, stopped = 0, None, False
+    while jvm.alive() and time.time() < deadline:
+        time.sleep(0.1)
+        if pending and len(checkpoints(cpdir)) >= args.kill_after:
+            time.sleep(0.2)
+            if pending == "client":
+                jvm.kill9()
+                cps = checkpoints(cpdir)
+                log("%s: kill -9 job JVM after %d checkpoints; restart from %s" % (name, len(cps), cps[-1]))
+                job.note("job kill -9 after checkpoint %s, restarted from it" % os.path.basename(cps[-1]))
+                jvm = start_jvm(cps[-1])
+            else:
+                log("%s: kill -9 broker after %d checkpoints" % (name, len(checkpoints(cpdir))))
+                job.broker.kill9()
+                time.sleep(1)
+                job.broker.start()
+                job.note("broker kill -9 after %d checkpoints, restarted" % args.kill_after)
+            pending = None
+        if not pending and time.time() >= next_poll and (jvms[-1] is not jvms[0] or fault == "broker"):
+            # A bounded KafkaSource restored from a checkpoint (new JVM, or a failover) never
+            # finishes: its enumerator does not send NoMoreSplits again (FLINK-33466 / FLINK-31006,
+            # apache/flink-connector-kafka PR #318). So once the committed output holds all N
+            # records, wait --settle-s (more checkpoints: a late duplicate would show) and stop it.
+            next_poll = time.time() + 3
+            n = committed(bootstrap, tout, args.records)
+            if n >= args.records and complete_at is None:
+                complete_at = time.time()
+                log("%s: committed output complete (%d); stopping the job in %ds" % (name, n, args.settle_s))
+            if complete_at is not None and time.time() - complete_at >= args.settle_s:
+                stopped = True
+                job.note("restored bounded source did not finish (FLINK-33466); job stopped "
+                         "%ds after the output was complete" % args.settle_s)
+                jvm.kill9()
+    if jvm.alive():
+        job.note("job timeout after %ds" % args.job_timeout)
+        jvm.kill9()
+    elif jvm.proc.returncode != 0 and not stopped:
+        job.note("job rc=%s" % jvm.proc.returncode)
+    if pending:
+        job.note("job ended before the fault could be injected (raise --delay-ms or --records)")
+    job_ok = (jvm.proc.returncode == 0 or stopped) and not pending
+    out = run_tool(jdir, "verify.log", "verify", "--bootstrap", bootstrap, "--output", tout,
+                   "--records", str(args.records), "--timeout-ms", "60000")
+    result = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+    row["result"] = result
+    row["checkpoints"] = len(checkpoints(cpdir))
+    row["ok"] = bool(result and result.get("ok")) and job_ok
+
+
+def summary(row, res):
+    return "output %s/%s, missing %s, duplicates %s, unexpected %s, lso %s hw %s; %s %s" % (
+        res.get("output_records"), row["records"], res.get("missing"), res.get("duplicates"),
+        res.get("unexpected"), res.get("lso"), res.get("hw"), "; ".join(row["notes"]), res.get("samples") or "")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting one (no broker fault)")
-    ap.add_argument("--kafka", action="store_true", help="start a real Kafka 4.3.1 instead of doze")
-    ap.add_argument("--faults", default="none,client,broker")
-    ap.add_argument("--records", type=int, default=5000)
+    ap = jvmcheck.parser(__doc__, records=5000)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--delay-ms", type=int, default=4, help="map delay per record (per subtask)")
     ap.add_argument("--kill-after", type=int, default=3, help="fault after this many completed checkpoints")
     ap.add_argument("--job-timeout", type=int, default=300)
     ap.add_argument("--settle-s", type=int, default=5,
                     help="after a restore, stop the job this long after the committed output is complete")
-    ap.add_argument("--workdir")
-    ap.add_argument("--secure", action="store_true", help="the job over SASL_SSL with exactly its ACLs "
-                    "(conformance/secure.py)")
-    args = ap.parse_args()
-    if args.secure:
-        needs.venv()                  # secure.py makes the user and the ACLs with confluent-kafka
-    build()
-    root = args.workdir or tempfile.mkdtemp(prefix="flink-eos-")
-    os.makedirs(root, exist_ok=True)
-    log("work dir %s" % root)
-    broker_cls = Kafka if args.kafka else Doze
-    rows = []
-    for idx, fault in enumerate(args.faults.split(","), 1):
-        if fault == "broker" and args.bootstrap:
-            log("skip fault=broker with --bootstrap")
-            continue
-        log("job %s ..." % fault)
-        row = run_job(fault, args, root, broker_cls, idx)
-        rows.append(row)
-        res = row.get("result") or {}
-        log("job %s: %s in %.0fs; output %s/%s, missing %s, duplicates %s, unexpected %s, lso %s hw %s; %s %s" % (
-            fault, "PASS" if row["ok"] else "FAIL", row["seconds"], res.get("output_records"), args.records,
-            res.get("missing"), res.get("duplicates"), res.get("unexpected"), res.get("lso"), res.get("hw"),
-            "; ".join(row["notes"]), res.get("samples") or ""))
-    print("%-8s %-6s %8s %s" % ("fault", "result", "seconds", "notes"))
-    for r in rows:
-        print("%-8s %-6s %8.1f %s" % (r["fault"], "PASS" if r["ok"] else "FAIL", r["seconds"], "; ".join(r["notes"])))
-    print("%d passed, %d failed" % (sum(r["ok"] for r in rows), sum(not r["ok"] for r in rows)))
-    sys.exit(0 if all(r["ok"] for r in rows) else 1)
+    jvmcheck.last_options(ap, "the job")
+    jvmcheck.main(ap.parse_args(), HERE, JAR, "flink-eos-", run_job, summary, kill9=True)
 
 
 if __name__ == "__main__":

@@ -22,42 +22,25 @@ on transactional ids prefixed with it); the producer, the watcher and the setup 
 The instances' logs, the broker log and result.json are in the job's directory. Exit 1 if a job fails.
 Debug log of every doze request: DOZE_LOG_LEVEL=DEBUG.
 """
-import argparse
 import json
 import os
 import queue
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # conformance/
 from lib import Child  # noqa: E402
-from brokers import Doze, Kafka  # noqa: E402
-from secure import Security  # noqa: E402
-import needs  # noqa: E402
+from clients import jvmcheck  # noqa: E402
+from clients.jvmcheck import log  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JAR = os.path.join(HERE, "target", "streams-eos-check-1.0.jar")
 
 
-def log(msg):
-    print("%s %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def build():
-    srcs = [os.path.join(HERE, "pom.xml")] + [os.path.join(d, f) for d, _, fs in
-                                             os.walk(os.path.join(HERE, "src")) for f in fs]
-    if not os.path.exists(JAR) or os.path.getmtime(JAR) < max(os.path.getmtime(f) for f in srcs):
-        log("mvn package in %s" % HERE)
-        subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, check=True, timeout=600)
-
-
 def java(cls, *args):
-    return ["java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("STREAMS_LOG", "warn"),
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-cp", JAR + os.pathsep + os.path.join(HERE, "target", "lib", "*"), "dozestreams." + cls] + list(args)
+    return jvmcheck.java(HERE, JAR, "dozestreams." + cls, *args, level=os.environ.get("STREAMS_LOG", "warn"))
 
 
 def watched(cmd, logpath, lines):
@@ -77,144 +60,92 @@ def watched(cmd, logpath, lines):
     return child
 
 
-def run_job(fault, args, root, broker_cls, idx):
-    name = "%d-%s-%s" % (idx, "kafka" if args.kafka else ("ext" if args.bootstrap else "doze"), fault)
-    jdir = os.path.join(root, name)
-    os.makedirs(jdir)
-    row = {"job": name, "fault": fault, "records": args.records, "keys": args.keys, "ok": False,
-           "notes": [], "dir": jdir}
-    broker = None
-    procs = []
-    t0 = time.time()
-    try:
-        sec = None
-        if args.bootstrap:
-            bootstrap = app_bootstrap = args.bootstrap
-        else:
-            sec = Security(jdir) if args.secure else None
-            broker = broker_cls(jdir, sec.settings if sec else None)
-            broker.start()
-            bootstrap = app_bootstrap = broker.bootstrap
-        suffix = "%s-%d" % (fault, int(time.time()))
-        tin, tout, app_id = "st-in-" + suffix, "st-out-" + suffix, "st-app-" + suffix
-        r = subprocess.run(java("Tool", "topics", "--bootstrap", bootstrap, "--input", tin, "--output", tout),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-        if r.returncode:
-            raise RuntimeError("topics: " + r.stdout[-2000:])
-        if sec:        # the instances over SASL_SSL with exactly what Streams needs
-            sec.add_user(bootstrap)
-            sec.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
-                                  ("TOPIC", app_id, "PREFIXED", "ALL"), ("GROUP", app_id, "LITERAL", "READ"),
-                                  ("TRANSACTIONAL_ID", app_id, "PREFIXED", "WRITE")])
-            os.environ.update(sec.env)
-            app_bootstrap = broker.bootstraps["SASL_SSL"]
-        lines = queue.Queue()
-        watch = watched(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
-                             str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
-                        os.path.join(jdir, "watch.log"), lines)
-        procs.append(watch)
-        prod = Child(java("Tool", "produce", "--bootstrap", bootstrap, "--input", tin, "--records",
-                          str(args.records), "--keys", str(args.keys), "--rate", str(args.rate)),
-                     log=os.path.join(jdir, "produce.log"))
-        procs.append(prod)
+def run_job(job):
+    fault, args, name, jdir, row, procs = job.fault, job.args, job.name, job.dir, job.row, job.children
+    bootstrap = job.start_broker()
+    suffix = "%s-%d" % (fault, int(time.time()))
+    tin, tout, app_id = "st-in-" + suffix, "st-out-" + suffix, "st-app-" + suffix
+    r = subprocess.run(java("Tool", "topics", "--bootstrap", bootstrap, "--input", tin, "--output", tout),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if r.returncode:
+        raise RuntimeError("topics: " + r.stdout[-2000:])
+    # --secure: the instances over SASL_SSL with exactly what Streams needs
+    app_bootstrap = job.grant(bootstrap, [("TOPIC", tin, "LITERAL", "READ"), ("TOPIC", tout, "LITERAL", "WRITE"),
+                                          ("TOPIC", app_id, "PREFIXED", "ALL"), ("GROUP", app_id, "LITERAL", "READ"),
+                                          ("TRANSACTIONAL_ID", app_id, "PREFIXED", "WRITE")])
+    lines = queue.Queue()
+    watch = watched(java("Tool", "watch", "--bootstrap", bootstrap, "--output", tout, "--records",
+                         str(args.records), "--keys", str(args.keys), "--timeout-ms", str(args.job_timeout * 1000)),
+                    os.path.join(jdir, "watch.log"), lines)
+    procs.append(watch)
+    prod = Child(java("Tool", "produce", "--bootstrap", bootstrap, "--input", tin, "--records",
+                      str(args.records), "--keys", str(args.keys), "--rate", str(args.rate)),
+                 log=os.path.join(jdir, "produce.log"))
+    procs.append(prod)
 
-        def app(inst):
-            return Child(java("App", "--bootstrap", app_bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
-                              "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
-                         log=os.path.join(jdir, "app-%s.log" % inst))
-        apps = {"A": app("A"), "B": app("B")}
-        procs.extend(apps.values())
-        kill_at = int(args.records * args.kill_at) if fault != "none" else None
-        result, progress = None, 0
-        noted = set()                             # instances whose exit is in the notes
-        while True:
-            try:
-                line = lines.get(timeout=1)
-            except queue.Empty:
-                line = ""
-            if line is None:
-                break
-            if line.startswith("progress "):
-                progress = int(line.split()[1])
-            elif line.startswith("RESULT "):
-                result = json.loads(line[7:])
-            if kill_at is not None and progress >= kill_at:
-                kill_at = None
-                if fault == "client":
-                    log("%s: kill -9 instance A at %d/%d output records" % (name, progress, args.records))
-                    apps["A"].kill9()
-                    time.sleep(1)
-                    apps["A"] = app("A")
-                    procs.append(apps["A"])
-                    row["notes"].append("instance A kill -9 @%d, restarted" % progress)
-                elif fault == "broker":
-                    log("%s: kill -9 broker at %d/%d output records" % (name, progress, args.records))
-                    broker.kill9()
-                    time.sleep(1)
-                    broker.start()
-                    row["notes"].append("broker kill -9 @%d, restarted" % progress)
-            for k, a in apps.items():
-                if not a.alive() and a not in noted:
-                    noted.add(a)
-                    row["notes"].append("instance %s exited rc=%s" % (k, a.proc.returncode))
-                    log("%s: instance %s exited rc=%s" % (name, k, a.proc.returncode))
-        watch.proc.wait()
-        if prod.proc.wait() != 0:
-            row["notes"].append("producer rc=%s" % prod.proc.returncode)
-        row["result"] = result
-        row["ok"] = bool(result and result.get("ok")) and prod.proc.returncode == 0
-    except Exception as e:
-        row["notes"].append("error: %r" % e)
-    finally:
-        for p in procs:
-            p.stop()
-        if broker:
-            broker.stop()
-    row["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(jdir, "result.json"), "w") as f:
-        json.dump(row, f, indent=1)
-    return row
+    def app(inst):
+        return Child(java("App", "--bootstrap", app_bootstrap, "--app-id", app_id, "--input", tin, "--output", tout,
+                          "--state-dir", os.path.join(jdir, "state-" + inst), "--name", inst, "--threads", str(args.threads)),
+                     log=os.path.join(jdir, "app-%s.log" % inst))
+    apps = {"A": app("A"), "B": app("B")}
+    procs.extend(apps.values())
+    kill_at = int(args.records * args.kill_at) if fault != "none" else None
+    result, progress = None, 0
+    noted = set()                             # instances whose exit is in the notes
+    while True:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            break
+        if line.startswith("progress "):
+            progress = int(line.split()[1])
+        elif line.startswith("RESULT "):
+            result = json.loads(line[7:])
+        if kill_at is not None and progress >= kill_at:
+            kill_at = None
+            if fault == "client":
+                log("%s: kill -9 instance A at %d/%d output records" % (name, progress, args.records))
+                apps["A"].kill9()
+                time.sleep(1)
+                apps["A"] = app("A")
+                procs.append(apps["A"])
+                job.note("instance A kill -9 @%d, restarted" % progress)
+            elif fault == "broker":
+                log("%s: kill -9 broker at %d/%d output records" % (name, progress, args.records))
+                job.broker.kill9()
+                time.sleep(1)
+                job.broker.start()
+                job.note("broker kill -9 @%d, restarted" % progress)
+        for k, a in apps.items():
+            if not a.alive() and a not in noted:
+                noted.add(a)
+                job.note("instance %s exited rc=%s" % (k, a.proc.returncode))
+                log("%s: instance %s exited rc=%s" % (name, k, a.proc.returncode))
+    watch.proc.wait()
+    if prod.proc.wait() != 0:
+        job.note("producer rc=%s" % prod.proc.returncode)
+    row["result"] = result
+    row["ok"] = bool(result and result.get("ok")) and prod.proc.returncode == 0
+
+
+def summary(row, res):
+    return "output %s/%s, keys wrong %s, violations %s, lso %s hw %s, read_uncommitted %s; %s" % (
+        res.get("output_records"), row["records"], res.get("keys_wrong"), res.get("violations"), res.get("lso"),
+        res.get("hw"), res.get("read_uncommitted_records"), "; ".join(row["notes"]))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", help="use this broker instead of starting one (no broker fault)")
-    ap.add_argument("--kafka", action="store_true", help="start a real Kafka 4.3.1 instead of doze")
-    ap.add_argument("--faults", default="none,client,broker")
-    ap.add_argument("--records", type=int, default=10000)
+    ap = jvmcheck.parser(__doc__, records=10000)
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--rate", type=float, default=500.0, help="input records per second")
     ap.add_argument("--kill-at", type=float, default=0.4, help="fault when this share of the output is read")
     ap.add_argument("--threads", type=int, default=1, help="stream threads per instance")
     ap.add_argument("--job-timeout", type=int, default=300)
-    ap.add_argument("--workdir")
-    ap.add_argument("--secure", action="store_true", help="the instances over SASL_SSL with exactly their ACLs "
-                    "(conformance/secure.py)")
+    jvmcheck.last_options(ap, "the instances", "their")
     args = ap.parse_args()
-    if args.secure:
-        needs.venv()                  # secure.py makes the user and the ACLs with confluent-kafka
-    build()
-    root = args.workdir or tempfile.mkdtemp(prefix="streams-eos-")
-    os.makedirs(root, exist_ok=True)
-    log("work dir %s" % root)
-    broker_cls = Kafka if args.kafka else Doze
-    rows = []
-    for idx, fault in enumerate(args.faults.split(","), 1):
-        if fault == "broker" and args.bootstrap:
-            log("skip fault=broker with --bootstrap")
-            continue
-        log("job %s ..." % fault)
-        row = run_job(fault, args, root, broker_cls, idx)
-        rows.append(row)
-        res = row.get("result") or {}
-        log("job %s: %s in %.0fs; output %s/%s, keys wrong %s, violations %s, lso %s hw %s, read_uncommitted %s; %s" % (
-            fault, "PASS" if row["ok"] else "FAIL", row["seconds"], res.get("output_records"), args.records,
-            res.get("keys_wrong"), res.get("violations"), res.get("lso"), res.get("hw"), res.get("read_uncommitted_records"), "; ".join(row["notes"])))
-    print("%-8s %-6s %8s %s" % ("fault", "result", "seconds", "notes"))
-    for r in rows:
-        print("%-8s %-6s %8.1f %s" % (r["fault"], "PASS" if r["ok"] else "FAIL", r["seconds"], "; ".join(r["notes"])))
-    print("%d passed, %d failed" % (sum(r["ok"] for r in rows), sum(not r["ok"] for r in rows)))
-    sys.exit(0 if all(r["ok"] for r in rows) else 1)
+    jvmcheck.main(args, HERE, JAR, "streams-eos-", run_job, summary, keys=args.keys)
 
 
 if __name__ == "__main__":

@@ -94,19 +94,18 @@ func (s *Status) BatchSize(max int) int {
 	return s.Rnd.Intn(max) + 1
 }
 
-func (s *Status) Committed(tag string, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.D["commits"] = s.D["commits"].(int) + 1
-	s.committed[tag] = n
-	s.write()
-}
+// Committed records a transaction of n records whose commit the client confirmed.
+func (s *Status) Committed(tag string, n int) { s.ended("commits", s.committed, tag, n) }
 
-func (s *Status) Aborted(tag string, n int) {
+// Aborted records an abort on purpose the client confirmed.
+func (s *Status) Aborted(tag string, n int) { s.ended("aborts", s.aborted, tag, n) }
+
+// ended counts a transaction under count and lists it (tag: n records) in txns.
+func (s *Status) ended(count string, txns map[string]int, tag string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.D["aborts"] = s.D["aborts"].(int) + 1
-	s.aborted[tag] = n
+	s.D[count] = s.D[count].(int) + 1
+	txns[tag] = n
 	s.write()
 }
 

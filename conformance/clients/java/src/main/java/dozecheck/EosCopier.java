@@ -7,6 +7,7 @@ import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
 
+import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.KafkaException;
@@ -45,7 +46,7 @@ public class EosCopier {
         final double started = System.currentTimeMillis() / 1000.0;
 
         Status(Map<String, String> o, String client, String version) throws IOException {
-            this.path = need(o, "status");
+            this.path = Main.need(o, "status");
             this.attempt = Integer.parseInt(o.getOrDefault("attempt", "1"));
             this.rnd = o.containsKey("seed") ? new Random(Long.parseLong(o.get("seed"))) : new Random();
             this.abortRate = Double.parseDouble(o.getOrDefault("abort-rate", "0.125"));
@@ -115,12 +116,6 @@ public class EosCopier {
         System.out.flush();
     }
 
-    static String need(Map<String, String> o, String k) {
-        String v = o.get(k);
-        if (v == null) throw new IllegalArgumentException("missing --" + k);
-        return v;
-    }
-
     static void installStackDump() {
         try {
             sun.misc.Signal.handle(new sun.misc.Signal("USR1"), sig -> {
@@ -148,18 +143,16 @@ public class EosCopier {
 
     EosCopier(Map<String, String> o) throws IOException {
         this.o = o;
-        bootstrap = need(o, "bootstrap");
-        input = need(o, "input");
-        output = need(o, "output");
-        group = need(o, "group");
-        txnId = need(o, "txn-id");
+        bootstrap = Main.need(o, "bootstrap");
+        input = Main.need(o, "input");
+        output = Main.need(o, "output");
+        group = Main.need(o, "group");
+        txnId = Main.need(o, "txn-id");
         attempt = Integer.parseInt(o.getOrDefault("attempt", "1"));
         maxBatch = Integer.parseInt(o.getOrDefault("max-batch", "200"));
         st = new Status(o, "java", "kafka-clients " + AppInfoParser.getVersion());
-        Properties c = new Properties();
-        c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        Properties c = clientProps("eos-java-c");
         c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        c.put(ConsumerConfig.CLIENT_ID_CONFIG, "eos-java-c" + attempt);
         c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
         c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
@@ -167,15 +160,23 @@ public class EosCopier {
         c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         c.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "120000");
         c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(maxBatch));
-        // one broker that restarts: fail requests fast and reconnect soon
-        c.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
         c.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
-        c.put(ConsumerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
-        c.put(ConsumerConfig.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
         c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         secure(c);
         consumer = new KafkaConsumer<>(c);
+    }
+
+    /** What the consumer and the producer share: the broker, a client id (prefix + attempt),
+     *  and, for one broker that restarts, requests that fail fast and reconnect soon. */
+    Properties clientProps(String clientIdPrefix) {
+        Properties p = new Properties();
+        p.put(CommonClientConfigs.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(CommonClientConfigs.CLIENT_ID_CONFIG, clientIdPrefix + attempt);
+        p.put(CommonClientConfigs.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        p.put(CommonClientConfigs.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
+        p.put(CommonClientConfigs.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
+        return p;
     }
 
     /** The runner's --secure: the client settings (SASL_SSL, SCRAM, a PEM truststore) in the
@@ -186,25 +187,24 @@ public class EosCopier {
         catch (IOException e) { throw new UncheckedIOException(e); }
     }
 
+    /** Close pr at once (nothing if null); a failure to close is logged. */
+    static void closeNow(KafkaProducer<byte[], byte[]> pr) {
+        if (pr == null) return;
+        try { pr.close(Duration.ZERO); } catch (Exception e) { log("producer close: " + e); }
+    }
+
     KafkaProducer<byte[], byte[]> newProducer() {
-        if (producer != null) {
-            try { producer.close(Duration.ZERO); } catch (Exception e) { log("producer close: " + e); }
-            producer = null;
-        }
+        closeNow(producer);
+        producer = null;
         while (true) {
-            Properties p = new Properties();
-            p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            Properties p = clientProps("eos-java-p");
             p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
-            p.put(ProducerConfig.CLIENT_ID_CONFIG, "eos-java-p" + attempt);
             p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
             p.put(ProducerConfig.ACKS_CONFIG, "all");
             p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "30000");
-            p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
             p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
             p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
             p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-            p.put(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
-            p.put(ProducerConfig.RETRY_BACKOFF_MAX_MS_CONFIG, "1000");
             p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
             p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
             secure(p);
@@ -216,9 +216,7 @@ public class EosCopier {
                 return pr;
             } catch (KafkaException e) {
                 st.error("initTransactions", e, false);
-                if (pr != null) {
-                    try { pr.close(Duration.ZERO); } catch (Exception e2) { log("producer close: " + e2); }
-                }
+                closeNow(pr);
                 sleep(500);
             }
         }
