@@ -12797,6 +12797,7 @@ class Broker:
         self._stopping = False
         self._clean_stop = True
         self.stopped = threading.Event()
+        self.thread = None                  # the loop's own thread, when serve_in_thread started it
         for room in (self.logs, self.producer_states, self.groups, self.txns, self.connections):
             room.schedule(self.timers)
         self.timers.call_later(TRIM_S, self._trim_memory)
@@ -12814,6 +12815,12 @@ class Broker:
         release_freed_memory()
 
     # --- the loop ---
+    def serve_in_thread(self, name="doze-kafka"):
+        """serve_forever on a thread of its own (running(), the demo, tests) -> the thread."""
+        self.thread = threading.Thread(target=self.serve_forever, name=name, daemon=True)
+        self.thread.start()
+        return self.thread
+
     def serve_forever(self):
         """The only loop in doze; the only thread that touches broker state."""
         interval = self.config["doze.loop.stats.interval.ms"]
@@ -12863,7 +12870,7 @@ class Broker:
 
     def run_in_loop(self, fn):
         """Run fn on the loop thread and return its result (for tests and the CLI)."""
-        if threading.current_thread() is getattr(self, "_thread", None):
+        if threading.current_thread() is self.thread:
             return fn()
         done, box = threading.Event(), {}
 
@@ -12931,9 +12938,7 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
     if data_dir is None:
         tmp = data_dir = tempfile.mkdtemp(prefix="doze-")
     broker = Broker(Config(dict(TEST_DEFAULTS, **(settings or {})), data_dir=data_dir, host=host, port=port, **kw))
-    thread = threading.Thread(target=broker.serve_forever, name="doze-kafka", daemon=True)
-    broker._thread = thread
-    thread.start()
+    thread = broker.serve_in_thread()
     try:
         yield broker
     finally:
@@ -13121,15 +13126,14 @@ class Demo:
         if self.console_default:
             config.set_default("doze.console.listener", self.console_default)
         broker = Broker(config, files=self.disk)
-        broker._thread = threading.Thread(target=broker.serve_forever, name="doze-demo", daemon=True)
-        broker._thread.start()
+        broker.serve_in_thread("doze-demo")
         return broker
 
     def stop(self, clean=True):
         self.c.close()
         self.watch.close()
         self.broker.stop(clean)
-        self.broker._thread.join(10)
+        self.broker.thread.join(10)
 
     def step(self, number, title, text):
         self.say(f"\n=== Step {number}: {title} ===\n{text}")

@@ -312,10 +312,7 @@ def start_broker(tmp_path):
         config = doze.Config(settings, data_dir=tmp_path / "data", host="127.0.0.1", port=0,
                              clock=clock)
         broker = doze.Broker(config, files=files)
-        thread = threading.Thread(target=broker.serve_forever, name="doze", daemon=True)
-        broker._thread = thread
-        thread.start()
-        running.append((broker, thread))
+        running.append((broker, broker.serve_in_thread("doze")))
         return broker
 
     yield start
@@ -695,8 +692,7 @@ def test_config_a_jaas_line_continued_as_kafkas_docs_write_it_starts_a_sasl_list
     config = doze.Config.from_properties(str(path), data_dir=str(tmp_path / "data"), port=0)
     assert config["num.partitions"] == 4 and "user_alice" not in config.given
     broker = doze.Broker(config)
-    thread = threading.Thread(target=broker.serve_forever, daemon=True)
-    thread.start()
+    thread = broker.serve_in_thread()
     try:
         with RawClient(sasl_port(broker)) as c:
             [answer] = sasl_authenticate(c, "PLAIN", [plain_token("alice", "alice-secret")])
@@ -7322,7 +7318,7 @@ def test_trace_that_fails_is_said_once_and_the_broker_serves_on(traced, caplog):
     finally:
         doze.trace_log.removeHandler(broken)
     assert caplog.text.count("the trace failed (it goes on; this is said once)") == 1
-    assert broker._thread.is_alive()
+    assert broker.thread.is_alive()
 
 
 def test_trace_all_hides_secrets_and_abbreviates(traced):
@@ -7396,7 +7392,7 @@ def test_a_timer_that_fails_loses_one_run_and_the_broker_serves_on(start_broker,
         clock.advance(1000)
         broker.waker.wake()
         assert wait_until(lambda: describe_txn(client, "tx-t").transaction_state == "CompleteAbort")
-    assert broker._thread.is_alive() and len(calls) > 1
+    assert broker.thread.is_alive() and len(calls) > 1
 
 
 def test_a_bug_in_an_event_handler_closes_that_connection_only(start_broker, monkeypatch, caplog):
@@ -8116,9 +8112,7 @@ def crash_violations(port, ledger):
 def _crash_broker(data, files=None):
     config = doze.Config({"group.initial.rebalance.delay.ms": 0}, data_dir=data, host="127.0.0.1", port=0)
     broker = doze.Broker(config, files=files)
-    thread = threading.Thread(target=broker.serve_forever, name="doze-crash", daemon=True)
-    broker._thread = thread
-    thread.start()
+    broker.serve_in_thread("doze-crash")
     return broker
 
 

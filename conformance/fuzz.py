@@ -3030,7 +3030,7 @@ class InProcessBroker:
         return console.port if console is not None else None
 
     def alive(self):
-        return self.broker is not None and self.broker._thread.is_alive()
+        return self.broker is not None and self.broker.thread.is_alive()
 
     def stop(self):
         if self.ctx is not None:
