@@ -50,8 +50,9 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §12 config resources: what DescribeConfigs shows and AlterConfigs changes
   §13 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
   §14 connections: frames in and answers out in order, TLS on the loop (PEM
-     stores, client certificates' principals), the Dispatcher (request ->
-     handler -> response), the limits and back-pressure, the listeners
+     stores, client certificates' principals), the faults a test asks for
+     (Faults), the Dispatcher (request -> handler -> response), the limits and
+     back-pressure, the listeners
   §15 console: what it shows: HTML and JSON twins of the transactions,
      producers, LSOs, topics and groups the broker holds, as each viewer's
      ACLs let it see them
