@@ -1340,6 +1340,18 @@ def append(logs, plog, values, flush=True, **kw):
     return base
 
 
+def delete_records_to(logs, plog, offset):
+    """DeleteRecords up to offset, every step of it, made durable."""
+    list(logs.delete_records([(plog, offset)]))
+    logs.flush_dirty()
+
+
+def reopened(logs, open_logs):
+    """Close the logs cleanly and open them again -> the topic "t"'s partition 0."""
+    logs.close()
+    return open_logs().get("t", 0)
+
+
 def log_files(plog):
     return sorted(n for n in os.listdir(plog.dir) if n.endswith(".log"))
 
@@ -1581,8 +1593,7 @@ def test_storage_restart_reopens_every_segment(open_logs):
     for i in range(8):
         append(logs, plog, [b"r%d" % i, b"s%d" % i])
     before = list(plog.batches())
-    logs.close()
-    plog2 = open_logs().get("t", 0)
+    plog2 = reopened(logs, open_logs)
     assert list(plog2.batches()) == before
     assert (plog2.next_offset, plog2.high_watermark) == (16, 16)
 
@@ -1742,13 +1753,11 @@ def test_storage_delete_records_moves_log_start_and_survives_restart(open_logs):
     plog = new_topic(logs, segment_bytes=150)
     for i in range(6):
         append(logs, plog, [b"d%d" % i])
-    list(logs.delete_records([(plog, 3)]))
-    logs.flush_dirty()
+    delete_records_to(logs, plog, 3)
     assert plog.log_start_offset == 3
     assert plog.segments[0].base_offset < 3 < plog.segments[-1].base_offset + 10
     assert [o for o, _ in plog.batches(3)] == [3, 4, 5]
-    logs.close()
-    plog2 = open_logs().get("t", 0)
+    plog2 = reopened(logs, open_logs)
     assert (plog2.log_start_offset, plog2.next_offset) == (3, 6)
 
 
@@ -1757,13 +1766,11 @@ def test_storage_delete_everything_keeps_the_offsets_going(open_logs):
     plog = new_topic(logs)
     for i in range(4):
         append(logs, plog, [b"z%d" % i])
-    list(logs.delete_records([(plog, 4)]))
-    logs.flush_dirty()
+    delete_records_to(logs, plog, 4)
     assert (plog.log_start_offset, plog.next_offset) == (4, 4)
     assert log_files(plog) == [doze.segment_name(4)]
     assert append(logs, plog, [b"again"]) == 4
-    logs.close()
-    plog2 = open_logs().get("t", 0)
+    plog2 = reopened(logs, open_logs)
     assert (plog2.log_start_offset, plog2.next_offset) == (4, 5)
 
 
@@ -1791,8 +1798,7 @@ def test_storage_offset_for_timestamp_agrees_with_a_scan_of_every_record(open_lo
         append(logs, plog, [b"v"] * len(ts), timestamps=ts)
         records += [(offset + i, t, b) for i, t in enumerate(ts)]
         offset += len(ts)
-    list(logs.delete_records([(plog, 17)]))
-    logs.flush_dirty()
+    delete_records_to(logs, plog, 17)
     for reopen in (False, True):
         if reopen:
             logs.close()
