@@ -2112,6 +2112,9 @@ class Files:
     can put in a layer that numbers them, fails one, or forgets what was not
     yet fsynced. Reads (pread, sendfile) go straight to the OS."""
 
+    def attach(self, data_dir):
+        """The data directory this layer serves (a test's layer keeps track of it)."""
+
     def open_append(self, path, create):
         flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
         return os.open(path, flags, 0o644)
@@ -12751,10 +12754,12 @@ class Broker:
     Kafka's acceptors bind at startup); serve_forever() runs the loop until
     stop()."""
 
-    def __init__(self, config, files=None):
+    def __init__(self, config, files=None, faults=None):
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
+        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§14)
+        self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
         try:
@@ -12787,7 +12792,6 @@ class Broker:
         self.rooms = Rooms(config=config, store=self.store, logs=self.logs, producer_states=self.producer_states,
                            producer_ids=self.producer_ids, groups=self.groups, txns=self.txns,
                            authorizer=self.authorizer, node=self.listeners.node, notify=self.purgatory.notify)
-        self.faults = Faults()                       # none unless a test asks (§14)
         self.dispatcher = Dispatcher(self.rooms, self.purgatory, self.timers, self.faults, self.tracer)
         self.group_commit = GroupCommit(self.store, self.logs, self.txns, self.purgatory, self.tracer)
         self.connections = Connections(config, self.selector, self.timers, self.listeners, self.dispatcher,
@@ -12916,8 +12920,11 @@ class Broker:
 # 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 # running() starts a broker on its own thread, on an ephemeral port in a
-# temporary directory, with settings a test wants; Client speaks the wire
-# protocol on doze's own schemas (the demo and doze's tests use it too).
+# temporary directory, with settings a test wants, and gives the test what it
+# needs to test its own code against it: faults, a disk that fails, a clock
+# it moves, restarts, the broker's state without a consumer, a reset. Client
+# speaks the wire protocol on doze's own schemas (the demo and doze's tests
+# use it too).
 
 # What a test wants that Kafka's broker defaults do not give: a new consumer
 # group's first join answered at once, not after group.initial.rebalance.delay.ms
@@ -12925,28 +12932,454 @@ class Broker:
 # Kafka and Spring's EmbeddedKafka set the same. The command line keeps Kafka's
 # defaults; `settings` given to running() win over these.
 TEST_DEFAULTS = {"group.initial.rebalance.delay.ms": 0}
+RESTARTS = ("clean", "kill", "power_cut")
 
 
-@contextlib.contextmanager
-def running(settings=None, data_dir=None, port=0, host="127.0.0.1", **kw):
+class MovableClock:
+    """The clock of a broker running() started: real time plus an offset a
+    test moves forward (Embedded.advance), so that transaction and session
+    timeouts, producer-id and transactional-id expiry and retention come
+    without being waited out."""
+
+    def __init__(self):
+        self.offset_s = 0.0
+
+    def __call__(self):
+        return time.time() + self.offset_s
+
+    def advance(self, ms):
+        self.offset_s += ms / 1000
+
+    def reset(self):
+        self.offset_s = 0.0
+
+
+# --- A disk that fails on purpose ---------------------------------------------------
+# Everything doze writes goes through Files (§7), so a test can put this layer
+# in its place (running(disk=FaultyDisk(...)) and make the disk fail as disks
+# do: fsyncs or writes under a directory failing with an errno (EIO, a disk
+# failing; ENOSPC, no room left), every fsync slower, meta.db's commits
+# refused. It also remembers what a power cut would leave -- every file as of
+# its last fsync, every directory entry as of its directory's, meta.db as of
+# its last sync -- so power_cut() (or Embedded.restart("power_cut")) rewrites
+# the data directory to exactly that. cut_at=N cuts the power at the N-th
+# change the broker asks for: that change and every later one fail with EIO.
+
+class FaultyDisk(Files):
+    """A Files layer for tests (see above). Set what fails with fail_fsyncs,
+    fail_writes, fail_meta_db, slow_fsyncs; heal() clears them. .labels
+    names every change made, in order (which call, which file)."""
+
+    SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
+
+    def __init__(self, root=None, cut_at=None, on_cut=None):
+        self.root = None
+        self.cut_at, self.on_cut = cut_at, on_cut
+        self.changes = 0
+        self.labels = []
+        self.dead = False
+        self.paths = {}                  # fd -> path
+        self.durable = {}                # path -> bytes as of the last fsync
+        self.entries = set()             # paths whose directory entry is durable
+        self.fsyncs = collections.Counter()   # path -> fsyncs asked of it
+        self.heal()
+        if root is not None:
+            self.attach(root)
+
+    def start_over(self):
+        """A new, empty data directory (Embedded.reset): nothing known, nothing failing."""
+        self.heal()
+        self.root, self.dead, self.changes = None, False, 0
+        for known in (self.labels, self.paths, self.durable, self.entries, self.fsyncs):
+            known.clear()
+
+    def attach(self, root):
+        """The data directory this disk serves (the Broker says so at start):
+        what is in it already counts as durable (it survived the last boot)."""
+        if self.root is not None:
+            return
+        self.root = os.path.abspath(root)
+        if os.path.isdir(self.root):
+            self.entries.add(self.root)
+            for directory, dirs, names in os.walk(self.root):
+                for name in dirs + names:
+                    self.entries.add(os.path.join(directory, name))
+                for name in names:
+                    if not name.startswith("meta.db"):
+                        path = os.path.join(directory, name)
+                        self.durable[path] = self._read(path)
+        self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
+
+    # --- the faults a test sets ---
+    def fail_fsyncs(self, under=None, errno_=errno.EIO):
+        """fsyncs of files under `under` (a partition's directory; None: any) fail with errno_."""
+        self.fsync_failure = (os.path.abspath(under) if under else self.root, errno_)
+
+    def fail_writes(self, under=None, errno_=errno.ENOSPC):
+        """Writes under `under` fail with errno_ (ENOSPC: no room left; EIO: a failing disk)."""
+        self.write_failure = (os.path.abspath(under) if under else self.root, errno_)
+
+    def fail_meta_db(self, message="disk I/O error"):
+        """meta.db's commits fail, as sqlite's do when its disk refuses them."""
+        self.meta_db_failure = message
+
+    def slow_fsyncs(self, seconds):
+        """Every fsync (and meta.db's) takes this much longer: doze waits for it, as on a slow disk."""
+        self.fsync_delay_s = seconds
+
+    def heal(self):
+        """No fault any more (what failed stays failed: an offline partition
+        stays offline until a restart, as in Kafka)."""
+        self.fsync_failure = self.write_failure = self.meta_db_failure = None
+        self.fsync_delay_s = 0
+
+    def _fails(self, failure, path):
+        if failure and (path == failure[0] or path.startswith(failure[0] + os.sep)):
+            raise OSError(failure[1], os.strerror(failure[1]))
+
+    def _meta_files(self):
+        """{meta.db and its WAL: bytes} as they are now."""
+        out = {}
+        for name in ("meta.db", "meta.db-wal"):
+            path = os.path.join(self.root, name)
+            if os.path.isfile(path):
+                out[path] = self._read(path)
+        return out
+
+    @staticmethod
+    def _read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def _change(self, what=None):
+        if self.dead:
+            raise OSError(errno.EIO, "power is out")
+        self.changes += 1
+        caller = sys._getframe(1)
+        what = what or caller.f_locals.get("path") or self.paths.get(caller.f_locals.get("fd"), "")
+        what = os.path.relpath(what, self.root) if os.path.isabs(str(what)) else what
+        self.labels.append(f"{caller.f_code.co_name} {what}")
+        if self.cut_at is not None and self.changes >= self.cut_at:
+            self.dead = True
+            if self.on_cut:
+                self.on_cut()
+            raise OSError(errno.EIO, "power is out")
+
+    # --- the Files interface ---
+    def open_append(self, path, create):
+        self._change()
+        fd = super().open_append(path, create)
+        path = os.path.abspath(path)
+        self.paths[fd] = path
+        if create:
+            self.durable[path] = b""
+        else:
+            self.durable.setdefault(path, self._read(path))
+        return fd
+
+    def write(self, fd, data):
+        self._change()
+        self._fails(self.write_failure, self.paths.get(fd, ""))
+        super().write(fd, data)
+
+    def fsync(self, fd):
+        self._change()
+        self.fsyncs[self.paths.get(fd)] += 1
+        if self.fsync_delay_s:
+            time.sleep(self.fsync_delay_s)       # the disk's time, not a wait of doze's
+        self._fails(self.fsync_failure, self.paths.get(fd, ""))
+        super().fsync(fd)
+        self.durable[self.paths[fd]] = self._read(self.paths[fd])
+
+    def truncate(self, path, size):
+        self._change()
+        super().truncate(path, size)                 # doze's truncate fsyncs
+        self.durable[os.path.abspath(path)] = self._read(path)
+
+    def truncate_fd(self, fd, size):
+        self._change()
+        super().truncate_fd(fd, size)
+
+    def close(self, fd):
+        super().close(fd)                            # closing is not a change
+        self.paths.pop(fd, None)
+
+    def mkdir(self, path):
+        self._change()
+        super().mkdir(path)
+
+    def fsync_dir(self, path):
+        self._change()
+        super().fsync_dir(path)
+        path = os.path.abspath(path)
+        for name in os.listdir(path):
+            self.entries.add(os.path.join(path, name))
+
+    def write_file(self, path, data):
+        self._change()
+        super().write_file(path, data)
+        self.durable.setdefault(os.path.abspath(path), b"")    # written, never fsynced
+
+    def unlink(self, path):
+        self._change()
+        super().unlink(path)
+        path = os.path.abspath(path)
+        self.durable.pop(path, None)
+        self.entries.discard(path)
+
+    def rename(self, src, dst):
+        self._change(src)
+        super().rename(src, dst)
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        self.durable[dst] = self.durable.pop(src, b"")
+        self.entries.discard(src)
+
+    def rmtree(self, path):
+        self._change()
+        super().rmtree(path)
+        path = os.path.abspath(path)
+        for known in (self.durable, self.entries):
+            for p in [p for p in known if p == path or p.startswith(path + os.sep)]:
+                known.pop(p) if isinstance(known, dict) else known.discard(p)
+
+    def commit(self, db):
+        try:
+            self._change("meta.db")
+        except OSError as e:
+            raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
+        if self.meta_db_failure:
+            raise sqlite3.OperationalError(self.meta_db_failure)
+        super().commit(db)
+
+    def sync_file(self, path, fallback=None):
+        self._change(path)
+        if self.fsync_delay_s:
+            time.sleep(self.fsync_delay_s)
+        super().sync_file(path, fallback)
+        if os.path.basename(path).startswith("meta.db"):
+            self.meta = self._meta_files()
+
+    # --- the power cut ---
+    def _restore_meta(self):
+        """meta.db as of its last sync."""
+        for name in ("meta.db",) + self.SQLITE_OWN:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.root, name))
+        for path, content in self.meta.items():
+            with open(path, "wb") as f:
+                f.write(content)
+
+    def power_cut(self, written_back=False):
+        """Rewrite the data directory to what a power cut leaves: every write
+        not fsynced forgotten, every entry whose directory was not fsynced
+        gone (call it with the broker stopped). written_back: the kernel had
+        written every log file and directory back (as it may at any moment),
+        but meta.db is as of its last sync."""
+        self.dead = False
+        if written_back:
+            self._restore_meta()
+            return
+        for path, content in self.durable.items():
+            if os.path.isfile(path):
+                with open(path, "wb") as f:
+                    f.write(content)
+        self._restore_meta()
+        if self.root not in self.entries:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for directory, dirs, names in os.walk(self.root):
+            for name in list(dirs):
+                if os.path.join(directory, name) not in self.entries:
+                    shutil.rmtree(os.path.join(directory, name))
+                    dirs.remove(name)
+            for name in names:
+                path = os.path.join(directory, name)
+                if path not in self.entries and name not in self.SQLITE_OWN:
+                    os.unlink(path)
+
+
+# --- Embedded: the broker a test holds ---------------------------------------------
+# running() gives a test an Embedded: the Broker (every attribute of the
+# Broker reads through it: bootstrap, port, run_in_loop, ...), and what a test
+# does to it -- its faults (§14), its disk, its clock, a restart, its state
+# read without a consumer (the console's views, §15, as a superuser sees
+# them), a reset. A restart keeps the ports, the data directory, the faults,
+# the disk and the clock.
+
+class Embedded:
+    """A broker running in this process for a test (see above)."""
+
+    def __init__(self, settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None):
+        self.tmp = None if data_dir is not None else tempfile.mkdtemp(prefix="doze-")
+        self.data_dir = os.path.abspath(data_dir or self.tmp)
+        self.settings = dict(TEST_DEFAULTS, **(settings or {}))
+        self.disk = disk if disk is not None else Files()
+        self.clock = clock if clock is not None else MovableClock()
+        self.faults = Faults()
+        self.broker = self._start(port, host)
+
+    def _start(self, port, host, listeners=None):
+        settings = dict(self.settings, **({"listeners": listeners} if listeners else {}))
+        broker = Broker(Config(settings, data_dir=self.data_dir, host=host, port=port, clock=self.clock),
+                        files=self.disk, faults=self.faults)
+        broker.serve_in_thread()
+        return broker
+
+    def __getattr__(self, name):
+        broker = self.__dict__.get("broker")
+        if broker is None:
+            raise AttributeError(name)
+        return getattr(broker, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Stop the broker; remove its directory if running() made it."""
+        self._stop(clean=True)
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _stop(self, clean):
+        self.broker.stop(clean)
+        if self.broker.thread is not None:
+            self.broker.thread.join(10)
+
+    # --- a restart, a reset, the clock ---
+    def restart(self, how="clean"):
+        """Stop the broker and start it again on the same ports and data:
+        "clean"; "kill", as kill -9 (no final fsync, no index caches); or
+        "power_cut", as kill -9 and then only what was fsynced (the disk must
+        be a FaultyDisk). Clients reconnect as they would to a Kafka that restarted."""
+        if how not in RESTARTS:
+            raise ValueError(f"restart how? one of {', '.join(RESTARTS)}, not {how!r}")
+        if how == "power_cut" and not isinstance(self.disk, FaultyDisk):
+            raise ValueError("a power cut needs running(disk=FaultyDisk()): it knows what was fsynced")
+        old = self.broker
+        self._stop(clean=how == "clean")
+        if how == "power_cut":
+            self.disk.power_cut()
+        self.broker = self._start(old.port, old.config.host, old.config["listeners"])
+
+    def reset(self):
+        """Every topic, group, transactional id, ACL, SCRAM user and fault gone,
+        and the clock back to real time: a new broker on an empty directory,
+        on the same ports (what a test between two others wants)."""
+        old = self.broker
+        self._stop(clean=False)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.faults.clear()
+        if isinstance(self.clock, MovableClock):
+            self.clock.reset()
+        if isinstance(self.disk, FaultyDisk):
+            self.disk.start_over()
+        self.broker = self._start(old.port, old.config.host, old.config["listeners"])
+
+    def advance(self, ms):
+        """Move the broker's clock ms forward; returns once the loop has run
+        what came due (a timed-out transaction aborted, a silent member gone)."""
+        self.clock.advance(ms)
+        self.settle()
+
+    def settle(self, passes=2):
+        """Return once the loop has made whole passes from now: what was due ran."""
+        self.broker.waker.wake()
+        for _ in range(passes):
+            self.broker.run_in_loop(lambda: None)
+
+    # --- the broker's state, without a consumer ---
+    def _views(self):
+        return ConsoleViews(self.broker, ConsoleViewer(None, "User:doze-test", "127.0.0.1"))
+
+    def look(self, fn):
+        """fn(ConsoleViews) on the loop -> what it returns (the console's /api/ dicts)."""
+        return self.broker.run_in_loop(lambda: fn(self._views()))
+
+    def records(self, topic, partition=0, view="committed"):
+        """A partition's records as a consumer gets them: view "committed"
+        (read_committed), "uncommitted" (read_uncommitted), or "log" (as stored,
+        markers and aborted records included) -> [dict]: a record's offset,
+        key, value (bytes or None), headers [(key, value)], timestamp,
+        producer_id/epoch, transactional, txn_status; a marker's offset,
+        control (COMMIT or ABORT), producer_id/epoch."""
+        if view not in BROWSER_VIEWS:
+            raise ValueError(f"view: one of {', '.join(BROWSER_VIEWS)}")
+        rows, offset = [], None
+        while True:
+            query = {"view": view, "format": "json", "limit": str(CONSOLE_MAX_ROWS),
+                     **({"offset": str(offset)} if offset is not None else {"offset": "earliest"})}
+            page = self.look(lambda v: v.records(topic, partition, query))
+            if page is None:
+                raise KeyError(f"no partition {topic}-{partition}")
+            rows += [plain_record(item) for item in page["items"] if item["kind"] != "line"]
+            if page["next_offset"] is None:
+                return rows
+            offset = page["next_offset"]
+
+    def offsets(self, topic, partition=0):
+        """{log_start_offset, last_stable_offset, high_watermark} of a partition."""
+        page = self.look(lambda v: v.records(topic, partition, {"view": "log", "limit": "1", "offset": "latest"}))
+        if page is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        return {k: page[k] for k in ("log_start_offset", "last_stable_offset", "high_watermark")}
+
+    def transactions(self):
+        """Every transactional id: state, producer id and epoch, partitions, staged offsets."""
+        return self.look(lambda v: v.cluster()["transactions"])
+
+    def transaction(self, transactional_id):
+        """One transactional id, with its history and its decision's markers (None: unknown)."""
+        return self.look(lambda v: v.transaction(transactional_id))
+
+    def producers(self, topic=None, partition=None):
+        """The producers the partitions remember (idempotence, open transactions)."""
+        return [p for p in self.look(lambda v: v.cluster()["producers"])
+                if topic in (None, p["topic"]) and partition in (None, p["partition"])]
+
+    def committed(self, group_id):
+        """A group's committed offsets -> {(topic, partition): offset}."""
+        group = self.look(lambda v: v.group(group_id))
+        return {} if group is None else {(o["topic"], o["partition"]): o["committed_offset"]
+                                         for o in group["offsets"]}
+
+    def wait_until(self, check, timeout_s=10.0):
+        """Poll check(self) until it is true (-> its value); TimeoutError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = check(self)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not true within {timeout_s} s")
+            time.sleep(0.01)               # polling: what it waits for is the check
+
+
+def plain_record(item):
+    """A row of the console's message browser as a test reads it: bytes, not base64."""
+    if item["kind"] != "record":
+        return {k: v for k, v in item.items() if k != "kind"}
+
+    def raw(prefix, of):
+        text = of.get(f"{prefix}_b64")
+        return None if text is None else base64.b64decode(text)
+    return {"offset": item["offset"], "key": raw("key", item), "value": raw("value", item),
+            "headers": [(raw("key", h).decode("utf-8", "replace"), raw("value", h)) for h in item["headers"]],
+            **{k: item[k] for k in ("timestamp", "producer_id", "producer_epoch", "transactional", "txn_status")}}
+
+
+def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None):
     """A broker on an ephemeral port in a temporary directory, for tests, with
-    TEST_DEFAULTS under the settings given:
+    TEST_DEFAULTS under the settings given; an Embedded, to use as a context:
 
         with doze_kafka.running({"num.partitions": 3}) as broker:
             produce_to(broker.bootstrap)
+            broker.faults.add("EndTxn", error="NOT_COORDINATOR", times=1)
+            broker.restart("kill")
     """
-    tmp = None
-    if data_dir is None:
-        tmp = data_dir = tempfile.mkdtemp(prefix="doze-")
-    broker = Broker(Config(dict(TEST_DEFAULTS, **(settings or {})), data_dir=data_dir, host=host, port=port, **kw))
-    thread = broker.serve_in_thread()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-        thread.join(10)
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return Embedded(settings, data_dir, port, host, disk, clock)
 
 
 def recv_exactly(sock, n):
