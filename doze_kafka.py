@@ -13387,6 +13387,36 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, c
     return Embedded(settings, data_dir, port, host, disk, clock)
 
 
+# --- pytest: fixtures from the vendored file alone -------------------------------
+# A project's conftest.py says `pytest_plugins = ["doze_kafka"]` and its tests
+# take `doze_broker` (one broker for the whole session, reset before each
+# test: a few milliseconds) or `fresh_doze_broker` (one of the test's own).
+# They exist only when pytest has loaded this module: doze itself never
+# imports pytest (§1 imports nothing else), so this import is here, guarded.
+
+if "pytest" in sys.modules:
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def doze_session_broker():
+        """One broker for the whole test session (doze_broker resets it)."""
+        with running() as broker:
+            yield broker
+
+    @pytest.fixture
+    def doze_broker(doze_session_broker):
+        """The session's broker, reset before the test: no topic, group,
+        transactional id, ACL, SCRAM user or fault of another test."""
+        doze_session_broker.reset()
+        return doze_session_broker
+
+    @pytest.fixture
+    def fresh_doze_broker():
+        """A broker of the test's own, stopped after it."""
+        with running() as broker:
+            yield broker
+
+
 def recv_exactly(sock, n):
     """n bytes from a blocking socket; EOFError if it closes first."""
     data = bytearray()
