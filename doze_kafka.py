@@ -9655,8 +9655,10 @@ def _error_items(fields, parent, items, code):
     present = {f.name for f in field.fields}
     out = []
     for item in getattr(parent, request_list) or ():
-        entry = {name: (item if source == "" else getattr(item, source)) for name, source in keys.items()
-                 if name in present}
+        entry = {f.name: -1 for f in field.fields if f.type == "int64"
+                 and f.name.endswith(("offset", "watermark"))}       # Kafka's error answers: no offset
+        entry.update({name: (item if source == "" else getattr(item, source)) for name, source in keys.items()
+                      if name in present})
         entry.update({f.name: code for f in field.fields if f.name.endswith("error_code")})
         if below is not None:
             entry.update(_error_items(field.fields, item, below, code))
@@ -13214,10 +13216,12 @@ class FaultyDisk(Files):
 class Embedded:
     """A broker running in this process for a test (see above)."""
 
-    def __init__(self, settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None):
+    def __init__(self, settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None,
+                 defaults=None):
         self.tmp = None if data_dir is not None else tempfile.mkdtemp(prefix="doze-")
         self.data_dir = os.path.abspath(data_dir or self.tmp)
-        self.settings = dict(TEST_DEFAULTS, **(settings or {}))
+        self.settings = dict(settings or {})
+        self.defaults = TEST_DEFAULTS if defaults is None else defaults
         self.disk = disk if disk is not None else Files()
         self.clock = clock if clock is not None else MovableClock()
         self.faults = Faults()
@@ -13225,8 +13229,10 @@ class Embedded:
 
     def _start(self, port, host, listeners=None):
         settings = dict(self.settings, **({"listeners": listeners} if listeners else {}))
-        broker = Broker(Config(settings, data_dir=self.data_dir, host=host, port=port, clock=self.clock),
-                        files=self.disk, faults=self.faults)
+        config = Config(settings, data_dir=self.data_dir, host=host, port=port, clock=self.clock)
+        for name, value in self.defaults.items():
+            config.set_default(name, value)          # not given: described as defaults
+        broker = Broker(config, files=self.disk, faults=self.faults)
         broker.serve_in_thread()
         return broker
 
@@ -13320,9 +13326,11 @@ class Embedded:
             if page is None:
                 raise KeyError(f"no partition {topic}-{partition}")
             rows += [plain_record(item) for item in page["items"] if item["kind"] != "line"]
-            if page["next_offset"] is None:
-                return rows
-            offset = page["next_offset"]
+            following = page["next_offset"]
+            if following is None or following == offset or \
+                    view == "committed" and following >= page["last_stable_offset"]:
+                return rows                        # the end, or (committed) the LSO: what is open waits
+            offset = following
 
     def offsets(self, topic, partition=0):
         """{log_start_offset, last_stable_offset, high_watermark} of a partition."""
@@ -13375,16 +13383,17 @@ def plain_record(item):
             **{k: item[k] for k in ("timestamp", "producer_id", "producer_epoch", "transactional", "txn_status")}}
 
 
-def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None):
+def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None, defaults=None):
     """A broker on an ephemeral port in a temporary directory, for tests, with
-    TEST_DEFAULTS under the settings given; an Embedded, to use as a context:
+    TEST_DEFAULTS (or `defaults`) under the settings given; an Embedded, to
+    use as a context:
 
         with doze_kafka.running({"num.partitions": 3}) as broker:
             produce_to(broker.bootstrap)
             broker.faults.add("EndTxn", error="NOT_COORDINATOR", times=1)
             broker.restart("kill")
     """
-    return Embedded(settings, data_dir, port, host, disk, clock)
+    return Embedded(settings, data_dir, port, host, disk, clock, defaults)
 
 
 # --- pytest: fixtures from the vendored file alone -------------------------------

@@ -63,6 +63,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.parse
@@ -1422,40 +1423,6 @@ def fds_under(path):
     return found
 
 
-class SickDisk(doze.Files):
-    """Files whose fsyncs (`fsync_errno`) or writes (`write_errno`) fail for
-    paths under `sick` (a partition directory), and whose meta.db commits fail
-    while `meta_db_error` is set. Counts the fsyncs each path gets."""
-
-    def __init__(self):
-        self.paths, self.fsyncs = {}, collections.Counter()
-        self.sick = self.fsync_errno = self.write_errno = self.meta_db_error = None
-
-    def _sick(self, fd):
-        return self.sick and self.paths.get(fd, "").startswith(self.sick + os.sep)
-
-    def open_append(self, path, create):
-        fd = super().open_append(path, create)
-        self.paths[fd] = str(path)
-        return fd
-
-    def write(self, fd, data):
-        if self.write_errno and self._sick(fd):
-            raise OSError(self.write_errno, os.strerror(self.write_errno))
-        super().write(fd, data)
-
-    def fsync(self, fd):
-        self.fsyncs[self.paths.get(fd)] += 1
-        if self.fsync_errno and self._sick(fd):
-            raise OSError(self.fsync_errno, os.strerror(self.fsync_errno))
-        super().fsync(fd)
-
-    def commit(self, db):
-        if self.meta_db_error:
-            raise sqlite3.OperationalError(self.meta_db_error)
-        super().commit(db)
-
-
 class MetaSyncLog(doze.Files):
     """Files that record meta.db's commits and fsyncs in order, and can fail the fsyncs."""
 
@@ -1913,12 +1880,12 @@ def test_disk_fsync_eio_takes_the_partition_offline_and_never_retries(start_brok
     retried, every request naming the partition gets KAFKA_STORAGE_ERROR and
     Metadata shows it offline, while the other partition serves on; a restart
     on a sound disk brings it back with everything acknowledged."""
-    files = SickDisk()
+    files = doze.FaultyDisk()
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
         c.create_topic("sick", partitions=2)
         assert c.produce("sick", 0, make_batch([b"before"])).error_code == 0
-        files.sick, files.fsync_errno = str(tmp_path / "data" / "sick-0"), errno.EIO
+        files.fail_fsyncs(str(tmp_path / "data" / "sick-0"), errno.EIO)
         failed = c.produce("sick", 0, make_batch([b"never acknowledged"]))
         assert (failed.error_code, failed.base_offset) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
         segment = str(tmp_path / "data" / "sick-0" / doze.segment_name(0))
@@ -1947,7 +1914,7 @@ def test_disk_fsync_eio_with_a_transaction_open_keeps_the_commit_for_the_restart
     """Verifies that a commit whose marker's fsync fails is not answered as
     done (CONCURRENT_TRANSACTIONS while the partition is offline) and is
     carried out whole after a restart on a sound disk."""
-    files = SickDisk()
+    files = doze.FaultyDisk()
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
         c.create_topic("sick-txn", partitions=2)
@@ -1955,7 +1922,7 @@ def test_disk_fsync_eio_with_a_transaction_open_keeps_the_commit_for_the_restart
         assert set(txn.add(("sick-txn", 0), ("sick-txn", 1)).values()) == {0}
         assert txn.produce("sick-txn", 0, [b"a"]).error_code == 0
         assert txn.produce("sick-txn", 1, [b"b"]).error_code == 0
-        files.sick, files.fsync_errno = str(tmp_path / "data" / "sick-txn-1"), errno.EIO
+        files.fail_fsyncs(str(tmp_path / "data" / "sick-txn-1"), errno.EIO)
         with pytest.MonkeyPatch.context() as m:
             m.setattr(doze, "TXN_ANSWER_WAIT_MS", 300)
             assert txn.end(True) == ErrorCode.CONCURRENT_TRANSACTIONS
@@ -1972,19 +1939,19 @@ def test_disk_full_refuses_the_write_and_recovers_when_space_returns(start_broke
     file is cut back, nothing acknowledged is lost, and once there is room
     again the partition takes writes at the next offset, no restart needed."""
     caplog.set_level(logging.INFO, logger="doze_kafka")
-    files = SickDisk()
+    files = doze.FaultyDisk()
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
         c.create_topic("full")
         assert c.produce("full", 0, make_batch([b"one", b"two"])).error_code == 0
-        files.sick, files.write_errno = str(tmp_path / "data" / "full-0"), errno.ENOSPC
+        files.fail_writes(str(tmp_path / "data" / "full-0"), errno.ENOSPC)
         for _ in range(3):
             assert c.produce("full", 0, make_batch([b"no room"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert c.values("full", 0) == [(0, b"one"), (1, b"two")]
         assert c.metadata(["full"]).topics[0].partitions[0].error_code == 0       # online
         assert sum("full-0: a write was refused (No space left on device)" in r.getMessage()
                    for r in caplog.records) == 1                     # one line, not one a batch
-        files.write_errno = None
+        files.heal()
         assert c.produce("full", 0, make_batch([b"three"])).base_offset == 2
         assert any("full-0 takes writes again" in r.getMessage() for r in caplog.records)
         assert c.values("full", 0) == [(0, b"one"), (1, b"two"), (2, b"three")]
@@ -2003,13 +1970,13 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
     NOT_COORDINATOR, CreateTopics KAFKA_STORAGE_ERROR with nothing left; plain
     produce and fetch serve on; nothing in memory runs ahead of meta.db; and
     all works again once meta.db takes writes."""
-    files = SickDisk()
+    files = doze.FaultyDisk()
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
         c.create_topic("md")
         txn = Txn(c, "md-txn")
         assert commit_offsets(c, "md-g", {("md", 0): 1}) == {("md", 0): 0}
-        files.meta_db_error = error
+        files.fail_meta_db(error)
         assert commit_offsets(c, "md-g", {("md", 0): 5}) == {("md", 0): ErrorCode.NOT_COORDINATOR}
         assert committed_offsets(c, "md-g", [("md", 0)])[("md", 0)] == (0, 1)      # memory kept meta.db's
         assert txn.add(("md", 0)) == {("md", 0): ErrorCode.NOT_COORDINATOR}
@@ -2020,7 +1987,7 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
         assert c.metadata(["md-new"], allow_auto_topic_creation=False).topics[0].error_code == \
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert c.produce("md", 0, make_batch([b"plain"])).error_code == 0          # the logs serve on
-        files.meta_db_error = None
+        files.heal()
         assert txn.add(("md", 0)) == {("md", 0): 0}
         [res] = c.create_topics(("md-new", 3, {}))
         assert res.error_code == 0
@@ -6187,6 +6154,121 @@ def test_listener_a_port_taken_fails_the_start_and_frees_the_others(tmp_path):
         assert sockets() <= before                # A's socket was closed, not leaked
 
 
+# --- Faults: a test's errors, late and lost answers ------------------------------
+
+def two_partitions(broker, name="ft"):
+    with RawClient(broker.port) as c:
+        c.create_topic(name, partitions=2)
+
+
+def produce_both(client, topic, idempotent=None, seq=0):
+    """One batch on each of the topic's two partitions -> {partition: (error name, base offset)}."""
+    kw = {} if idempotent is None else {"producer_id": idempotent[0], "producer_epoch": idempotent[1],
+                                        "base_sequence": seq}
+    r = client.call(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name=topic, partition_data=[
+        Msg(index=p, records=make_batch([b"v"], **kw)) for p in (0, 1)])])
+    return {p.index: (ErrorCode(p.error_code).name, p.base_offset) for p in r.responses[0].partition_responses}
+
+
+def test_faults_an_error_on_every_partition_once_then_served():
+    """error=NAME answers without handling, on every partition of a per-partition
+    answer (Kafka's getErrorResponse); times=1 then the request is served again."""
+    with doze.running() as broker:
+        two_partitions(broker)
+        fault = broker.faults.add("Produce", error="NOT_LEADER_OR_FOLLOWER", times=1, topic="ft")
+        assert broker.faults.list()[0]["id"] == fault
+        with RawClient(broker.port) as c:
+            assert produce_both(c, "ft") == {0: ("NOT_LEADER_OR_FOLLOWER", -1), 1: ("NOT_LEADER_OR_FOLLOWER", -1)}
+            assert produce_both(c, "ft") == {0: ("NONE", 0), 1: ("NONE", 0)}       # nothing was written
+        assert broker.faults.list() == []
+
+
+def test_faults_filters_name_a_transactional_id_and_a_top_level_error_answers():
+    with doze.running() as broker:
+        broker.faults.add("EndTxn", error="not_coordinator", transactional_id="tx-faulty")
+        with RawClient(broker.port) as c:
+            c.create_topic("ff", 1)
+            other = Txn(c, "tx-fine")
+            assert other.whole("ff", 0, [b"x"], commit=True) == 0                 # another id: served
+            txn = Txn(c, "tx-faulty")
+            assert txn.whole("ff", 0, [b"y"], commit=True) == ErrorCode.NOT_COORDINATOR
+            assert describe_txn(c, "tx-faulty").transaction_state == "Ongoing"   # not handled
+            broker.faults.clear()
+            assert txn.end(True) == 0
+
+
+def test_faults_a_held_request_waits_on_the_brokers_clock_and_the_next_behind_it():
+    """hold_ms: the request is handled only once the broker's clock has moved
+    that far (a test moves it); the connection's next request waits behind it."""
+    with doze.running() as broker:
+        broker.faults.add("ApiVersions", hold_ms=60_000, times=1)
+        with RawClient(broker.port) as c:
+            c.send(ApiKey.API_VERSIONS, 3, **SOFTWARE)
+            c.send(ApiKey.METADATA, 12, topics=None)
+            broker.settle()
+            assert not select.select([c.sock], [], [], 0.2)[0]                  # held: nothing answered
+            broker.advance(60_000)
+            assert c.receive(ApiKey.API_VERSIONS, 3)[1].error_code == 0
+            assert c.receive(ApiKey.METADATA, 12)[1].brokers
+
+
+def test_faults_a_delayed_answer_comes_when_the_clock_says():
+    with doze.running() as broker:
+        two_partitions(broker)
+        broker.faults.add("Produce", delay_ms=30_000, times=1)
+        with RawClient(broker.port) as c:
+            c.send(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=5000, topic_data=[Msg(name="ft", partition_data=[
+                Msg(index=0, records=make_batch([b"late"]))])])
+            broker.settle()
+            assert broker.offsets("ft", 0)["high_watermark"] == 1                # handled, durable
+            assert not select.select([c.sock], [], [], 0.2)[0]                  # but not answered
+            broker.advance(30_000)
+            assert c.receive(ApiKey.PRODUCE, 9)[1].responses[0].partition_responses[0].base_offset == 0
+
+
+def test_faults_a_dropped_answer_is_a_write_that_happened_and_idempotence_saves_its_retry():
+    """drop=True: handled, and the connection closed instead of the answer. An
+    idempotent producer's resend is recognised (the same offsets, once); a
+    plain producer's resend is written twice -- the case idempotence exists for."""
+    with doze.running() as broker:
+        two_partitions(broker)
+        with RawClient(broker.port) as c:
+            r = c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=1000)
+            producer = (r.producer_id, r.producer_epoch)
+        for idempotent in (producer, None):
+            broker.faults.add("Produce", drop=True, times=1)
+            with RawClient(broker.port) as c:
+                with pytest.raises(EOFError):
+                    produce_both(c, "ft", idempotent)
+            with RawClient(broker.port) as c:
+                produce_both(c, "ft", idempotent)                                # the client's retry
+        values = [r["offset"] for r in broker.records("ft", 0)]
+        assert values == [0, 1, 2]        # idempotent: offset 0 once; plain: offsets 1 and 2
+
+
+def test_faults_close_and_probability_and_misuse():
+    with doze.running() as broker:
+        broker.faults.add("Metadata", close=True, times=1)
+        with RawClient(broker.port) as c:
+            c.send(ApiKey.METADATA, 12, topics=None)
+            assert c.is_closed_by_broker()
+        fault = broker.faults.add("ApiVersions", error="REQUEST_TIMED_OUT" if hasattr(ErrorCode, "REQUEST_TIMED_OUT")
+                                  else "UNKNOWN_SERVER_ERROR", probability=0.5)
+        with RawClient(broker.port) as c:
+            errors = [c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).error_code for _ in range(200)]
+        assert 50 < sum(1 for e in errors if e) < 150                       # a seeded half
+        assert broker.faults.remove(fault) and not broker.faults.remove(fault)
+        for bad, words in [(dict(api="NoSuchApi", close=True), "no API 'NoSuchApi': one of"),
+                           (dict(api="Produce", error="NO_SUCH_ERROR"), "no Kafka error 'NO_SUCH_ERROR'"),
+                           (dict(api="Produce"), "a fault takes one of"),
+                           (dict(api="Produce", close=True, drop=True), "a fault takes one of"),
+                           (dict(api="Produce", close=True, color="red"), "not color"),
+                           (dict(api="CreateAcls", error="NOT_CONTROLLER"), "carries no error code")]:
+            api = bad.pop("api")
+            with pytest.raises(ValueError, match=re.escape(words)):
+                broker.faults.add(api, **bad)
+
+
 ###############################################################################
 # 15. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
@@ -6363,11 +6445,11 @@ def test_console_cluster_json_shows_every_transaction_and_what_holds_the_lso(con
 
 
 def test_console_cluster_shows_a_partition_the_disk_took_offline(start_broker, tmp_path):
-    files = SickDisk()
+    files = doze.FaultyDisk()
     broker = start_broker({"doze.console.listener": "127.0.0.1:0"}, files=files)
     with RawClient(broker.port) as c:
         c.create_topic("shaky", partitions=2)
-        files.sick, files.fsync_errno = str(tmp_path / "data" / "shaky-1"), errno.EIO
+        files.fail_fsyncs(str(tmp_path / "data" / "shaky-1"), errno.EIO)
         assert c.produce("shaky", 1, make_batch([b"x"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
     rows = console_json(broker, "/api/cluster")["partitions"]
     assert rows[0]["topic"] == "shaky" and rows[0]["partition"] == 1 and "fsync failed" in rows[0]["offline"]
@@ -7461,6 +7543,156 @@ def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_ka
     assert doze.Config(None)["group.initial.rebalance.delay.ms"] == 3000
 
 
+def test_embedded_restart_keeps_its_port_data_and_an_open_transaction():
+    """restart("kill") in one call, on the same port and data: an open
+    transaction survives and commits, as after a real kill -9."""
+    with doze.running() as broker:
+        port = broker.port
+        with RawClient(broker.port) as c:
+            c.create_topic("rk", 1)
+            txn = Txn(c, "tx-rk")
+            txn.add(("rk", 0))
+            assert txn.produce("rk", 0, [b"before"]).error_code == 0
+        broker.restart("kill")
+        assert broker.port == port
+        assert broker.transaction("tx-rk")["transaction_state"] == "Ongoing"
+        with RawClient(broker.port) as c:
+            txn.c = c
+            assert txn.end(True) == 0
+        assert broker.wait_until(lambda b: [r["value"] for r in b.records("rk", view="committed")] == [b"before"])
+        broker.restart("clean")
+        assert broker.offsets("rk") == {"log_start_offset": 0, "last_stable_offset": 2, "high_watermark": 2}
+        with pytest.raises(ValueError, match="FaultyDisk"):
+            broker.restart("power_cut")
+        with pytest.raises(ValueError, match="one of clean, kill, power_cut"):
+            broker.restart("gently")
+
+
+def test_embedded_a_power_cut_keeps_what_was_acknowledged_and_only_that():
+    with doze.running(disk=doze.FaultyDisk()) as broker:
+        with RawClient(broker.port) as c:
+            c.create_topic("pw", 1)
+            assert c.produce("pw", 0, make_batch([b"acked"])).error_code == 0
+            c.produce("pw", 0, make_batch([b"fire and forget"]), acks=0)
+        broker.restart("power_cut")
+        assert [r["value"] for r in broker.records("pw")][:1] == [b"acked"]
+        with RawClient(broker.port) as c:
+            assert c.produce("pw", 0, make_batch([b"after"])).error_code == 0
+
+
+def test_embedded_the_clock_moves_a_transaction_to_its_timeout_and_fences_its_producer():
+    with doze.running() as broker:
+        with RawClient(broker.port) as c:
+            c.create_topic("tt", 1)
+            txn = Txn(c, "tx-tt", timeout_ms=60_000)
+            txn.add(("tt", 0))
+            txn.produce("tt", 0, [b"abandoned"])
+            assert broker.offsets("tt")["last_stable_offset"] == 0
+            broker.advance(61_000)
+            assert broker.transaction("tx-tt")["transaction_state"] == "CompleteAbort"
+            assert broker.offsets("tt")["last_stable_offset"] == 2
+            assert txn.end(True) == ErrorCode.PRODUCER_FENCED
+
+
+def test_embedded_shows_records_by_view_transactions_producers_and_committed_offsets():
+    with doze.running() as broker:
+        with RawClient(broker.port) as c:
+            c.create_topic("iv", 1)
+            txn = Txn(c, "tx-iv")
+            assert txn.whole("iv", 0, [b"gone"], commit=False) == 0
+            txn.add(("iv", 0))
+            txn.produce("iv", 0, [b"open"])
+            commit_offsets(c, "readers", {("iv", 0): 7})
+        broker.settle()
+        assert [r["value"] for r in broker.records("iv", view="uncommitted")] == [b"gone", b"open"]
+        assert [r["value"] for r in broker.records("iv", view="committed")] == []
+        log = broker.records("iv", view="log")
+        assert [r.get("control") for r in log] == [None, "ABORT", None]
+        assert log[0]["txn_status"] == "aborted" and log[2]["txn_status"] == "pending"
+        [row] = broker.transactions()
+        assert (row["transactional_id"], row["transaction_state"], row["partitions"]) == \
+            ("tx-iv", "Ongoing", [{"topic": "iv", "partition": 0}])
+        [producer] = broker.producers("iv", 0)
+        assert producer["producer_id"] == txn.producer_id
+        assert broker.committed("readers") == {("iv", 0): 7} and broker.committed("nobody") == {}
+        with pytest.raises(KeyError):
+            broker.records("iv", 5)
+
+
+def test_embedded_reset_leaves_nothing_of_the_last_test_on_the_same_port():
+    with doze.running() as broker:
+        port = broker.port
+        with RawClient(broker.port) as c:
+            c.create_topic("rs", 1)
+            Txn(c, "tx-rs")
+            commit_offsets(c, "g-rs", {("rs", 0): 1})
+        broker.faults.add("Metadata", close=True)
+        broker.advance(5_000)
+        t0 = time.perf_counter()
+        broker.reset()
+        took = time.perf_counter() - t0
+        assert broker.port == port and broker.faults.list() == [] and broker.clock.offset_s == 0
+        assert broker.look(lambda v: v.topics())["topics"] == [] and broker.transactions() == []
+        assert broker.committed("g-rs") == {}
+        with RawClient(broker.port) as c:
+            assert c.metadata(None).topics == []
+        assert took < 2.0, took                     # milliseconds, in practice (README: "Testing your code")
+
+
+def test_embedded_a_failing_disk_takes_a_partition_offline_and_no_room_refuses_writes():
+    with doze.running(disk=doze.FaultyDisk()) as broker:
+        with RawClient(broker.port) as c:
+            c.create_topic("dk", 2)
+            broker.disk.fail_writes(os.path.join(broker.data_dir, "dk-0"))       # ENOSPC: no room left
+            assert c.produce("dk", 0, make_batch([b"x"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            broker.disk.heal()
+            assert c.produce("dk", 0, make_batch([b"x"])).error_code == 0       # room again
+            broker.disk.fail_fsyncs(os.path.join(broker.data_dir, "dk-1"))      # EIO: the disk fails
+            assert c.produce("dk", 1, make_batch([b"y"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            broker.disk.heal()
+            assert c.produce("dk", 1, make_batch([b"y"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR  # offline
+            broker.disk.fail_meta_db()
+            [topic] = c.create_topics(("dk2", 1, None))
+            assert topic.error_code != 0
+            broker.disk.heal()
+        broker.restart("clean")
+        with RawClient(broker.port) as c:
+            assert c.produce("dk", 1, make_batch([b"y"])).error_code == 0       # a restart on a sound disk
+
+
+def test_embedded_pytest_fixtures_from_the_vendored_file_alone(tmp_path):
+    """conftest.py's pytest_plugins = ["doze_kafka"] gives doze_broker (one a
+    session, reset per test) and fresh_doze_broker; importing doze_kafka
+    alone imports no pytest."""
+    (tmp_path / "doze_kafka.py").write_bytes(open(doze.__file__, "rb").read())
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["doze_kafka"]\n')
+    (tmp_path / "test_app.py").write_text(textwrap.dedent("""\
+        import doze_kafka
+        from doze_kafka import ApiKey, Msg
+
+        def make(broker, name):
+            with doze_kafka.Client(broker.bootstrap) as c:
+                return c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name=name, num_partitions=1,
+                              replication_factor=-1, configs=[])], timeout_ms=5000, validate_only=False
+                              ).topics[0].error_code
+
+        def test_one(doze_broker):
+            assert make(doze_broker, "t") == 0
+
+        def test_two_sees_nothing_of_one(doze_broker):
+            assert make(doze_broker, "t") == 0
+
+        def test_own(fresh_doze_broker, doze_broker):
+            assert fresh_doze_broker.port != doze_broker.port
+        """))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
+    run = subprocess.run([sys.executable, "-c", "import doze_kafka, sys; print('pytest' in sys.modules)"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "False"
+
+
 ###############################################################################
 # 19. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
@@ -7703,199 +7935,6 @@ def _wait_for_state(broker, transactional_id, state):
     assert wait_until(stored), f"{transactional_id} never reached {state} in meta.db"
 
 
-class PowerCutFiles(doze.Files):
-    """A Files layer that remembers what a power cut would leave behind.
-
-    Per file: the content as of its last fsync (the "durable" content). Per
-    path: whether its directory entry is durable, which it becomes when its
-    parent directory is fsynced. Everything already on disk when the layer is
-    made counts as durable (it survived the previous boot). meta.db is
-    written by sqlite without an fsync (synchronous=NORMAL); the broker's
-    sync_file of meta.db-wal makes it durable, so the layer keeps a copy of
-    meta.db and its WAL as they were at each sync_file, and a power cut puts
-    that copy back (sqlite's own fsyncs at checkpoints are not counted: a cut
-    loses at least as much as a real one would).
-
-    cut_at=N: the power goes out at the N-th change the broker asks for (a
-    write, fsync, rename... or a meta.db commit): that change and every later
-    one fail with EIO (a commit: sqlite's disk I/O error, rolled back), and
-    on_cut() is called (the test's hook to stop the broker). cut() then
-    rewrites the directory to what would be on disk after the reboot; without
-    it, what is left is what a crash (kill -9) at that point leaves. .labels
-    names every change made, in order (which call, which file)."""
-
-    SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
-
-    def __init__(self, root, cut_at=None, on_cut=None):
-        self.root = os.path.abspath(root)
-        self.cut_at, self.on_cut = cut_at, on_cut
-        self.changes = 0
-        self.labels = []
-        self.dead = False
-        self.paths = {}                  # fd -> path
-        self.durable = {}                # path -> bytes as of the last fsync
-        self.entries = set()             # paths whose directory entry is durable
-        if os.path.isdir(self.root):
-            self.entries.add(self.root)
-            for directory, dirs, names in os.walk(self.root):
-                for name in dirs + names:
-                    self.entries.add(os.path.join(directory, name))
-                for name in names:
-                    if not name.startswith("meta.db"):
-                        path = os.path.join(directory, name)
-                        self.durable[path] = self._read(path)
-        self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
-
-    def _meta_files(self):
-        """{meta.db and its WAL: bytes} as they are now."""
-        out = {}
-        for name in ("meta.db", "meta.db-wal"):
-            path = os.path.join(self.root, name)
-            if os.path.isfile(path):
-                out[path] = self._read(path)
-        return out
-
-    @staticmethod
-    def _read(path):
-        with open(path, "rb") as f:
-            return f.read()
-
-    def _change(self, what=None):
-        if self.dead:
-            raise OSError(5, "power is out")
-        self.changes += 1
-        caller = sys._getframe(1)
-        what = what or caller.f_locals.get("path") or self.paths.get(caller.f_locals.get("fd"), "")
-        what = os.path.relpath(what, self.root) if os.path.isabs(str(what)) else what
-        self.labels.append(f"{caller.f_code.co_name} {what}")
-        if self.cut_at is not None and self.changes >= self.cut_at:
-            self.dead = True
-            if self.on_cut:
-                self.on_cut()
-            raise OSError(5, "power is out")
-
-    # --- the Files interface ---
-    def open_append(self, path, create):
-        self._change()
-        fd = super().open_append(path, create)
-        path = os.path.abspath(path)
-        self.paths[fd] = path
-        if create:
-            self.durable[path] = b""
-        else:
-            self.durable.setdefault(path, self._read(path))
-        return fd
-
-    def write(self, fd, data):
-        self._change()
-        super().write(fd, data)
-
-    def fsync(self, fd):
-        self._change()
-        super().fsync(fd)
-        self.durable[self.paths[fd]] = self._read(self.paths[fd])
-
-    def truncate(self, path, size):
-        self._change()
-        super().truncate(path, size)                 # doze's truncate fsyncs
-        self.durable[os.path.abspath(path)] = self._read(path)
-
-    def truncate_fd(self, fd, size):
-        self._change()
-        super().truncate_fd(fd, size)
-
-    def close(self, fd):
-        super().close(fd)                            # closing is not a change
-        self.paths.pop(fd, None)
-
-    def mkdir(self, path):
-        self._change()
-        super().mkdir(path)
-
-    def fsync_dir(self, path):
-        self._change()
-        super().fsync_dir(path)
-        path = os.path.abspath(path)
-        for name in os.listdir(path):
-            self.entries.add(os.path.join(path, name))
-
-    def write_file(self, path, data):
-        self._change()
-        super().write_file(path, data)
-        self.durable.setdefault(os.path.abspath(path), b"")    # written, never fsynced
-
-    def unlink(self, path):
-        self._change()
-        super().unlink(path)
-        path = os.path.abspath(path)
-        self.durable.pop(path, None)
-        self.entries.discard(path)
-
-    def rename(self, src, dst):
-        self._change(src)
-        super().rename(src, dst)
-        src, dst = os.path.abspath(src), os.path.abspath(dst)
-        self.durable[dst] = self.durable.pop(src, b"")
-        self.entries.discard(src)
-
-    def rmtree(self, path):
-        self._change()
-        super().rmtree(path)
-        path = os.path.abspath(path)
-        for known in (self.durable, self.entries):
-            for p in [p for p in known if p == path or p.startswith(path + os.sep)]:
-                known.pop(p) if isinstance(known, dict) else known.discard(p)
-
-    def commit(self, db):
-        try:
-            self._change("meta.db")
-        except OSError as e:
-            raise sqlite3.OperationalError(f"disk I/O error ({e.strerror})") from None
-        super().commit(db)
-
-    def sync_file(self, path, fallback=None):
-        self._change(path)
-        super().sync_file(path, fallback)
-        if os.path.basename(path).startswith("meta.db"):
-            self.meta = self._meta_files()
-
-    # --- the power cut ---
-    def _restore_meta(self):
-        """meta.db as of its last sync."""
-        for name in ("meta.db",) + self.SQLITE_OWN:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.root, name))
-        for path, content in self.meta.items():
-            with open(path, "wb") as f:
-                f.write(content)
-
-    def cut(self, written_back=False):
-        """Forget every write not fsynced and every entry whose directory was not.
-        written_back: the kernel had written every log file and directory back
-        (as it may at any moment), but meta.db is as of its last sync."""
-        import shutil
-        if written_back:
-            self._restore_meta()
-            return
-        for path, content in self.durable.items():
-            if os.path.isfile(path):
-                with open(path, "wb") as f:
-                    f.write(content)
-        self._restore_meta()
-        if self.root not in self.entries:
-            shutil.rmtree(self.root, ignore_errors=True)
-            return
-        for directory, dirs, names in os.walk(self.root):
-            for name in list(dirs):
-                if os.path.join(directory, name) not in self.entries:
-                    shutil.rmtree(os.path.join(directory, name))
-                    dirs.remove(name)
-            for name in names:
-                path = os.path.join(directory, name)
-                if path not in self.entries and name not in self.SQLITE_OWN:
-                    os.unlink(path)
-
-
 def run_workload(broker, files, log_bytes_topics=3):
     """Create topics and produce with acks=-1/1 (plus acks=0 noise) until the
     broker goes away. Returns (acked records {(topic, p): {offset: value}},
@@ -7940,7 +7979,7 @@ def check_nothing_acknowledged_was_lost(broker, acked, created):
     return missing
 
 
-class LyingDisk(PowerCutFiles):
+class LyingDisk(doze.FaultyDisk):
     """A disk whose fsync returns without making anything durable."""
 
     def fsync(self, fd):
@@ -7948,7 +7987,7 @@ class LyingDisk(PowerCutFiles):
 
 
 # --- Crash at every point ---------------------------------------------------------
-# A transactional workload on the PowerCutFiles layer numbers every change the
+# A transactional workload on the doze.FaultyDisk layer numbers every change the
 # broker makes (write, fsync, directory fsync, rename, truncate, mkdir, unlink,
 # meta.db commit). For each point N the disk dies at N (the broker is stopped
 # there), and the broker restarts on what a crash leaves (every write made) or,
@@ -8122,11 +8161,11 @@ def _crash_broker(data, files=None):
     return broker
 
 
-def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, first_failure=False,
+def crash_points(tmp_path, power_cut, points=None, files_class=doze.FaultyDisk, first_failure=False,
                  patch=None):
     """Run the workload once to number its changes, then crash at each (or at
     `points`; first_failure: stop at the first point that fails). power_cut:
-    False (a crash), True (files.cut()) or "written back" (files.cut(written_back=True)).
+    False (a crash), True (files.power_cut()) or "written back" (files.power_cut(written_back=True)).
     patch(broker) changes the broker under test (for negative controls).
     -> (number of points, [(point, its change, what is wrong)])."""
     count, labels = None, None
@@ -8158,7 +8197,7 @@ def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, fi
             continue
         assert made == labels[:n], f"the workload is not deterministic at point {n}: {made[-3:]}"
         if power_cut:
-            files.cut(written_back=power_cut == "written back")
+            files.power_cut(written_back=power_cut == "written back")
         broker = _crash_broker(data)
         try:
             failures += [(n, labels[n - 1], why) for why in crash_violations(broker.port, ledger)]
@@ -8178,7 +8217,7 @@ def crash_points(tmp_path, power_cut, points=None, files_class=PowerCutFiles, fi
     return count, failures
 
 
-class SkipsMarkerFsync(PowerCutFiles):
+class SkipsMarkerFsync(doze.FaultyDisk):
     """A doze that forgot to fsync the markers before finishing the commit: an
     fsync right after a marker's write returns without making it durable."""
 
@@ -8193,7 +8232,7 @@ class SkipsMarkerFsync(PowerCutFiles):
         super().fsync(fd)
 
 
-class LyingMetaSync(PowerCutFiles):
+class LyingMetaSync(doze.FaultyDisk):
     """A doze whose fsync of meta.db-wal returns without making anything durable."""
 
     def sync_file(self, path, fallback=None):
@@ -8395,7 +8434,7 @@ def test_txn_crash_between_the_markers_and_the_offsets(start_broker, monkeypatch
 def test_power_cut_layer_forgets_unsynced_writes_and_entries(tmp_path):
     root = tmp_path / "data"
     os.mkdir(root)
-    files = PowerCutFiles(root)
+    files = doze.FaultyDisk(root)
     synced, unsynced_entry = str(root / "synced.log"), str(root / "lost.log")
     fd = files.open_append(synced, create=True)
     files.fsync_dir(str(root))
@@ -8409,7 +8448,7 @@ def test_power_cut_layer_forgets_unsynced_writes_and_entries(tmp_path):
     files.close(fd)
     files.close(fd2)
     assert open(synced, "rb").read() == b"durable-volatile"
-    files.cut()
+    files.power_cut()
     assert open(synced, "rb").read() == b"durable"
     assert not os.path.exists(unsynced_entry)
     assert not os.path.exists(root / "newdir")
@@ -8419,7 +8458,7 @@ def test_power_cut_layer_fails_every_change_after_the_cut(tmp_path):
     root = tmp_path / "data"
     os.mkdir(root)
     cuts = []
-    files = PowerCutFiles(root, cut_at=2, on_cut=lambda: cuts.append(1))
+    files = doze.FaultyDisk(root, cut_at=2, on_cut=lambda: cuts.append(1))
     files.mkdir(str(root / "a"))
     with pytest.raises(OSError):
         files.mkdir(str(root / "b"))
@@ -8435,14 +8474,14 @@ def test_power_cut_loses_nothing_acknowledged(start_broker, tmp_path, cut_at):
     whose CreateTopics was answered survive a power cut at any point: acks
     are only sent after the fsyncs (of data and of directory entries)."""
     holder = []
-    files = PowerCutFiles(tmp_path / "data", cut_at=cut_at,
+    files = doze.FaultyDisk(tmp_path / "data", cut_at=cut_at,
                           on_cut=lambda: holder[0].stop(clean=False))
     broker = start_broker(files=files)
     holder.append(broker)
     acked, created = run_workload(broker, files)
     stop(broker, clean=False)
     assert files.dead == (cut_at is not None)
-    files.cut()
+    files.power_cut()
     if cut_at is None:
         assert len(created) == 3 and sum(map(len, acked.values())) > 100
         assert files.changes > 300            # so every cut_at above falls inside the run
@@ -8456,7 +8495,7 @@ def test_power_cut_negative_control_lying_fsync_loses_acked_records(start_broker
     broker = start_broker(files=files)
     acked, created = run_workload(broker, files, log_bytes_topics=1)
     stop(broker, clean=False)
-    files.cut()
+    files.power_cut()
     broker = start_broker()
     assert acked and check_nothing_acknowledged_was_lost(broker, acked, created) != []
 
@@ -8464,7 +8503,7 @@ def test_power_cut_negative_control_lying_fsync_loses_acked_records(start_broker
 def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
     """The broker fsyncs the data directory after sqlite creates meta.db; a
     layer that skips directory fsyncs loses the topic with it."""
-    class NoDirSync(PowerCutFiles):
+    class NoDirSync(doze.FaultyDisk):
         def fsync_dir(self, path):
             self._change()
     files = NoDirSync(tmp_path / "data")
@@ -8472,14 +8511,14 @@ def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
     with RawClient(broker.port) as c:
         c.create_topic("entry")
     stop(broker, clean=False)
-    files.cut()
+    files.power_cut()
     assert not os.path.exists(tmp_path / "data")
-    files = PowerCutFiles(tmp_path / "data")
+    files = doze.FaultyDisk(tmp_path / "data")
     broker = start_broker(files=files)
     with RawClient(broker.port) as c:
         c.create_topic("entry")
     stop(broker, clean=False)
-    files.cut()
+    files.power_cut()
     assert os.path.exists(tmp_path / "data" / "meta.db")
     broker = start_broker()
     with RawClient(broker.port) as c:
@@ -8489,13 +8528,13 @@ def test_power_cut_meta_db_entry_must_be_durable(start_broker, tmp_path):
 def test_txn_power_cut_right_after_end_txn_keeps_the_commit(start_broker, tmp_path):
     """Verifies that a power cut the moment EndTxn answered success cannot take
     the commit back: markers, offsets and state survive."""
-    files = PowerCutFiles(tmp_path / "data")
+    files = doze.FaultyDisk(tmp_path / "data")
     broker = start_broker(files=files)
     with RawClient(broker.port) as client:
         txn = _txn_with_offsets(client, "pcut")
         assert txn.end(True) == 0
         stop(broker, clean=False)
-    files.cut()
+    files.power_cut()
     broker = start_broker()
     with RawClient(broker.port) as client:
         txn.c = client
@@ -8586,7 +8625,7 @@ def _first_int_field(node, path=()):
 @pytest.mark.parametrize("name", RECORDINGS)
 def test_conformance_replay_matches_kafka(name):
     rec = conformance_replay.load(name)
-    with doze.running(conformance_replay.broker_settings(rec)) as broker:
+    with doze.running(conformance_replay.broker_settings(rec), defaults={}) as broker:
         result = conformance_replay.replay_full(rec, conformance_replay.bootstraps(broker))
     assert result.differences == []
     assert result.stale_known == []
@@ -8613,7 +8652,7 @@ def test_conformance_replay_fails_when_a_response_field_is_changed(name):
             changed += 1
             break
     assert changed == 1
-    with doze.running(conformance_replay.broker_settings(rec)) as broker:
+    with doze.running(conformance_replay.broker_settings(rec), defaults={}) as broker:
         differences = conformance_replay.replay(rec, broker.bootstrap)
     assert any("kafka=99" in d or "kafka=98" in d for d in differences), differences
 

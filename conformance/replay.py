@@ -489,8 +489,9 @@ def diff_recordings(rec_a, rec_b):
 
 
 def _doze_running(settings):
+    """A doze as Kafka behaves: none of running()'s test defaults (SETTINGS gives the recordings')."""
     import doze_kafka
-    return doze_kafka.running(settings)
+    return doze_kafka.running(settings, defaults={})
 
 
 def main(argv=None):
