@@ -116,6 +116,7 @@ import json
 import logging
 import operator
 import os
+import queue
 import random
 import re
 import secrets
@@ -10377,7 +10378,7 @@ CONSOLE_HEADERS = (
     ("Referrer-Policy", "same-origin"),       # (no-referrer would make a form's Origin "null")
     ("Cache-Control", "no-store"),
     ("Connection", "close"))
-HTTP_REASONS = {200: "OK", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+HTTP_REASONS = {200: "OK", 201: "Created", 202: "Accepted", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
                 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
                 413: "Content Too Large", 421: "Misdirected Request", 429: "Too Many Requests",
                 431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -12017,9 +12018,14 @@ class Console:
         return console
 
     @property
-    def url(self):
+    def address(self):
+        """HOST:PORT, as doze.console.listener names it."""
         host = self.sock.getsockname()[0]
-        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}/"
+        return f"{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+    @property
+    def url(self):
+        return f"http://{self.address}/"
 
     def on_event(self, mask):
         for _ in range(16):
@@ -12136,6 +12142,8 @@ class Console:
             log.info("console: request from %s for host %r refused", ip, headers.get("host", "")[:100])
             return http_response(421, "text/plain", b"this console answers to its own address only\n")
         try:
+            if path == "/control" or path.startswith("/control/"):
+                return self.control_answer(method, path, query, headers, body, ip)
             if path in LOGIN_PATHS:
                 return self.login_answer(method, path, query, headers, body, ip)
             if method not in ("GET", "HEAD"):
@@ -12217,6 +12225,13 @@ class Console:
         if api:
             return status, "application/json; charset=utf-8", json.dumps({"error": text}).encode(), ()
         return status, "text/html; charset=utf-8", page_message(title, text).encode(), ()
+
+    def control_answer(self, method, path, query, headers, body, ip):
+        """/control: the control endpoint's, when the command line serves one (§18)."""
+        if self.broker.control is None:
+            return http_response(404, "application/json; charset=utf-8", json.dumps(
+                {"error": "the control endpoint is off: start doze with --control"}).encode())
+        return http_response(*self.broker.control.answer(method, path, query, headers, body, ip)[:3])
 
     # --- logging in and out (when a listener is SASL): the two POSTs, and the form ---
     def login_answer(self, method, path, query, headers, body, ip):
@@ -12759,11 +12774,12 @@ class Broker:
     Kafka's acceptors bind at startup); serve_forever() runs the loop until
     stop()."""
 
-    def __init__(self, config, files=None, faults=None):
+    def __init__(self, config, files=None, faults=None, control=None):
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
         self.faults = faults if faults is not None else Faults()   # none unless a test asks (§14)
+        self.control = control              # the control endpoint (§18) the console serves, if asked
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
@@ -13217,7 +13233,7 @@ class Embedded:
     """A broker running in this process for a test (see above)."""
 
     def __init__(self, settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, clock=None,
-                 defaults=None):
+                 defaults=None, control_token=None):
         self.tmp = None if data_dir is not None else tempfile.mkdtemp(prefix="doze-")
         self.data_dir = os.path.abspath(data_dir or self.tmp)
         self.settings = dict(settings or {})
@@ -13225,14 +13241,16 @@ class Embedded:
         self.disk = disk if disk is not None else Files()
         self.clock = clock if clock is not None else MovableClock()
         self.faults = Faults()
+        self.control = Control(self, control_token) if control_token else None
         self.broker = self._start(port, host)
 
-    def _start(self, port, host, listeners=None):
-        settings = dict(self.settings, **({"listeners": listeners} if listeners else {}))
+    def _start(self, port, host, kept=None):
+        """A broker on these settings, and on `kept` (after a restart or a reset: the ports, see _where)."""
+        settings = dict(self.settings, **(kept or {}))
         config = Config(settings, data_dir=self.data_dir, host=host, port=port, clock=self.clock)
         for name, value in self.defaults.items():
             config.set_default(name, value)          # not given: described as defaults
-        broker = Broker(config, files=self.disk, faults=self.faults)
+        broker = Broker(config, files=self.disk, faults=self.faults, control=self.control)
         broker.serve_in_thread()
         return broker
 
@@ -13269,17 +13287,17 @@ class Embedded:
             raise ValueError(f"restart how? one of {', '.join(RESTARTS)}, not {how!r}")
         if how == "power_cut" and not isinstance(self.disk, FaultyDisk):
             raise ValueError("a power cut needs running(disk=FaultyDisk()): it knows what was fsynced")
-        old = self.broker
+        old, kept = self.broker, self._where()
         self._stop(clean=how == "clean")
         if how == "power_cut":
             self.disk.power_cut()
-        self.broker = self._start(old.port, old.config.host, old.config["listeners"])
+        self.broker = self._start(old.port, old.config.host, kept)
 
     def reset(self):
         """Every topic, group, transactional id, ACL, SCRAM user and fault gone,
         and the clock back to real time: a new broker on an empty directory,
         on the same ports (what a test between two others wants)."""
-        old = self.broker
+        old, kept = self.broker, self._where()
         self._stop(clean=False)
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.faults.clear()
@@ -13287,7 +13305,14 @@ class Embedded:
             self.clock.reset()
         if isinstance(self.disk, FaultyDisk):
             self.disk.start_over()
-        self.broker = self._start(old.port, old.config.host, old.config["listeners"])
+        self.broker = self._start(old.port, old.config.host, kept)
+
+    def _where(self):
+        """The settings that keep a restarted broker where it was: its listeners' ports, its console's."""
+        kept = {"listeners": self.broker.config["listeners"]}
+        if self.broker.console is not None:
+            kept["doze.console.listener"] = self.broker.console.address
+        return kept
 
     def advance(self, ms):
         """Move the broker's clock ms forward; returns once the loop has run
@@ -13302,12 +13327,13 @@ class Embedded:
             self.broker.run_in_loop(lambda: None)
 
     # --- the broker's state, without a consumer ---
-    def _views(self):
+    def views(self):
+        """The console's views of the broker as a superuser sees them (on the loop only)."""
         return ConsoleViews(self.broker, ConsoleViewer(None, "User:doze-test", "127.0.0.1"))
 
     def look(self, fn):
         """fn(ConsoleViews) on the loop -> what it returns (the console's /api/ dicts)."""
-        return self.broker.run_in_loop(lambda: fn(self._views()))
+        return self.broker.run_in_loop(lambda: fn(self.views()))
 
     def records(self, topic, partition=0, view="committed"):
         """A partition's records as a consumer gets them: view "committed"
@@ -13394,6 +13420,181 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, c
             broker.restart("kill")
     """
     return Embedded(settings, data_dir, port, host, disk, clock, defaults)
+
+
+# --- Control: the same, over HTTP, for tests in other languages ------------------
+# `python3 doze_kafka.py --control` serves what Embedded does on the console's
+# listener, under /control: a test in Java, Go or JavaScript that runs doze as
+# a process adds faults, moves the clock, restarts it (the process keeps its
+# ports), resets it and reads its state. Off unless asked; only on a loopback
+# console, only for loopback clients; every request carries the token printed
+# at start (Authorization: Bearer TOKEN); the console's Host check; no POST
+# from another Origin (a browser's page elsewhere cannot forge one). JSON in
+# and out; bytes as base64 (the console's rows). The routes:
+#   GET  /control                      faults, clock offset, starts, bootstrap
+#   POST /control/faults               {"api": "EndTxn", "error": "NOT_COORDINATOR", "times": 1, ...} -> {"id"}
+#   POST /control/faults/remove        {"id": 3}           POST /control/faults/clear
+#   POST /control/advance              {"ms": 60000}
+#   POST /control/disk                 {"fail_fsyncs": "orders-0", "errno": "EIO"}, {"fail_writes": ...},
+#                                      {"fail_meta_db": "disk I/O error"}, {"slow_fsyncs": 0.5}, {"heal": true}
+#   POST /control/restart              {"how": "clean" | "kill" | "power_cut"}     POST /control/reset
+#   GET  /control/records?topic=T&partition=0&view=committed|uncommitted|log
+#   GET  /control/offsets?topic=T&partition=0     /control/transactions[?id=X]
+#   GET  /control/producers?topic=T&partition=0   /control/committed?group=G
+# A restart or a reset is answered (202) first, then carried out by the
+# command line's main thread (Control.serve): the loop cannot stop itself and
+# start again; GET /control answers again, with one more start, once it is done.
+
+CONTROL_DISK = {"fail_fsyncs": "fail_fsyncs", "fail_writes": "fail_writes"}
+
+
+class Control:
+    """The control endpoint of an Embedded the command line runs (see above)."""
+
+    def __init__(self, embedded, token):
+        self.embedded, self.token = embedded, token
+        self.actions = queue.Queue()      # (what, how) for the main thread: restart, reset, stop
+        self.starts = 1
+
+    def answer(self, method, path, query, headers, body, ip):
+        """An HTTP request under /control -> (status, content type, body, extra headers)."""
+        if not ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+            return self._json(403, {"error": "the control endpoint answers loopback clients only"})
+        given = headers.get("authorization", "")
+        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self.token.encode())):
+            return self._json(401, {"error": "Authorization: Bearer <the token doze printed at start>"})
+        if method == "POST" and not same_origin(headers) and "origin" in headers:
+            return self._json(403, {"error": "a POST from another origin is refused"})
+        try:
+            fields = json.loads(body or b"{}") if method == "POST" else {}
+            if not isinstance(fields, dict):
+                raise ValueError("the body is a JSON object")
+            route = CONTROL_ROUTES.get((method, path))
+            if route is None:
+                return self._json(404, {"error": f"no {method} {path}: see doze_kafka.py's Control comment"})
+            return self._json(*route(self, fields, query))
+        except (ValueError, KeyError, TypeError) as e:
+            return self._json(400, {"error": str(e).strip("'\"")})
+
+    @staticmethod
+    def _json(status, data):
+        return status, "application/json; charset=utf-8", json.dumps(data).encode(), ()
+
+    # --- the routes: each -> (status, data) ---
+    def summary(self, fields, query):
+        e = self.embedded
+        return 200, {"faults": e.faults.list(), "clock_offset_ms": round(getattr(e.clock, "offset_s", 0) * 1000),
+                     "starts": self.starts, "bootstrap": e.broker.bootstrap, "data_dir": e.data_dir}
+
+    def add_fault(self, fields, query):
+        fields = dict(fields)
+        return 201, {"id": self.embedded.faults.add(fields.pop("api"), **fields)}
+
+    def remove_fault(self, fields, query):
+        return 200, {"removed": self.embedded.faults.remove(int(fields["id"]))}
+
+    def clear_faults(self, fields, query):
+        self.embedded.faults.clear()
+        return 200, {"faults": []}
+
+    def advance(self, fields, query):
+        self.embedded.clock.advance(float(fields["ms"]))      # due timers run in this very pass
+        return 200, {"clock_offset_ms": round(self.embedded.clock.offset_s * 1000)}
+
+    def disk(self, fields, query):
+        disk = self.embedded.disk
+        if not isinstance(disk, FaultyDisk):
+            raise ValueError("this broker's disk fails no faults")
+        if fields.get("heal"):
+            disk.heal()
+        for name, method in CONTROL_DISK.items():
+            if name in fields:
+                code = fields.get("errno", "EIO" if name == "fail_fsyncs" else "ENOSPC")
+                getattr(disk, method)(os.path.join(self.embedded.data_dir, fields[name] or ""),
+                                      getattr(errno, str(code)))
+        if "fail_meta_db" in fields:
+            disk.fail_meta_db(fields["fail_meta_db"] or "disk I/O error")
+        if "slow_fsyncs" in fields:
+            disk.slow_fsyncs(float(fields["slow_fsyncs"]))
+        return 200, {"disk": "as asked"}
+
+    def restart(self, fields, query):
+        how = fields.get("how", "clean")
+        if how not in RESTARTS:
+            raise ValueError(f"how: one of {', '.join(RESTARTS)}")
+        self.actions.put(("restart", how))
+        return 202, {"restarting": how, "starts": self.starts + 1}
+
+    def reset(self, fields, query):
+        self.actions.put(("reset", None))
+        return 202, {"resetting": True, "starts": self.starts + 1}
+
+    def records(self, fields, query):
+        views = self.embedded.views()
+        topic, partition, view = query["topic"], int(query.get("partition", 0)), query.get("view", "committed")
+        if view not in BROWSER_VIEWS:
+            raise ValueError(f"view: one of {', '.join(BROWSER_VIEWS)}")
+        page = views.records(topic, partition, {"view": view, "format": "json", "limit": str(CONSOLE_MAX_ROWS),
+                                                "offset": query.get("offset", "earliest")})
+        if page is None:
+            return 404, {"error": f"no partition {topic}-{partition}"}
+        return 200, {k: page[k] for k in ("items", "next_offset", "log_start_offset", "last_stable_offset",
+                                           "high_watermark")}
+
+    def offsets(self, fields, query):
+        status, page = self.records(fields, dict(query, view="log", offset="latest"))
+        return status, page if status != 200 else {k: page[k] for k in ("log_start_offset", "last_stable_offset",
+                                                                         "high_watermark")}
+
+    def transactions(self, fields, query):
+        views = self.embedded.views()
+        if "id" in query:
+            found = views.transaction(query["id"])
+            return (200, found) if found is not None else (404, {"error": f"no transactional id {query['id']}"})
+        return 200, {"transactions": views.cluster()["transactions"]}
+
+    def producers(self, fields, query):
+        rows = self.embedded.views().cluster()["producers"]
+        return 200, {"producers": [p for p in rows if query.get("topic") in (None, p["topic"]) and
+                                   query.get("partition") in (None, str(p["partition"]))]}
+
+    def committed(self, fields, query):
+        group = self.embedded.views().group(query["group"])
+        return 200, {"offsets": [] if group is None else group["offsets"]}
+
+    # --- the main thread's side ---
+    def serve(self):
+        """The command line's main thread: carry out restarts and resets as
+        they are asked, until stop() (a signal); then stop the broker."""
+        while True:
+            what, how = self.actions.get()
+            if what == "stop":
+                self.embedded.close()
+                return
+            try:
+                if what == "restart":
+                    self.embedded.restart(how)
+                else:
+                    self.embedded.reset()
+                self.starts += 1
+            except (OSError, ValueError) as e:
+                log.error("control: the %s failed: %s", what, e)
+
+    def stop(self):
+        """Stop serving (from a signal handler)."""
+        self.actions.put(("stop", None))
+
+
+CONTROL_ROUTES = {
+    ("GET", "/control"): Control.summary, ("POST", "/control/faults"): Control.add_fault,
+    ("GET", "/control/faults"): lambda c, f, q: (200, {"faults": c.embedded.faults.list()}),
+    ("POST", "/control/faults/remove"): Control.remove_fault, ("POST", "/control/faults/clear"): Control.clear_faults,
+    ("POST", "/control/advance"): Control.advance, ("POST", "/control/disk"): Control.disk,
+    ("POST", "/control/restart"): Control.restart, ("POST", "/control/reset"): Control.reset,
+    ("GET", "/control/records"): Control.records, ("GET", "/control/offsets"): Control.offsets,
+    ("GET", "/control/transactions"): Control.transactions, ("GET", "/control/producers"): Control.producers,
+    ("GET", "/control/committed"): Control.committed,
+}
 
 
 # --- pytest: fixtures from the vendored file alone -------------------------------
@@ -14023,6 +14224,11 @@ def main(argv=None):
     parser.add_argument("--trace-ids", metavar="IDS",
                         help="trace only what names one of these transactional, group or client ids")
     add_console_flags(parser)
+    parser.add_argument("--control", action="store_true",
+                        help="serve the control endpoint for tests in other languages (faults, the clock, "
+                        "restarts, resets, the broker's state: /control on the console's listener, with the "
+                        "token printed at start)")
+    parser.add_argument("--control-token", metavar="TOKEN", help="--control, with this token")
     parser.add_argument("--apis", action="store_true", help="list the APIs served and exit")
     parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                         help="how much the log says (default INFO)")
@@ -14043,37 +14249,83 @@ def main(argv=None):
         settings["doze.trace.ids"] = args.trace_ids or ""
     if args.console is not None:
         settings["doze.console.listener"] = args.console
+    if settings.get("doze.trace"):                         # bare lines on stdout, beside the log on stderr
+        trace_to_stdout()
     try:
+        if args.control or args.control_token:
+            return serve_controlled(args, settings)
         if args.properties:
             config = Config.from_properties(args.properties, settings=settings, data_dir=args.data_dir,
                                             host=args.host, port=args.port)
         else:
             config = Config(settings, data_dir=args.data_dir, host=args.host, port=args.port)
         config.set_default("doze.console.listener", CONSOLE_CLI_ADDRESS)   # the command line serves it
-        if config["doze.trace"]:                             # bare lines on stdout, beside the log on stderr
-            out = logging.StreamHandler(sys.stdout)
-            out.setFormatter(logging.Formatter("%(message)s"))
-            trace_log.addHandler(out)
-            trace_log.setLevel(logging.INFO)             # whatever --log-level says of the rest
-            trace_log.propagate = False
         broker = Broker(config)
-        for text in args.add_scram:
-            user, mechanism, credential = parse_add_scram(text)
-            broker.store.save_scram_credential(user, mechanism, credential)
-            log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
+        add_scram_users(broker.store, args.add_scram)
     except (OSError, ValueError, sqlite3.Error, StoreFailed) as e:
-        said = e.strerror if isinstance(e, OSError) and e.strerror and not e.filename else e
-        print(f"doze_kafka: cannot start: {said}", file=sys.stderr)
-        return 1
+        return cannot_start(e)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: broker.stop())
-    print(f"doze-kafka {__version__} listening on {broker.bootstrap} "
-          f"(data in {config.data_dir})", flush=True)
+    say_started(broker)
+    broker.serve_forever()
+    log.info("stopped cleanly")
+    return 0
+
+
+def trace_to_stdout():
+    """The trace's lines, bare, on stdout (whatever --log-level says of the rest)."""
+    out = logging.StreamHandler(sys.stdout)
+    out.setFormatter(logging.Formatter("%(message)s"))
+    trace_log.addHandler(out)
+    trace_log.setLevel(logging.INFO)
+    trace_log.propagate = False
+
+
+def add_scram_users(store, credentials):
+    for text in credentials:
+        user, mechanism, credential = parse_add_scram(text)
+        store.save_scram_credential(user, mechanism, credential)
+        log.info("SCRAM credential for %s (%s, %d iterations) stored", user, mechanism, credential[3])
+
+
+def cannot_start(e):
+    said = e.strerror if isinstance(e, OSError) and e.strerror and not e.filename else e
+    print(f"doze_kafka: cannot start: {said}", file=sys.stderr)
+    return 1
+
+
+def say_started(broker, control=None):
+    """The start's lines on stdout (what scripts wait for), then the process settles down."""
+    print(f"doze-kafka {__version__} listening on {broker.bootstrap} (data in {broker.config.data_dir})",
+          flush=True)
     if broker.console is not None:
         print(f"console: {broker.console.url}", flush=True)
+        if control is not None:
+            print(f"control: {broker.console.url}control (Authorization: Bearer {control.token})", flush=True)
     calm_garbage_collector()
     release_freed_memory()          # what compiling this file and starting freed
-    broker.serve_forever()
+
+
+def serve_controlled(args, settings):
+    """--control: the broker in an Embedded (its loop on a thread of its own),
+    the main thread carrying out the restarts and resets the control endpoint
+    is asked for (Control.serve); the disk a FaultyDisk, the clock movable."""
+    if args.properties:
+        with open(args.properties, "rb") as f:
+            settings = dict(read_java_properties(f.read()), **settings)
+    console = settings.get("doze.console.listener", CONSOLE_CLI_ADDRESS)
+    host = console.rpartition(":")[0].strip("[]") or "127.0.0.1"
+    if not console or not ipaddress.ip_address(host).is_loopback:
+        raise ValueError("--control is served on the console's listener, which must be on a loopback address")
+    data_dir = args.data_dir or str(settings.get("log.dirs", BROKER_DEFAULTS["log.dirs"])).split(",")[0]
+    embedded = Embedded(settings, data_dir, args.port, args.host, FaultyDisk(), MovableClock(),
+                        defaults={"doze.console.listener": CONSOLE_CLI_ADDRESS},
+                        control_token=args.control_token or secrets.token_urlsafe(16))
+    embedded.broker.run_in_loop(lambda: add_scram_users(embedded.broker.store, args.add_scram))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: embedded.control.stop())
+    say_started(embedded.broker, embedded.control)
+    embedded.control.serve()
     log.info("stopped cleanly")
     return 0
 

@@ -7693,6 +7693,107 @@ def test_embedded_pytest_fixtures_from_the_vendored_file_alone(tmp_path):
     assert run.stdout.strip() == "False"
 
 
+# --- The control endpoint: the same over HTTP, for tests in other languages -----------
+
+class Controlled:
+    """python3 doze_kafka.py --control, as a test in another language runs it."""
+
+    def __init__(self, tmp_path, *extra):
+        self.proc = subprocess.Popen([sys.executable, doze.__file__, "--port", "0", "--data-dir",
+                                      str(tmp_path / "data"), "--console", "127.0.0.1:0",
+                                      "--control-token", "t0ken", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.port = int(re.search(r":(\d+) ", self.proc.stdout.readline()).group(1))
+        self.console = int(re.search(r":(\d+)/", self.proc.stdout.readline()).group(1))
+        self.banner = self.proc.stdout.readline()
+
+    def call(self, method, path, body=None, token="t0ken", headers=()):
+        c = http.client.HTTPConnection("127.0.0.1", self.console, timeout=SOCKET_TIMEOUT_S)
+        head = dict(headers, **({"Authorization": f"Bearer {token}"} if token else {}))
+        c.request(method, path, body=None if body is None else json.dumps(body), headers=head)
+        r = c.getresponse()
+        out = (r.status, json.loads(r.read() or b"null"))
+        c.close()
+        return out
+
+    def after_restart(self, starts):
+        """The summary once the broker answers again with `starts` starts."""
+        def back():
+            try:
+                status, summary = self.call("GET", "/control")
+                return summary if status == 200 and summary["starts"] == starts else None
+            except OSError:
+                return None
+        assert wait_until(back)
+        return back()
+
+    def stop(self):
+        self.proc.terminate()
+        assert self.proc.wait(10) == 0
+
+
+def test_control_endpoint_faults_clock_restart_reset_and_state(tmp_path):
+    broker = Controlled(tmp_path)
+    try:
+        assert broker.banner == f"control: http://127.0.0.1:{broker.console}/control (Authorization: Bearer t0ken)\n"
+        assert broker.call("POST", "/control/faults", {"api": "EndTxn", "error": "NOT_COORDINATOR", "times": 1}) \
+            == (201, {"id": 1})
+        with RawClient(broker.port) as c:
+            c.create_topic("ctl", 1)
+            txn = Txn(c, "tx-ctl", timeout_ms=60_000)
+            assert txn.whole("ctl", 0, [b"a"], commit=True) == ErrorCode.NOT_COORDINATOR
+            assert txn.end(True) == 0                                          # the client's retry
+        status, got = broker.call("GET", "/control/records?topic=ctl&view=committed")
+        assert status == 200 and [base64.b64decode(i["value_b64"]) for i in got["items"] if i["kind"] == "record"] \
+            == [b"a"]
+        assert broker.call("GET", "/control/offsets?topic=ctl")[1] == \
+            {"log_start_offset": 0, "last_stable_offset": 2, "high_watermark": 2}
+        with RawClient(broker.port) as c:
+            txn.c = c
+            txn.add(("ctl", 0))
+            txn.produce("ctl", 0, [b"open"])
+        assert broker.call("POST", "/control/advance", {"ms": 61_000})[1] == {"clock_offset_ms": 61_000}
+        assert wait_until(lambda: broker.call("GET", "/control/transactions?id=tx-ctl")[1]["transaction_state"]
+                          == "CompleteAbort")
+        assert broker.call("POST", "/control/restart", {"how": "kill"}) == (202, {"restarting": "kill", "starts": 2})
+        summary = broker.after_restart(2)
+        assert summary["bootstrap"] == f"127.0.0.1:{broker.port}"              # the same port
+        assert broker.call("GET", "/control/offsets?topic=ctl")[1]["high_watermark"] == 4
+        broker.call("POST", "/control/faults", {"api": "Metadata", "close": True})
+        assert broker.call("POST", "/control/reset") == (202, {"resetting": True, "starts": 3})
+        summary = broker.after_restart(3)
+        assert summary["faults"] == [] and summary["clock_offset_ms"] == 0
+        assert broker.call("GET", "/control/offsets?topic=ctl") == (404, {"error": "no partition ctl-0"})
+    finally:
+        broker.stop()
+
+
+def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
+    broker = Controlled(tmp_path)
+    try:
+        assert broker.call("GET", "/control", token=None)[0] == 401
+        assert broker.call("GET", "/control", token="guess")[0] == 401
+        assert broker.call("POST", "/control/faults/clear", {}, headers={"Origin": "http://elsewhere.example"}) \
+            == (403, {"error": "a POST from another origin is refused"})
+        status, said = broker.call("POST", "/control/faults", {"api": "EndTxn", "error": "NO_SUCH_ERROR"})
+        assert status == 400 and said["error"].startswith("no Kafka error 'NO_SUCH_ERROR': one of")
+        status, said = broker.call("POST", "/control/faults", {"api": "Nope", "close": True})
+        assert status == 400 and said["error"].startswith("no API 'Nope': one of")
+        assert broker.call("POST", "/control/restart", {"how": "gently"})[0] == 400
+        assert broker.call("GET", "/control/nothing")[0] == 404
+    finally:
+        broker.stop()
+    with doze.running({"doze.console.listener": "127.0.0.1:0"}) as plain:             # no --control
+        c = http.client.HTTPConnection("127.0.0.1", plain.console.port, timeout=SOCKET_TIMEOUT_S)
+        c.request("POST", "/control/faults", body="{}")
+        r = c.getresponse()
+        assert (r.status, json.loads(r.read())) == (404, {"error": "the control endpoint is off: start doze with "
+                                                                   "--control"})
+    code, line = cli_start_error(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "d2"), "--no-console",
+                                 "--control")
+    assert code == 1 and "--control is served on the console's listener" in line
+
+
 ###############################################################################
 # 19. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
