@@ -13299,7 +13299,11 @@ class Embedded:
         on the same ports (what a test between two others wants)."""
         old, kept = self.broker, self._where()
         self._stop(clean=False)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        for entry in dozes_own(self.data_dir):
+            if os.path.isdir(entry):
+                shutil.rmtree(entry)
+            else:
+                os.unlink(entry)
         self.faults.clear()
         if isinstance(self.clock, MovableClock):
             self.clock.reset()
@@ -13396,6 +13400,24 @@ class Embedded:
             time.sleep(0.01)               # polling: what it waits for is the check
 
 
+SEGMENT_FILE = re.compile(r"\d{20}\.\w+")
+
+
+def dozes_own(data_dir):
+    """What doze made in a data directory (meta.db and its files, the lock,
+    every partition's directory of segment files) -- what a reset removes,
+    and nothing else that may stand there (--data-dir . is someone's)."""
+    found = []
+    for name in os.listdir(data_dir):
+        path = os.path.join(data_dir, name)
+        if name in ("meta.db", "meta.db-wal", "meta.db-shm", "meta.db-journal", ".lock"):
+            found.append(path)
+        elif re.fullmatch(r".+-\d+", name) and os.path.isdir(path) and \
+                all(SEGMENT_FILE.fullmatch(f) for f in os.listdir(path)):
+            found.append(path)
+    return found
+
+
 def plain_record(item):
     """A row of the console's message browser as a test reads it: bytes, not base64."""
     if item["kind"] != "record":
@@ -13429,8 +13451,10 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, c
 # ports), resets it and reads its state. Off unless asked; only on a loopback
 # console, only for loopback clients; every request carries the token printed
 # at start (Authorization: Bearer TOKEN); the console's Host check; no POST
-# from another Origin (a browser's page elsewhere cannot forge one). JSON in
-# and out; bytes as base64 (the console's rows). The routes:
+# from another Origin (a browser's page elsewhere cannot forge one). The
+# broker starts as running() starts one (TEST_DEFAULTS: no test waits for a
+# rebalance's delay). JSON in and out; bytes as base64 (the console's rows); a
+# reset removes only what doze made in the data directory (dozes_own). The routes:
 #   GET  /control                      faults, clock offset, starts, bootstrap
 #   POST /control/faults               {"api": "EndTxn", "error": "NOT_COORDINATOR", "times": 1, ...} -> {"id"}
 #   POST /control/faults/remove        {"id": 3}           POST /control/faults/clear
@@ -13438,7 +13462,11 @@ def running(settings=None, data_dir=None, port=0, host="127.0.0.1", disk=None, c
 #   POST /control/disk                 {"fail_fsyncs": "orders-0", "errno": "EIO"}, {"fail_writes": ...},
 #                                      {"fail_meta_db": "disk I/O error"}, {"slow_fsyncs": 0.5}, {"heal": true}
 #   POST /control/restart              {"how": "clean" | "kill" | "power_cut"}     POST /control/reset
-#   GET  /control/records?topic=T&partition=0&view=committed|uncommitted|log
+#   GET  /control/faults                   the faults, as Faults.list gives them
+#   GET  /control/records?topic=T&partition=0&view=committed|uncommitted|log&offset=N
+#                                      a page of at most CONSOLE_MAX_ROWS items (kind "record",
+#                                      "marker"; "batch" where records do not decode); the next
+#                                      page from offset=next_offset (null: the end, or the LSO)
 #   GET  /control/offsets?topic=T&partition=0     /control/transactions[?id=X]
 #   GET  /control/producers?topic=T&partition=0   /control/committed?group=G
 # A restart or a reset is answered (202) first, then carried out by the
@@ -13538,8 +13566,9 @@ class Control:
                                                 "offset": query.get("offset", "earliest")})
         if page is None:
             return 404, {"error": f"no partition {topic}-{partition}"}
-        return 200, {k: page[k] for k in ("items", "next_offset", "log_start_offset", "last_stable_offset",
-                                           "high_watermark")}
+        return 200, {"items": [item for item in page["items"] if item["kind"] != "line"],
+                     **{k: page[k] for k in ("next_offset", "log_start_offset", "last_stable_offset",
+                                             "high_watermark")}}
 
     def offsets(self, fields, query):
         status, page = self.records(fields, dict(query, view="log", offset="latest"))
@@ -14198,7 +14227,7 @@ otherwise (that port taken: another, said at start).
 the demo: python3 doze_kafka.py demo [--no-pause] [--console HOST:PORT | --no-console]
 walks through Kafka's transaction protocol step by step on a broker of its own.
 
-tests: import doze_kafka; with doze_kafka.running() as broker: ... (README: "In your own tests")."""
+tests: import doze_kafka; with doze_kafka.running() as broker: ... (README: "Testing your code with doze")."""
 
 
 def main(argv=None):
@@ -14309,7 +14338,8 @@ def say_started(broker, control=None):
 def serve_controlled(args, settings):
     """--control: the broker in an Embedded (its loop on a thread of its own),
     the main thread carrying out the restarts and resets the control endpoint
-    is asked for (Control.serve); the disk a FaultyDisk, the clock movable."""
+    is asked for (Control.serve); the disk a FaultyDisk, the clock movable,
+    TEST_DEFAULTS as running() has them."""
     if args.properties:
         with open(args.properties, "rb") as f:
             settings = dict(read_java_properties(f.read()), **settings)
@@ -14319,7 +14349,7 @@ def serve_controlled(args, settings):
         raise ValueError("--control is served on the console's listener, which must be on a loopback address")
     data_dir = args.data_dir or str(settings.get("log.dirs", BROKER_DEFAULTS["log.dirs"])).split(",")[0]
     embedded = Embedded(settings, data_dir, args.port, args.host, FaultyDisk(), MovableClock(),
-                        defaults={"doze.console.listener": CONSOLE_CLI_ADDRESS},
+                        defaults=dict(TEST_DEFAULTS, **{"doze.console.listener": CONSOLE_CLI_ADDRESS}),
                         control_token=args.control_token or secrets.token_urlsafe(16))
     embedded.broker.run_in_loop(lambda: add_scram_users(embedded.broker.store, args.add_scram))
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -7628,9 +7628,13 @@ def test_embedded_reset_leaves_nothing_of_the_last_test_on_the_same_port():
             commit_offsets(c, "g-rs", {("rs", 0): 1})
         broker.faults.add("Metadata", close=True)
         broker.advance(5_000)
+        with open(os.path.join(broker.data_dir, "notes.txt"), "w") as f:
+            f.write("not doze's")                   # --data-dir may be someone's directory
         t0 = time.perf_counter()
         broker.reset()
         took = time.perf_counter() - t0
+        assert os.listdir(broker.data_dir).count("notes.txt") == 1 and not os.path.isdir(
+            os.path.join(broker.data_dir, "rs-0"))
         assert broker.port == port and broker.faults.list() == [] and broker.clock.offset_s == 0
         assert broker.look(lambda v: v.topics())["topics"] == [] and broker.transactions() == []
         assert broker.committed("g-rs") == {}
@@ -8897,7 +8901,8 @@ def settings_acted_on():
 
 
 def test_readme_settings_doze_acts_on_are_the_codes():
-    named = re.findall(r"`([a-z][a-z0-9._*-]*)`", marked(read(README), "acts-on"))
+    named = re.findall(r"`([a-z][a-z0-9._*-]*)`", marked(read(os.path.join(ROOT, "conformance", "configs",
+                                                                             "README.md")), "acts-on"))
     assert len(named) == len(set(named)), "a setting named twice"
     expected = settings_acted_on()
     assert set(named) - expected == set(), "named in the README, not acted on by the code"
