@@ -852,6 +852,23 @@ def error_for_version(api_key, version, code):
     return code if version >= first_version else fallback
 
 
+def errors_as_sent(api_key, version, msg):
+    """A copy of an answer with every error code as the encoder will send it to
+    this version (for what shows an answer: the trace); msg itself if none changes."""
+    if not any(key == api_key for key, _ in OLDER_CLIENTS_GET):
+        return msg
+
+    def fixed(node):
+        if isinstance(node, list):
+            return [fixed(x) for x in node]
+        if not isinstance(node, types.SimpleNamespace):
+            return node
+        return types.SimpleNamespace(**{k: error_for_version(api_key, version, ErrorCode(v))
+                                        if k.endswith("error_code") and v else fixed(v)
+                                        for k, v in vars(node).items()})
+    return fixed(msg)
+
+
 def where(e):
     """An exception in one line: its type and text, and the doze line it came from."""
     tb, place = e.__traceback__, ""
@@ -12400,9 +12417,10 @@ class Tracer:
 
     @guarded
     def response(self, traced, spec, msg):
-        """An answer of a traced request; its top-level error said even when left at its default."""
+        """An answer of a traced request, its errors as this version gets them
+        (error_for_version); its top-level error said even when left at its default."""
         name, version, who = traced
-        text = trace_text(loggable(spec.key, msg), True)
+        text = trace_text(loggable(spec.key, errors_as_sent(spec.key, version, msg)), True)
         if not hasattr(msg, "error_code") and any(f.name == "error_code" for f in spec.response
                                                   if f.in_version(version)):
             text = "error_code=NONE " + text if text != "(no error)" else "error_code=NONE"
@@ -12952,9 +12970,12 @@ class Broker:
 # (3 s by default, for a cluster whose members start one by one; Testcontainers'
 # Kafka and Spring's EmbeddedKafka set the same), and the first FindCoordinator
 # answered at once, not COORDINATOR_NOT_AVAILABLE while the internal topic is
-# made (librdkafka then waits half a second: 25 times the broker's start). The
-# command line keeps Kafka's ways; `settings` given to running() win over these.
-TEST_DEFAULTS = {"group.initial.rebalance.delay.ms": 0, "doze.coordinator.waits.for.topic": False}
+# made (librdkafka then waits half a second: 25 times the broker's start), and
+# the internal topics made of one partition each, not Kafka's 50 (tens of ms
+# of a test's first group or transaction). The command line keeps Kafka's
+# ways; `settings` given to running() win over these.
+TEST_DEFAULTS = {"group.initial.rebalance.delay.ms": 0, "doze.coordinator.waits.for.topic": False,
+                 "offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 1}
 RESTARTS = ("clean", "kill", "power_cut")
 
 
@@ -13049,6 +13070,12 @@ class FaultyDisk(Files):
     def slow_fsyncs(self, seconds):
         """Every fsync (and meta.db's) takes this much longer: doze waits for it, as on a slow disk."""
         self.fsync_delay_s = seconds
+
+    def cut_after(self, changes=1):
+        """The power goes out at the change after the next `changes - 1` (1: the
+        very next write, fsync, rename or meta.db commit): that one and every
+        later one fail, as with cut_at; then restart("power_cut")."""
+        self.cut_at = self.changes + changes
 
     def heal(self):
         """No fault any more (what failed stays failed: an offline partition
@@ -13198,7 +13225,7 @@ class FaultyDisk(Files):
         gone (call it with the broker stopped). written_back: the kernel had
         written every log file and directory back (as it may at any moment),
         but meta.db is as of its last sync."""
-        self.dead = False
+        self.dead, self.cut_at = False, None          # the power is back on
         if written_back:
             self._restore_meta()
             return

@@ -7524,6 +7524,19 @@ def test_disk_one_broker_per_data_directory(start_broker, tmp_path):
         assert c.values("locked", 0) == [(0, b"mine")]
 
 
+def test_trace_shows_an_error_as_the_requests_version_gets_it(traced):
+    """An EndTxn v1 of a fenced producer is answered INVALID_PRODUCER_EPOCH (v1
+    knows no PRODUCER_FENCED): the trace says what the client got."""
+    broker, lines = traced()
+    with RawClient(broker.port) as c:
+        old = Txn(c, "tx-v1")
+        Txn(c, "tx-v1")                                        # fences the first
+        assert old.end(True, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert old.end(True, version=3) == ErrorCode.PRODUCER_FENCED
+    assert in_order(lines(), r"\u2190 EndTxn v1 .*error_code=INVALID_PRODUCER_EPOCH",
+                    r"\u2190 EndTxn v3 .*error_code=PRODUCER_FENCED")
+
+
 ###############################################################################
 # 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
@@ -7578,6 +7591,21 @@ def test_embedded_a_power_cut_keeps_what_was_acknowledged_and_only_that():
         assert [r["value"] for r in broker.records("pw")][:1] == [b"acked"]
         with RawClient(broker.port) as c:
             assert c.produce("pw", 0, make_batch([b"after"])).error_code == 0
+
+
+def test_embedded_a_power_cut_timed_by_the_test_and_the_power_back_on():
+    """cut_after(n): the power goes out at the n-th change from now; after
+    restart("power_cut") it is on again (later changes succeed)."""
+    with doze.running(disk=doze.FaultyDisk()) as broker:
+        with RawClient(broker.port) as c:
+            c.create_topic("cut", 1)
+            assert c.produce("cut", 0, make_batch([b"durable"])).error_code == 0
+            broker.disk.cut_after(1)                                     # the next write
+            assert c.produce("cut", 0, make_batch([b"lost"])).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        broker.restart("power_cut")
+        assert [r["value"] for r in broker.records("cut")] == [b"durable"]
+        with RawClient(broker.port) as c:
+            assert c.produce("cut", 0, make_batch([b"after"])).error_code == 0
 
 
 def test_embedded_the_clock_moves_a_transaction_to_its_timeout_and_fences_its_producer():
