@@ -9865,7 +9865,8 @@ class Dispatcher:
             request.traced = self.tracer.request(conn, request.spec, request.version, client_id, req)
         fault = self.faults.match(request.spec, req, client_id) if self.faults.rules else None
         if fault is None:
-            self._settle(request, self.evaluate(request, self._handle, request, handler, req, client_id))
+            ctx = RequestContext(self.rooms, conn, request.spec.key, request.version, client_id)
+            self._settle(request, self.evaluate(request, handler, ctx, req))
         else:
             self._inject(fault, request, handler, req, client_id)
 
