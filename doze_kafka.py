@@ -60,7 +60,10 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      the broker's SASL users
   §17 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
-  §18 embedding doze: running() for tests, and a small Client
+  §18 embedding doze: running() for tests and what a test does to the broker
+     (Embedded: faults, a FaultyDisk, a MovableClock, restarts, resets, its
+     state without a consumer), the control endpoint for other languages,
+     the pytest fixtures, and a small Client
   §19 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (InitProducerId, idempotence, a transaction, commit, abort, fencing, the
      timeout, a crash between decision and markers)
