@@ -220,6 +220,7 @@ BROKER_DEFAULTS = {
     "transaction.state.log.num.partitions": 50,   # __transaction_state
     "transaction.state.log.segment.bytes": 104857600,
     "transaction.state.log.min.isr": 2,
+    "transaction.partition.verification.enable": True,   # KIP-890 part 1: Produce asks the coordinator first
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
@@ -229,6 +230,10 @@ BROKER_DEFAULTS = {
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
     "doze.coordinator.waits.for.topic": True,  # doze's own: the first FindCoordinator waits while the internal
                                                # topic is made (Kafka's COORDINATOR_NOT_AVAILABLE); running(): no
+    "doze.transaction.answer.after": "markers",  # doze's own: EndTxn answered once its markers are durable;
+                                               # "decision": once PrepareCommit is, as Kafka answers (§8)
+    "doze.transaction.markers.delay.ms": 0,    # doze's own: with "decision", the markers wait this long (Kafka's
+                                               # WriteTxnMarkers to each leader, made long enough to see)
 }
 
 TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §14)
@@ -3651,6 +3656,37 @@ class LogManager:
 # always the coordinator, FindCoordinator always answers "me", and meta.db
 # stands in for both internal topics.
 #
+# --- Where Kafka keeps a coordinator's state: a partition of its internal topic
+# Kafka hashes a transactional id onto a partition of __transaction_state, a
+# group id onto one of __consumer_offsets; that partition's leader is the
+# coordinator, and every state change is a record appended to it. doze shows
+# the partition (the trace, the console, the demo) where meta.db stands in.
+
+def java_string_hash(text):
+    """Java's String.hashCode (over UTF-16 code units), as Kafka hashes an id."""
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def internal_partition(key, partitions):
+    """Kafka's partitionFor(groupId or transactionalId): Utils.abs of its Java
+    hash (Integer.MIN_VALUE -> 0), modulo the internal topic's partitions."""
+    h = java_string_hash(key)
+    return 0 if h == -(1 << 31) else abs(h) % partitions
+
+
+def transaction_state_partition(config, transactional_id):
+    """The partition of __transaction_state whose leader coordinates this id."""
+    return internal_partition(transactional_id, config["transaction.state.log.num.partitions"])
+
+
+def offsets_partition(config, group_id):
+    """The partition of __consumer_offsets whose leader coordinates this group."""
+    return internal_partition(group_id, config["offsets.topic.num.partitions"])
+
+
 # --- The journal: what the coordinators did, for whoever watches ---------------
 # Each state change of a transaction, each marker written, each fence and
 # timeout is recorded as an event: numbered, timed, in a bounded ring. The
@@ -4638,7 +4674,11 @@ class GroupCoordinator:
 # Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
 # markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
 # gets CONCURRENT_TRANSACTIONS. doze answers after step 3, so a client sees
-# CONCURRENT_TRANSACTIONS only while a marker cannot be written or flushed.
+# CONCURRENT_TRANSACTIONS only while a marker cannot be written or flushed,
+# and a read_committed consumer told of a commit by the producer finds it.
+# doze.transaction.answer.after=decision answers as Kafka does, after step 1,
+# and doze.transaction.markers.delay.ms then holds the markers back a while:
+# the window, which Kafka has and doze closes, made visible (the demo's step 9).
 # Likewise InitProducerId on an open transaction: Kafka starts the abort and
 # answers CONCURRENT_TRANSACTIONS (the client retries); doze finishes the
 # abort first and answers success (Sarama treats that error as fatal).
@@ -4683,6 +4723,7 @@ class TransactionMetadata:
         self.markers_needed = set()           # partitions still owed a marker
         self.decided_at = 0                   # meta.db's commit count once the decision was stored
         self.marker_offsets = {}              # (topic, partition) -> offset of its marker
+        self.markers_due_ms = 0               # not written before (doze.transaction.markers.delay.ms)
         self.marker_error = None              # the last marker write the disk refused (logged once)
         # In memory only, for the console: the recent transitions (journal
         # events), and the last decided transaction's markers and offsets.
@@ -4724,6 +4765,10 @@ class TransactionCoordinator:
         self.txns = {}                            # transactional id -> TransactionMetadata
         self.completing = set()                   # ids in PREPARE_* being carried out
         self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
+        self.answer_after = config["doze.transaction.answer.after"]
+        if self.answer_after not in ("markers", "decision"):
+            raise ValueError(f"doze.transaction.answer.after: {self.answer_after!r}: markers (doze's way: the "
+                             f"answer once the markers are durable) or decision (Kafka's: once PrepareCommit is)")
 
     def now_ms(self):
         return int(self.clock() * 1000)
@@ -4743,12 +4788,15 @@ class TransactionCoordinator:
             if meta.state in DECIDED:
                 log.info("transaction %s was decided (%s) before a restart; carrying it out",
                          meta.transactional_id, meta.state.value)
+                self._journal_transition(meta, meta.state, "read back from meta.db after a restart: "
+                                                           "the decision is carried out")
                 self._write_markers(meta)
 
     def _save(self, meta, cause=None, **changes):
         """Store the changed metadata, then adopt it: the state in memory never
         runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR.
-        A new state or epoch is journaled with its cause."""
+        A new state, epoch or partition is journaled with its cause (each is a
+        record Kafka appends to the id's __transaction_state partition)."""
         if "state" in changes and changes["state"] != meta.state \
                 and meta.state not in VALID_PREVIOUS[changes["state"]]:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
@@ -4756,20 +4804,29 @@ class TransactionCoordinator:
         row = meta.row(**changes)
         with coordinator_store():
             self.store.save_txn(row)
-        before = (meta.state, meta.producer_id, meta.producer_epoch)
+        before = (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups)
         meta.adopt(row)
         self.txns[meta.transactional_id] = meta
-        if before != (meta.state, meta.producer_id, meta.producer_epoch):
+        if before != (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups):
             self._journal_transition(meta, before[0], cause)
 
     def _journal_transition(self, meta, before, cause, to=None):
-        """A "txn" event: from `before` to meta's state (or `to`), with its cause."""
+        """A "txn" event: from `before` to meta's state (or `to`), with its cause,
+        and the __transaction_state partition Kafka would append it to."""
+        names = self.partition_names(meta)
         event = self.journal.record(
             "txn", transactional_id=meta.transactional_id, from_state=before.value,
             to_state=(to or meta.state).value,
             cause=cause, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-            partitions=[f"{t}-{p}" for t, p in sorted(meta.partitions)][:20], partition_count=len(meta.partitions))
+            partitions=names[:20], partition_count=len(names),
+            coordinator=f"{TRANSACTION_STATE}-{transaction_state_partition(self.config, meta.transactional_id)}")
         meta.history.append(event)
+
+    def partition_names(self, meta):
+        """Its partitions as Kafka lists them: those AddPartitionsToTxn added and,
+        for each group AddOffsetsToTxn added, that group's __consumer_offsets partition."""
+        tps = meta.partitions | {(CONSUMER_OFFSETS, offsets_partition(self.config, g)) for g in meta.groups}
+        return [f"{t}-{p}" for t, p in sorted(tps)]
 
     def _index_staged(self, meta):
         for group, offsets in meta.offsets.items():
@@ -4904,8 +4961,9 @@ class TransactionCoordinator:
         self._save(meta, f"EndTxn ({'commit' if commit else 'abort'})",
                    state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
                    last_update_ms=self.now_ms())
-        self._write_markers(meta)
-        return True
+        self._write_markers(meta, self.config["doze.transaction.markers.delay.ms"]
+                            if self.answer_after == "decision" else 0)
+        return self.answer_after == "markers"
 
     def outcome(self, meta, commit):
         """For a waiting EndTxn: its answer, or None while the markers are not durable."""
@@ -4913,14 +4971,18 @@ class TransactionCoordinator:
         return Msg() if meta.state == done else None
 
     # --- markers ---
-    def _write_markers(self, meta):
+    def _write_markers(self, meta, delay_ms=0):
         """Owe a marker to each partition: progress() writes them once the
         decision just stored is durable (a marker on disk before its decision
-        would be a commit that a power cut could turn into an abort)."""
+        would be a commit that a power cut could turn into an abort), and
+        not before delay_ms (doze.transaction.markers.delay.ms) has passed."""
         meta.markers_needed = set(meta.partitions)
         meta.marker_offsets = {}
         meta.decided_at = self.store.commits
+        meta.markers_due_ms = self.now_ms() + delay_ms
         self.completing.add(meta.transactional_id)
+        if delay_ms:
+            self.timers.call_later(delay_ms / 1000, self.progress)
 
     def _append_markers(self, meta):
         """Up to PARTITIONS_PER_STEP markers a call: a transaction over thousands
@@ -4964,6 +5026,8 @@ class TransactionCoordinator:
                 return                         # logged; no marker without its durable decision
         for transactional_id in sorted(self.completing):
             meta = self.txns[transactional_id]
+            if meta.markers_due_ms > self.now_ms():
+                continue                       # held back (doze.transaction.markers.delay.ms)
             if meta.markers_needed:
                 self._append_markers(meta)
             if meta.markers_needed or any(
@@ -4985,6 +5049,7 @@ class TransactionCoordinator:
         for group, entries in offsets.items():
             self.groups.apply_committed(group, entries)
         self._unindex_staged(meta)
+        self._offsets_marker(meta, commit)
         meta.last_decision = {"commit": commit, "markers": meta.marker_offsets, "offsets": meta.offsets,
                               "at_ms": row["last_update_ms"]}
         before = meta.state
@@ -4993,6 +5058,21 @@ class TransactionCoordinator:
         meta.markers_needed, meta.marker_offsets = set(), {}
         self.completing.discard(meta.transactional_id)
         self.notify(("txn", meta.transactional_id))
+
+    def _offsets_marker(self, meta, commit):
+        """Kafka writes the COMMIT or ABORT marker into each added group's
+        __consumer_offsets partition too, and that marker is what publishes (or
+        drops) the staged offsets. doze keeps offsets in meta.db: the sqlite
+        transaction of step 3 stands in for it, journaled as what it stands for."""
+        for group in sorted(meta.groups):
+            tp = (CONSUMER_OFFSETS, offsets_partition(self.config, group))
+            meta.marker_offsets[tp] = None
+            done = "became its committed offsets" if commit else "were dropped"
+            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
+                                offset=None, control="COMMIT" if commit else "ABORT", group=group,
+                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                stand_in=f"doze writes none: {group}'s staged offsets {done} in meta.db, "
+                                         f"in the same sqlite transaction as the Complete state")
 
     # --- the produce path ---
     def check_produce(self, transactional_id, producer_id, producer_epoch, tp):
@@ -7341,7 +7421,8 @@ def handle_end_txn(ctx, req):
     doze answers after both phases: the decision in meta.db, a COMMIT or ABORT
     marker on every partition of the transaction, fsynced, and (for a commit)
     the staged offsets committed (see TransactionCoordinator for the crash
-    ordering). A repeat of a decision already carried out succeeds.
+    ordering); with doze.transaction.answer.after=decision, once the decision
+    is durable, as Kafka answers. A repeat of a decision already carried out succeeds.
 
     Errors: INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED
     (INVALID_PRODUCER_EPOCH before v2), INVALID_TXN_STATE (nothing to end, or
@@ -7623,20 +7704,6 @@ def partition_producers(ctx, topic, partition, readable):
 
 # --- DescribeTransactions (65) --------------------------------------------------
 
-def java_string_hash(text):
-    """Java's String.hashCode: Kafka places a group on a __consumer_offsets partition by it."""
-    h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def internal_partition(key, partitions):
-    """Kafka's partitionFor(groupId or transactionalId): its Java hash, modulo."""
-    h = java_string_hash(key)
-    return 0 if h == -(1 << 31) else abs(h) % partitions
-
-
 @api("""
 DescribeTransactions  key=65  versions=0-0  flexible=0+
   request
@@ -7678,9 +7745,8 @@ def describe_transaction(ctx, transactional_id):
     for topic, p in sorted(left):
         topics.setdefault(topic, []).append(p)
     if meta.state == TxnState.ONGOING:    # what Kafka lists for AddOffsetsToTxn
-        n = ctx.config["offsets.topic.num.partitions"]
-        for group in sorted(meta.groups, key=lambda g: internal_partition(g, n)):
-            topics.setdefault(CONSUMER_OFFSETS, []).append(internal_partition(group, n))
+        for group in sorted(meta.groups, key=lambda g: offsets_partition(ctx.config, g)):
+            topics.setdefault(CONSUMER_OFFSETS, []).append(offsets_partition(ctx.config, group))
     return Msg(transactional_id=transactional_id, transaction_state=meta.state.value,
                transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.txn_start_ms,
                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
@@ -12365,7 +12431,7 @@ class Tracer:
     """The trace's filter and its lines (see above)."""
 
     def __init__(self, config, logs, producer_states, txns, journal, kinds, ids):
-        self.clock, self.producer_states, self.txns = config.clock, producer_states, txns
+        self.config, self.clock, self.producer_states, self.txns = config, config.clock, producer_states, txns
         self.kinds, self.ids = kinds, ids
         self.failed = False
         # log -> (HW, LSO) last shown, the logs' own at the start (by the log: a topic made again is new)
@@ -12415,9 +12481,23 @@ class Tracer:
         """A request to trace -> what its answer is traced with (None: not traced)."""
         if not self.wants(spec.key, req, client_id):
             return None
-        who = f"{trace_text(client_id or '-')}@{conn.name}"
-        self.emit("\u2192", f"{spec.name} v{version} [{who}] {trace_text(loggable(spec.key, req), True)}")
+        who = f"{trace_text(client_id or '-')}@{conn.name}]{self.coordinators(spec.key, req)}"
+        self.emit("\u2192", f"{spec.name} v{version} [{who} {trace_text(loggable(spec.key, req), True)}")
         return (spec.name, version, who)
+
+    def coordinators(self, api_key, req):
+        """" (demo-tx \u2192 __transaction_state-23)": where Kafka keeps the state of each
+        transactional id and group the request names, whose leader coordinates it."""
+        txn = [req.transactional_id] if getattr(req, "transactional_id", None) else []
+        groups = [req.group_id] if getattr(req, "group_id", None) else \
+            [g.group_id for g in getattr(req, "groups", None) or () if hasattr(g, "group_id")]
+        if api_key == ApiKey.FIND_COORDINATOR:
+            (txn if req.key_type == COORDINATOR_TRANSACTION else groups).extend(
+                req.coordinator_keys or ([req.key] if req.key else []))
+        pairs = [f"{trace_text(t)} \u2192 {TRANSACTION_STATE}-{transaction_state_partition(self.config, t)}"
+                 for t in txn]
+        pairs += [f"{trace_text(g)} \u2192 {CONSUMER_OFFSETS}-{offsets_partition(self.config, g)}" for g in groups]
+        return f" ({', '.join(pairs)})" if pairs else ""
 
     @guarded
     def response(self, traced, spec, msg):
@@ -12428,7 +12508,7 @@ class Tracer:
         if not hasattr(msg, "error_code") and any(f.name == "error_code" for f in spec.response
                                                   if f.in_version(version)):
             text = "error_code=NONE " + text if text != "(no error)" else "error_code=NONE"
-        self.emit("\u2190", f"{name} v{version} [{who}] {text}")
+        self.emit("\u2190", f"{name} v{version} [{who} {text}")
 
     def on_event(self, e):
         """A journal event, between the requests: what the broker itself did."""
@@ -12547,9 +12627,17 @@ def trace_event_text(e):
     every name a client chose quoted as trace_text quotes (no line or escape of its own)."""
     e = {k: trace_text(v) if k in ("transactional_id", "group_id", "leader", "protocol") and isinstance(v, str)
          else v for k, v in e.items()}
+    kafka = f"Kafka: a record in {e['coordinator']}; doze: a row in meta.db" if "coordinator" in e else "stored in meta.db"
+    if e["kind"] == "txn" and e["from_state"] == e["to_state"] and e["cause"].startswith("read back"):
+        return (f"txn {e['transactional_id']}: {e['to_state']} (producer {e['producer_id']}, epoch "
+                f"{e['producer_epoch']}), partitions [{', '.join(e['partitions'])}], {e['cause']} (Kafka: the "
+                f"coordinator reads {e.get('coordinator', TRANSACTION_STATE)} back when it takes over)")
     if e["kind"] == "txn":
-        return (f"txn {e['transactional_id']}: {event_text(e)}, partitions [{', '.join(e['partitions'])}], "
-                f"stored in meta.db")
+        return f"txn {e['transactional_id']}: {event_text(e)}, partitions [{', '.join(e['partitions'])}]; {kafka}"
+    if e["kind"] == "marker" and e.get("stand_in"):
+        return (f"txn {e['transactional_id']}: {e['control']} marker at {e['topic']}-{e['partition']} "
+                f"(producer {e['producer_id']}, epoch {e['producer_epoch']}) publishes "
+                f"{trace_text(e['group'])}'s offsets in Kafka; {e['stand_in']}")
     if e["kind"] == "marker":
         return f"txn {e['transactional_id']}: {event_text(e)} appended"
     if e["kind"] == "group":
@@ -12826,8 +12914,8 @@ class Broker:
         self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
                                            self.producer_ids, self.purgatory.notify, self.journal)
-        self.txns.load()
         self.tracer = Tracer.open(config, self.logs, self.producer_states, self.txns, self.journal)
+        self.txns.load()                            # traced: a decision carried out after a restart
         self.selector = selectors.DefaultSelector()
         self.listeners = Listeners(config, self.store.scram_credential)   # bound: the first one's port is self.port
         self.port = self.listeners.port

@@ -2441,7 +2441,8 @@ def test_coordinators_txn_commit_writes_its_markers_in_the_group_commit_and_move
     assert c.batches(("t", 1)) == [(0, [b"c"]), (1, "COMMIT")]
     assert (c.offsets(("t", 0)), c.offsets(("t", 1))) == ((3, 3), (2, 2))
     assert c.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 2 and c.txns.staged_partitions("g") == set()
-    assert ("txn", "tx") in c.woken and meta.last_decision["markers"] == {("t", 0): 2, ("t", 1): 1}
+    offsets_tp = (doze.CONSUMER_OFFSETS, doze.internal_partition("g", 50))       # no marker there: a stand-in
+    assert ("txn", "tx") in c.woken and meta.last_decision["markers"] == {("t", 0): 2, ("t", 1): 1, offsets_tp: None}
     assert [row["state"] for row in c.store.load_txns()] == [doze.TxnState.COMPLETE_COMMIT]
     assert c.txns.end_txn(meta, commit=True) is False                            # a retry: done already
 
@@ -6479,11 +6480,14 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
                                           "metadata": ""}]
     assert [(e["from_state"], e["to_state"], e["cause"], e["producer_epoch"]) for e in after["history"]] == [
         ("Empty", "Empty", "InitProducerId", 0), ("Empty", "Ongoing", "AddPartitionsToTxn", 0),
+        ("Ongoing", "Ongoing", "AddOffsetsToTxn", 0),                 # Kafka: a record in __transaction_state too
         ("Ongoing", "PrepareCommit", "EndTxn (commit)", 0), ("PrepareCommit", "CompleteCommit", "markers durable", 0)]
     assert [e["at_ms"] for e in after["history"]] == sorted(e["at_ms"] for e in after["history"])
     last = after["last_decision"]
     assert last["committed"] is True
-    assert last["markers"] == [{"topic": "orders", "partition": 0, "offset": ends[0] - 1},
+    offsets_partition = doze.internal_partition("g1", console.config["offsets.topic.num.partitions"])
+    assert last["markers"] == [{"topic": "__consumer_offsets", "partition": offsets_partition, "offset": None},
+                               {"topic": "orders", "partition": 0, "offset": ends[0] - 1},
                                {"topic": "orders", "partition": 1, "offset": ends[1] - 1}] \
         and ends == [2, 3]                                          # each marker is its partition's last offset
     assert last["offsets"] == during["pending_offsets"] and committed == {("orders", 0): (0, 1)}
@@ -6493,7 +6497,8 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
     markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
                if e["kind"] == "marker"]
-    assert sorted(markers) == [("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
+    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §8
+                               ("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
     ids = [e["id"] for e in cluster["recent_events"]]
     assert ids == sorted(ids, reverse=True)                            # newest first
     assert http_get(console.console.port, "/txn?id=nobody")[0] == 404
@@ -7320,21 +7325,31 @@ def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(tr
         assert wait_until(lambda: any("CompleteAbort" in x for x in lines()))
     got = lines()
     pid = t.producer_id
+    state = f"__transaction_state-{doze.internal_partition('tx-1', broker.config['transaction.state.log.num.partitions'])}"
+    offsets = f"__consumer_offsets-{doze.internal_partition('g', broker.config['offsets.topic.num.partitions'])}"
+    kafka = f"; Kafka: a record in {state}; doze: a row in meta\\.db$"
     in_order(got,
-             r"^\u2192 InitProducerId v4 \[learner@127\.0\.0\.1:\d+\] transactional_id=tx-1 transaction_timeout_ms=60000",
-             rf"^\u2022 txn tx-1: Empty \u2192 Empty: InitProducerId \(producer {pid}, epoch 0\), partitions \[\], "
-             r"stored in meta\.db$",
-             rf"^\u2190 InitProducerId v4 \[learner@[\d.:]+\] error_code=NONE producer_id={pid} producer_epoch=0$",
+             rf"^\u2192 InitProducerId v4 \[learner@127\.0\.0\.1:\d+\] \(tx-1 \u2192 {state}\) transactional_id=tx-1 "
+             r"transaction_timeout_ms=60000",
+             rf"^\u2022 txn tx-1: Empty \u2192 Empty: InitProducerId \(producer {pid}, epoch 0\), partitions \[\]{kafka}",
+             rf"^\u2190 InitProducerId v4 \[learner@[\d.:]+\] \(tx-1 \u2192 {state}\) error_code=NONE producer_id={pid} "
+             r"producer_epoch=0$",
              r"^\u2192 AddPartitionsToTxn v3 .* topics=\[\{name=orders partitions=\[0, 1\]\}\]",
              r"^\u2022 txn tx-1: Empty \u2192 Ongoing: AddPartitionsToTxn .*partitions \[orders-0, orders-1\]",
              rf"^\u2192 Produce v9 .*transactional_id=tx-1 .*index=0 records=\[0-1 pid {pid}/0 seq 0 txn\]",
              r"^\u2022 orders-0: HW 0 \u2192 2, LSO 0 \(held back by an open transaction\), durable$",
              r"^\u2190 Produce v9 .*index=0 base_offset=0",
-             r"^\u2192 TxnOffsetCommit v3 .*group_id=g .*committed_offset=7",
+             rf"^\u2022 txn tx-1: Ongoing \u2192 Ongoing: AddOffsetsToTxn .*partitions \[{offsets}, orders-0, orders-1\]"
+             + kafka,
+             rf"^\u2192 TxnOffsetCommit v3 \[learner@[\d.:]+\] \(tx-1 \u2192 {state}, g \u2192 {offsets}\) .*group_id=g "
+             r".*committed_offset=7",
              r"^\u2192 EndTxn v3 .*committed=True",
-             r"^\u2022 txn tx-1: Ongoing \u2192 PrepareCommit: EndTxn \(commit\)",
+             rf"^\u2022 txn tx-1: Ongoing \u2192 PrepareCommit: EndTxn \(commit\).*partitions \[{offsets}, orders-0, "
+             r"orders-1\]" + kafka,
              rf"^\u2022 txn tx-1: COMMIT marker at orders-0 offset 2 \(producer {pid}, epoch 0\) appended$",
              r"^\u2022 orders-0: HW 2 \u2192 3, LSO 0 \u2192 3, durable$",
+             rf"^\u2022 txn tx-1: COMMIT marker at {offsets} \(producer {pid}, epoch 0\) publishes g's offsets in Kafka; "
+             r"doze writes none: g's staged offsets became its committed offsets in meta\.db",
              r"^\u2022 txn tx-1: PrepareCommit \u2192 CompleteCommit: markers durable",
              r"^\u2190 EndTxn v3 .* error_code=NONE$",
              r"^\u2022 txn tx-1: ABORT marker at orders-0 offset 4",
