@@ -6105,11 +6105,16 @@ def verify_producer(ctx, tp, h, transactional_id):
     id). A transactional batch's transaction must not be decided, and
     (KIP-890 part 1) the coordinator is asked whether the partition is in
     it, unless the partition has it open already; the partition is noted
-    transactional in meta.db before the batch is in the log."""
+    transactional in meta.db before the batch is in the log. With
+    transaction.partition.verification.enable=false nobody asks (Kafka before
+    3.6): a batch to a partition never added opens a transaction there that
+    no marker will close -- a hanging transaction (the demo's lab shows one)."""
     if h.producer_id < 0:
         return None
     state = ctx.producer_states.of(tp)
-    if h.attributes & ATTR_TRANSACTIONAL:
+    if h.attributes & ATTR_TRANSACTIONAL and not ctx.config["transaction.partition.verification.enable"]:
+        ctx.producer_states.mark_transactional([tp])
+    elif h.attributes & ATTR_TRANSACTIONAL:
         ctx.txns.check_not_decided(transactional_id)
         if not state.has_open_txn(h.producer_id, h.producer_epoch):
             state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence)
@@ -9817,6 +9822,15 @@ class Fault:
             and ("transactional_id" not in w or w["transactional_id"] in ids) \
             and ("group" not in w or w["group"] in ids) and ("client_id" not in w or w["client_id"] == client_id)
 
+    def what_it_does(self):
+        """In words, for the trace."""
+        if self.action == "error":
+            return f"answered {ErrorCode(self.value).name} without being handled"
+        return {"close": "the connection closed before it is handled",
+                "hold_ms": f"held {self.value} ms, then handled (a late request)",
+                "delay_ms": f"handled, its answer held {self.value} ms",
+                "drop": "handled, its answer dropped and the connection closed"}[self.action]
+
     def describe(self):
         """The rule as a dict (what Faults.list and the control endpoint show)."""
         value = ErrorCode(self.value).name if self.action == "error" else self.value
@@ -9948,6 +9962,8 @@ class Dispatcher:
         spec, conn = request.spec, request.conn
         log.info("fault %d on %s v%d from %s (%s): %s", fault.id, spec.name, request.version, conn.name,
                  client_id, fault.describe())
+        if self.tracer is not None and request.traced:
+            self.tracer.fault(request.traced, fault)
         if fault.action == "close":
             conn.close(f"fault {fault.id}: closed before {spec.name} was handled")
         elif fault.action == "error":
@@ -11209,7 +11225,9 @@ class ConsoleViews:
                 "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                 "transaction_timeout_ms": meta.timeout_ms, "transaction_start_time_ms": meta.txn_start_ms,
                 "age_ms": age, "last_update_ms": meta.last_update_ms,
-                "partitions": self.viewer.partitions({"topic": t, "partition": p} for t, p in sorted(meta.partitions)),
+                "partitions": self.viewer.partitions({"topic": t, "partition": p} for t, p in sorted(
+                    meta.partitions | {(CONSUMER_OFFSETS, offsets_partition(self.broker.config, g))
+                                       for g in meta.groups})),     # as Kafka lists them (AddOffsetsToTxn)
                 "groups": [g for g in sorted(meta.groups) if self.viewer.group(g)],
                 "pending_offsets": len(self.viewer.offsets(offset_rows(meta.offsets))),
                 "hanging": age is not None and meta.state == TxnState.ONGOING and age > meta.timeout_ms}
@@ -12509,6 +12527,12 @@ class Tracer:
                                                   if f.in_version(version)):
             text = "error_code=NONE " + text if text != "(no error)" else "error_code=NONE"
         self.emit("\u2190", f"{name} v{version} [{who} {text}")
+
+    @guarded
+    def fault(self, traced, fault):
+        """A test's fault on a traced request."""
+        name, version, who = traced
+        self.emit("\u2022", f"{name} v{version} [{who} fault {fault.id} (a test's): {fault.what_it_does()}")
 
     def on_event(self, e):
         """A journal event, between the requests: what the broker itself did."""
@@ -13854,6 +13878,16 @@ class DemoClient(Client):
     """The demo's client: Client, with the verbs its steps use."""
 
     # --- the verbs the steps use ---
+    def find_coordinator(self, key, key_type):
+        """FindCoordinator, asked again (as clients do) while the answer is
+        COORDINATOR_NOT_AVAILABLE -> (the answer, how many times it was asked)."""
+        for asked in range(1, 50):
+            found = self.call(ApiKey.FIND_COORDINATOR, 4, key_type=key_type, coordinator_keys=[key]).coordinators[0]
+            if found.error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                break
+            time.sleep(0.02)
+        return found, asked
+
     def init(self, transactional_id, timeout_ms=60000):
         return self.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
                          transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1)
@@ -13876,6 +13910,18 @@ class DemoClient(Client):
         return self.call(ApiKey.END_TXN, 3, transactional_id=transactional_id, producer_id=pid,
                          producer_epoch=epoch, committed=commit).error_code
 
+    def describe(self, transactional_id):
+        """DescribeTransactions, as `kafka-transactions describe` sends it -> (state, ["topic-p", ...])."""
+        t = self.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id]).transaction_states[0]
+        return t.transaction_state, [f"{x.topic}-{p}" for x in t.topics for p in x.partitions]
+
+    def set_broker_config(self, name, value):
+        """IncrementalAlterConfigs on the cluster's default (kafka-configs --entity-default); None deletes."""
+        r = self.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=RESOURCE_BROKER, resource_name="", configs=[
+                Msg(name=name, config_operation=1 if value is None else 0, value=value)])])
+        return r.responses[0].error_code
+
     def fetch(self, topic, partition, offset, read_committed):
         r = self.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
                       isolation_level=int(read_committed), topics=[Msg(topic=topic, partitions=[
@@ -13893,6 +13939,12 @@ class DemoClient(Client):
 
 DEMO_TOPIC = "demo-orders"
 DEMO_TIMEOUT_MS = 2000        # step 7's: long enough that a slow machine still sees the LSO held
+DEMO_MARKER_DELAY_MS = 500    # step 9's: the markers' trip in Kafka's timing, made long enough to see
+DEMO_HOLD_MS = 600            # step 12's: how late the late EndTxn is
+DEMO_LAB_FIRST = 10
+DEMO_LAB = ("\n--- The lab: what goes wrong, and what Kafka does about it ---\n"
+            "Steps 10 to 12 break things on purpose: a zombie, a hanging transaction, a late EndTxn.")
+DEMO_IDS = "demo,demo-new-instance,demo-abandoned,demo-tx,demo-buggy,demo-late,demo-late-retry"
 
 
 def demo_values(values, aborted=()):
@@ -13941,6 +13993,7 @@ class Demo:
         self.data_dir, self.say, self.pause, self.settings = data_dir, say, pause, settings
         self.console_default = console_default    # the console's address unless a setting names one
         self.disk = DemoDisk()
+        self.faults = Faults()                    # the lab's late EndTxn (a held request)
         self.broker = self.start()
         self.connect()
 
@@ -13952,7 +14005,7 @@ class Demo:
         config = Config(self.settings, data_dir=self.data_dir, host="127.0.0.1", port=0)
         if self.console_default:
             config.set_default("doze.console.listener", self.console_default)
-        broker = Broker(config, files=self.disk)
+        broker = Broker(config, files=self.disk, faults=self.faults)
         broker.serve_in_thread("doze-demo")
         return broker
 
@@ -13961,6 +14014,19 @@ class Demo:
         self.watch.close()
         self.broker.stop(clean)
         self.broker.thread.join(10)
+
+    def restart(self, clean=True, **settings):
+        """Stop the broker and start it again on the same data, with `settings` changed;
+        the console comes back on the same address, the disk healthy again."""
+        console = self.broker.console
+        self.stop(clean)
+        self.disk.refuse(None)
+        if console is not None:
+            self.settings["doze.console.listener"] = console.address
+            self.console_default = None
+        self.settings.update(settings)
+        self.broker = self.start()
+        self.connect()
 
     def step(self, number, title, text):
         self.say(f"\n=== Step {number}: {title} ===\n{text}")
@@ -13971,10 +14037,12 @@ class Demo:
     def run(self):
         results = []
         steps = [self.init_producer, self.idempotence, self.transaction, self.commit, self.abort, self.fencing,
-                 self.timeout, self.crash]
+                 self.timeout, self.crash, self.kafka_timing, self.zombie, self.hanging, self.late_end_txn]
         self.c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name=DEMO_TOPIC, num_partitions=2, replication_factor=-1,
                                                          configs=[])], timeout_ms=5000, validate_only=False)
         for number, step in enumerate(steps, 1):
+            if number == DEMO_LAB_FIRST:
+                self.say(DEMO_LAB)
             results.append(step(number))
             if number < len(steps):
                 self.pause()
@@ -14001,18 +14069,36 @@ class Demo:
             time.sleep(0.05)
         return state
 
+    def read_committed(self, partition, client=None):
+        """What a read_committed consumer of the partition keeps, and the Fetch's answer."""
+        part, values = (client or self.c).fetch(DEMO_TOPIC, partition, 0, read_committed=True)
+        return demo_values(values, part.aborted_transactions or []), part
+
     # --- the steps ---
     def init_producer(self, n):
-        self.step(n, "InitProducerId: a producer id and an epoch",
-                  "A transactional producer first finds its transaction coordinator and asks it for a\n"
-                  "producer id and epoch for its transactional.id (KIP-98; Kafka's TransactionCoordinator\n"
-                  ".handleInitProducerId). Sent: InitProducerId transactional_id=demo-tx.")
+        self.step(n, "FindCoordinator and InitProducerId: the coordinator, a producer id and an epoch",
+                  "A transactional producer first finds its transaction coordinator. Kafka hashes the\n"
+                  "transactional.id onto one of __transaction_state's partitions (Utils.abs(id.hashCode()) %\n"
+                  "transaction.state.log.num.partitions, 50 by default: Kafka's TransactionStateManager\n"
+                  ".partitionFor), and that partition's leader is the coordinator: it keeps the id's state as\n"
+                  "records appended to that partition. Then the producer asks it for a producer id and epoch\n"
+                  "(KIP-98; TransactionCoordinator.handleInitProducerId). Sent: FindCoordinator key_type=1\n"
+                  "demo-tx, then InitProducerId transactional_id=demo-tx.")
+        found, asked = self.c.find_coordinator("demo-tx", COORDINATOR_TRANSACTION)
+        state_partition = transaction_state_partition(self.broker.config, "demo-tx")
         r = self.c.init("demo-tx")
         self.pid, self.epoch = r.producer_id, r.producer_epoch
-        self.explain(f"Answer: {ErrorCode(r.error_code).name}, producer id {self.pid}, epoch {self.epoch}. The id's "
-                     f"state (Empty) reached meta.db before the answer.\n   The same transactional.id asked again "
-                     f"gets the same producer id and the next epoch: that is how a zombie is fenced (step 6).")
-        return {"error": r.error_code, "producer_id": self.pid, "producer_epoch": self.epoch}
+        self.explain(f"FindCoordinator: " + ("COORDINATOR_NOT_AVAILABLE first (Kafka makes __transaction_state on "
+                                             "the first FindCoordinator that needs it; the client asks again), "
+                                             "then " if asked > 1 else "") +
+                     f"node {found.node_id}. demo-tx maps to __transaction_state-{state_partition}"
+                     f", whose leader is that node\n   (doze is one broker: it leads every partition, and its meta.db "
+                     f"stands in for the topic: each • txn line says what Kafka appends and where).\n"
+                     f"   InitProducerId: {ErrorCode(r.error_code).name}, producer id {self.pid}, epoch {self.epoch}. "
+                     f"The id's state (Empty) was stored before the answer.\n   The same transactional.id asked "
+                     f"again gets the same producer id and the next epoch: that is how a zombie is fenced (step 6).")
+        return {"error": r.error_code, "producer_id": self.pid, "producer_epoch": self.epoch,
+                "coordinator": found.node_id, "asked": asked, "state_partition": state_partition}
 
     def idempotence(self, n):
         self.step(n, "Idempotence: a resent batch is not written twice",
@@ -14034,26 +14120,32 @@ class Demo:
     def transaction(self, n):
         self.step(n, "A transaction over two partitions, with a consumer's offsets",
                   "AddPartitionsToTxn names the partitions before the first write to each (the coordinator\n"
-                  "stores them: Ongoing); Produce writes transactional batches; AddOffsetsToTxn and\n"
-                  "TxnOffsetCommit stage a consumer group's offsets to commit with it (KIP-98, KIP-447).")
+                  "stores them: Ongoing); Produce writes transactional batches. To commit a consumer group's\n"
+                  "offsets with them (KIP-98, KIP-447), AddOffsetsToTxn adds the group's own partition of\n"
+                  "__consumer_offsets to the transaction (found as FindCoordinator finds the group's\n"
+                  "coordinator: the group id hashed onto __consumer_offsets), and TxnOffsetCommit, sent to\n"
+                  "that group coordinator, stages the offsets there: invisible until the transaction's\n"
+                  "COMMIT marker reaches that partition too.")
         added = self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
         a = self.c.produce(DEMO_TOPIC, 0, [b"t1-a"], self.pid, self.epoch, 0, "demo-tx")
         b = self.c.produce(DEMO_TOPIC, 1, [b"t1-b"], self.pid, self.epoch, 0, "demo-tx")
         offsets = self.c.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="demo-tx", producer_id=self.pid,
                               producer_epoch=self.epoch, group_id="demo-group").error_code
+        self.c.find_coordinator("demo-group", COORDINATOR_GROUP)    # __consumer_offsets is made now
         staged = self.c.call(ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id="demo-tx", group_id="demo-group",
                              producer_id=self.pid, producer_epoch=self.epoch, generation_id=-1, member_id="",
                              topics=[Msg(name=DEMO_TOPIC, partitions=[Msg(partition_index=0, committed_offset=1,
                                                                           committed_metadata="")])])
-        self.first_txn_offset = a.base_offset
+        state, partitions = self.c.describe("demo-tx")
         _, uncommitted = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
         part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
         seen_u, seen_c, group_offset = demo_values(uncommitted), demo_values(committed), self.committed_offset()
         self.explain(f"Written at {DEMO_TOPIC}-0 offset {a.base_offset} and {DEMO_TOPIC}-1 offset {b.base_offset}. "
-                     f"read_uncommitted sees {seen_u};\n   read_committed sees {seen_c}: it stops at the last stable "
+                     f"DescribeTransactions (kafka-transactions describe) lists {state} over {partitions}.\n"
+                     f"   read_uncommitted sees {seen_u}; read_committed sees {seen_c}: it stops at the last stable "
                      f"offset, {part.last_stable_offset} (high watermark {part.high_watermark}): the first offset of "
                      f"the open transaction.\n   The group's committed offset is still {group_offset}.")
-        return {"added": added, "offsets_error": offsets,
+        return {"added": added, "offsets_error": offsets, "described": partitions,
                 "staged_error": staged.topics[0].partitions[0].error_code, "uncommitted": seen_u,
                 "committed": seen_c, "lso": part.last_stable_offset, "hw": part.high_watermark,
                 "group_offset": group_offset}
@@ -14061,15 +14153,17 @@ class Demo:
     def commit(self, n):
         self.step(n, "Commit: the decision, the markers, the LSO",
                   "EndTxn(commit): the coordinator stores PrepareCommit (the decision: from here the commit\n"
-                  "happens, whatever fails), writes a COMMIT marker into each partition, then stores\n"
-                  "CompleteCommit. Kafka answers EndTxn once PrepareCommit is stored; doze answers once the\n"
-                  "markers are durable, so what a reader sees right after agrees with the answer.")
+                  "happens, whatever fails), writes a COMMIT marker into each partition of the transaction\n"
+                  "(the group's __consumer_offsets partition too: that marker is what publishes the staged\n"
+                  "offsets), then stores CompleteCommit. Kafka answers EndTxn once PrepareCommit is stored;\n"
+                  "doze answers once the markers are durable (step 9 shows Kafka's way).")
         code = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
-        part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
-        seen, group_offset = demo_values(committed), self.committed_offset()
+        seen, part = self.read_committed(0)
+        group_offset = self.committed_offset()
         self.explain(f"EndTxn: {ErrorCode(code).name}. read_committed now sees {seen}; LSO {part.last_stable_offset}"
                      f" = high watermark {part.high_watermark} (the marker took offset "
-                     f"{part.high_watermark - 1}).\n   The group's committed offset: {group_offset}.")
+                     f"{part.high_watermark - 1}).\n   The group's committed offset: {group_offset}. doze keeps "
+                     f"offsets in meta.db: the marker on __consumer_offsets is a stand-in there (its • line says so).")
         return {"error": code, "committed": seen, "lso": part.last_stable_offset, "hw": part.high_watermark,
                 "group_offset": group_offset, "state": self.state_of("demo-tx")}
 
@@ -14081,22 +14175,22 @@ class Demo:
         self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0))
         dropped = self.c.produce(DEMO_TOPIC, 0, [b"t2-dropped"], self.pid, self.epoch, 1, "demo-tx")
         code = self.c.end("demo-tx", self.pid, self.epoch, commit=False)
-        part, committed = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=True)
+        committed, part = self.read_committed(0)
         _, uncommitted = self.c.fetch(DEMO_TOPIC, 0, 0, read_committed=False)
         aborted = [(a.producer_id, a.first_offset) for a in part.aborted_transactions or []]
         self.explain(f"EndTxn: {ErrorCode(code).name}. The Fetch lists aborted transactions {aborted}; a "
-                     f"read_committed consumer keeps {demo_values(committed, part.aborted_transactions or [])},\n"
+                     f"read_committed consumer keeps {committed},\n"
                      f"   a read_uncommitted one gets {demo_values(uncommitted)}.")
         return {"error": code, "dropped_offset": dropped.base_offset, "aborted": aborted,
-                "committed": demo_values(committed, part.aborted_transactions or []),
-                "uncommitted": demo_values(uncommitted)}
+                "committed": committed, "uncommitted": demo_values(uncommitted)}
 
     def fencing(self, n):
         self.step(n, "Fencing: a second producer with the same transactional.id",
                   "A new instance (after a restart, or a zombie's replacement) sends InitProducerId with the\n"
                   "same transactional.id: the epoch goes up, and the coordinator refuses the old epoch from\n"
                   "then on (PRODUCER_FENCED; a partition refuses a batch of an old epoch:\n"
-                  "INVALID_PRODUCER_EPOCH). An open transaction of the old one would be aborted first.")
+                  "INVALID_PRODUCER_EPOCH). An open transaction of the old one would be aborted first\n"
+                  "(step 10).")
         self.c2 = c2 = DemoClient(self.broker.port, "demo-new-instance")
         r = c2.init("demo-tx")
         c2.add_partitions("demo-tx", r.producer_id, r.producer_epoch, (DEMO_TOPIC, 1))
@@ -14128,21 +14222,21 @@ class Demo:
         held = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)[0].last_stable_offset
         state = self.until_state("demo-abandoned", ("CompleteAbort",))
         late = c3.end("demo-abandoned", r.producer_id, r.producer_epoch, commit=True)
-        part, committed = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)
+        committed, part = self.read_committed(1)
         c3.close()
         self.explain(f"While open, {DEMO_TOPIC}-1's LSO was held at {held}; after the timeout the state is {state}, "
                      f"the LSO {part.last_stable_offset} (HW {part.high_watermark}),\n   and the producer's late "
-                     f"EndTxn(commit) gets {ErrorCode(late).name}. read_committed keeps "
-                     f"{demo_values(committed, part.aborted_transactions or [])}.")
+                     f"EndTxn(commit) gets {ErrorCode(late).name}. read_committed keeps {committed}.")
         return {"held_lso": held, "state": state, "late_end": late, "lso": part.last_stable_offset,
-                "hw": part.high_watermark, "committed": demo_values(committed, part.aborted_transactions or [])}
+                "hw": part.high_watermark, "committed": committed}
 
     def crash(self, n):
         self.step(n, "A crash between the decision and the markers",
-                  "The decision is what makes a commit happen: once PrepareCommit is in meta.db, a broker\n"
-                  "that dies before all its markers are written carries the commit out when it starts again\n"
-                  "(Kafka's TransactionStateManager loads it; doze's TransactionCoordinator.load). Here the\n"
-                  "disk refuses the write of one marker, and the broker dies right after.")
+                  "The decision is what makes a commit happen: once PrepareCommit is stored (Kafka: in\n"
+                  "__transaction_state; doze: meta.db), a broker that dies before all its markers are\n"
+                  "written carries the commit out when it starts again (Kafka's TransactionStateManager\n"
+                  "loads it; doze's TransactionCoordinator.load). Here the disk refuses the write of one\n"
+                  "marker, and the broker dies right after.")
         c2, pid, epoch = self.c2, self.pid, self.epoch
         c2.add_partitions("demo-tx", pid, epoch, (DEMO_TOPIC, 0), (DEMO_TOPIC, 1))
         a = c2.produce(DEMO_TOPIC, 0, [b"t4-a"], pid, epoch, 0, "demo-tx")     # a new epoch numbers from 0
@@ -14153,14 +14247,15 @@ class Demo:
         deadline = time.monotonic() + 10                  # until demo-orders-0's marker is durable
         while self.watch_hw(0) < a.base_offset + 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        self.stop(clean=False)                        # as kill -9: no final fsync, no clean close
+        self.explain(f"The broker dies now, as under kill -9 (no final fsync, no clean close): demo-tx is {before}, "
+                     f"{DEMO_TOPIC}-0 has its COMMIT marker,\n   {DEMO_TOPIC}-1 none, and the producer never got "
+                     f"its answer.")
         c2.close()
-        self.disk.refuse(None)
-        self.broker = self.start()
-        self.connect()
+        self.restart(clean=False)
         after = self.until_state("demo-tx", ("CompleteCommit",))
-        part, committed = self.c.fetch(DEMO_TOPIC, 1, 0, read_committed=True)
-        seen = demo_values(committed, part.aborted_transactions or [])
+        self.explain("The broker is back on the same data: it read meta.db (the first • line above: demo-tx in "
+                     "PrepareCommit) and wrote every partition's marker again.")
+        seen, _ = self.read_committed(1)
         commits = sum(1 for line in batches_text(self.c.fetch(DEMO_TOPIC, 0, 6, False)[0].records).split(", ")
                       if "COMMIT" in line)
         self.explain(f"When it died the transaction was {before}; after the restart it is {after}, and "
@@ -14170,49 +14265,191 @@ class Demo:
                      f"(Kafka's coordinator does the same after a failover).")
         return {"before": before, "after": after, "committed_1": seen, "commit_markers_0": commits}
 
+    def kafka_timing(self, n):
+        self.step(n, "Kafka's timing: \"committed\", and a consumer that does not see it yet",
+                  "Kafka answers EndTxn once PrepareCommit is stored, and sends the markers afterwards\n"
+                  "(WriteTxnMarkers to each partition's leader). Until a partition has its marker, its LSO\n"
+                  "stays at the transaction's first offset: a read_committed consumer waits, though the\n"
+                  "producer was told \"committed\". The broker restarts with doze.transaction.answer.after=\n"
+                  f"decision and doze.transaction.markers.delay.ms={DEMO_MARKER_DELAY_MS} (the markers' trip, "
+                  "made long enough to see).\ndoze's default answers after the markers: what the producer is "
+                  "told, a reader then sees.")
+        self.restart(**{"doze.transaction.answer.after": "decision",
+                        "doze.transaction.markers.delay.ms": DEMO_MARKER_DELAY_MS})
+        self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 0))
+        self.c.produce(DEMO_TOPIC, 0, [b"t6-told-committed"], self.pid, self.epoch, 1, "demo-tx")
+        told = time.monotonic()
+        code = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
+        at_once, part = self.read_committed(0)
+        while "t6-told-committed" not in self.read_committed(0, self.watch)[0] and time.monotonic() - told < 10:
+            time.sleep(0.02)                      # polled untraced; then once more, traced
+        seen, _ = self.read_committed(0)
+        self.explain(f"EndTxn: {ErrorCode(code).name} at once. A read_committed Fetch right after: LSO "
+                     f"{part.last_stable_offset}, HW {part.high_watermark}: 't6-told-committed' "
+                     f"{'not there' if 't6-told-committed' not in at_once else 'there'};\n   it was there about "
+                     f"{DEMO_MARKER_DELAY_MS} ms later, once the marker landed. The broker goes back to doze's way.")
+        self.restart(**{"doze.transaction.answer.after": "markers", "doze.transaction.markers.delay.ms": 0})
+        return {"error": code, "seen_at_once": "t6-told-committed" in at_once, "seen_later": "t6-told-committed" in seen,
+                "lso_at_once": part.last_stable_offset, "hw_at_once": part.high_watermark}
+
+    def zombie(self, n):
+        self.step(n, "A zombie fenced in the middle of its transaction",
+                  "A producer stalls (a long GC pause, a network partition) with a transaction open; its\n"
+                  "replacement starts with the same transactional.id. InitProducerId aborts the open\n"
+                  "transaction (PrepareAbort with the epoch raised: the ABORT markers fence the zombie on\n"
+                  "every partition it wrote) and gives the new instance the epoch after that (Kafka's\n"
+                  "TransactionCoordinator: epoch + 2 in all). Kafka answers CONCURRENT_TRANSACTIONS until\n"
+                  "the abort is done and the client retries; doze finishes the abort before answering.")
+        self.c.add_partitions("demo-tx", self.pid, self.epoch, (DEMO_TOPIC, 1))
+        open_ = self.c.produce(DEMO_TOPIC, 1, [b"t7-zombie"], self.pid, self.epoch, 2, "demo-tx")
+        replacement = DemoClient(self.broker.port, "demo-new-instance")
+        r = replacement.init("demo-tx")
+        late = self.c.produce(DEMO_TOPIC, 1, [b"t7-zombie-late"], self.pid, self.epoch, 3, "demo-tx")
+        end = self.c.end("demo-tx", self.pid, self.epoch, commit=True)
+        committed, part = self.read_committed(1)
+        replacement.close()
+        self.explain(f"The zombie (epoch {self.epoch}) wrote 't7-zombie' at {DEMO_TOPIC}-1 offset "
+                     f"{open_.base_offset}; the replacement got epoch {r.producer_epoch}. The zombie's next Produce: "
+                     f"{ErrorCode(late.error_code).name}, its EndTxn: {ErrorCode(end).name}.\n   read_committed on "
+                     f"{DEMO_TOPIC}-1 keeps {committed}: the zombie's record was aborted.")
+        old, self.epoch = self.epoch, r.producer_epoch
+        return {"old_epoch": old, "new_epoch": r.producer_epoch, "zombie_produce": late.error_code,
+                "zombie_end": end, "committed": committed}
+
+    def hanging(self, n):
+        self.step(n, "A hanging transaction, found and aborted as kafka-transactions does it",
+                  "Before KIP-890 (Kafka 3.6) a partition took a transactional batch without asking the\n"
+                  "coordinator; a client bug (or a late retry) could write to a partition never added to the\n"
+                  "transaction. No marker ever reaches it: its LSO stays there and read_committed consumers\n"
+                  "stall. Here verification is turned off (as `kafka-configs --alter --entity-type brokers\n"
+                  "--entity-default --add-config transaction.partition.verification.enable=false` does) and a\n"
+                  f"producer writes to {DEMO_TOPIC}-0 without AddPartitionsToTxn. Then what `kafka-transactions\n"
+                  "find-hanging` and `kafka-transactions abort` send: DescribeProducers (an open transaction\n"
+                  "on the partition), ListTransactions and DescribeTransactions (its coordinator knows no such\n"
+                  "partition), WriteTxnMarkers (an ABORT marker written by hand).")
+        self.c.set_broker_config("transaction.partition.verification.enable", "false")
+        buggy = DemoClient(self.broker.port, "demo-buggy")
+        r = buggy.init("demo-buggy")
+        buggy.add_partitions("demo-buggy", r.producer_id, r.producer_epoch, (DEMO_TOPIC, 1))
+        stray = buggy.produce(DEMO_TOPIC, 0, [b"t8-stray"], r.producer_id, r.producer_epoch, 0, "demo-buggy")
+        buggy.produce(DEMO_TOPIC, 1, [b"t8-b"], r.producer_id, r.producer_epoch, 0, "demo-buggy")
+        end = buggy.end("demo-buggy", r.producer_id, r.producer_epoch, commit=True)
+        _, stuck = self.read_committed(0)
+        producers = self.c.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=[Msg(name=DEMO_TOPIC, partition_indexes=[0])])
+        hung = next(p for p in producers.topics[0].partitions[0].active_producers if p.producer_id == r.producer_id)
+        listed = self.c.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[r.producer_id],
+                             duration_filter=-1).transaction_states
+        state, partitions = self.c.describe("demo-buggy")
+        abort = self.c.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+            producer_id=hung.producer_id, producer_epoch=hung.producer_epoch, transaction_result=False,
+            coordinator_epoch=hung.coordinator_epoch, topics=[Msg(name=DEMO_TOPIC, partition_indexes=[0])])])
+        _, freed = self.read_committed(0)
+        self.c.set_broker_config("transaction.partition.verification.enable", None)
+        buggy.close()
+        self.explain(f"The stray batch went to {DEMO_TOPIC}-0 offset {stray.base_offset}; the commit "
+                     f"({ErrorCode(end).name}) wrote markers only where the coordinator knew: {DEMO_TOPIC}-0's LSO "
+                     f"stayed at {stuck.last_stable_offset} (HW {stuck.high_watermark}).\n   DescribeProducers: "
+                     f"producer {hung.producer_id} has a transaction open since offset {hung.current_txn_start_offset}"
+                     f"; ListTransactions names {[t.transactional_id for t in listed]}, DescribeTransactions says "
+                     f"{state} over {partitions}: it hangs.\n   WriteTxnMarkers(abort): "
+                     f"{ErrorCode(abort.markers[0].topics[0].partitions[0].error_code).name}; the LSO is "
+                     f"{freed.last_stable_offset} again. Verification is back on (Kafka's default).")
+        return {"stray_offset": stray.base_offset, "stuck_lso": stuck.last_stable_offset,
+                "open_since": hung.current_txn_start_offset, "state": state, "partitions": partitions,
+                "abort": abort.markers[0].topics[0].partitions[0].error_code, "freed_lso": freed.last_stable_offset,
+                "freed_hw": freed.high_watermark}
+
+    def late_end_txn(self, n):
+        self.step(n, "A late EndTxn commits the next transaction (KAFKA-17754)",
+                  "In the classic protocol a producer keeps its epoch from one transaction to the next. Its\n"
+                  "EndTxn(commit) is delayed in the network; the client gives up waiting and sends it again on\n"
+                  "a new connection, which commits; the application begins its next transaction. Then the first\n"
+                  "EndTxn arrives: same producer id, same epoch, commit, and a transaction Ongoing, so the\n"
+                  "coordinator commits the next transaction halfway through (Jepsen found it in 2024).\n"
+                  f"Transaction version 2 (KIP-890 part 2) closes it: a new epoch every transaction. The held\n"
+                  f"request is doze's test fault: add(\"EndTxn\", hold_ms={DEMO_HOLD_MS}, client_id=\"demo-late\").")
+        first, retry = DemoClient(self.broker.port, "demo-late"), DemoClient(self.broker.port, "demo-late-retry")
+        r = first.init("demo-late")
+        pid, epoch = r.producer_id, r.producer_epoch
+        first.add_partitions("demo-late", pid, epoch, (DEMO_TOPIC, 0))
+        first.produce(DEMO_TOPIC, 0, [b"t9-first"], pid, epoch, 0, "demo-late")
+        self.faults.add("EndTxn", hold_ms=DEMO_HOLD_MS, times=1, client_id="demo-late")
+        first.send(ApiKey.END_TXN, 3, transactional_id="demo-late", producer_id=pid, producer_epoch=epoch,
+                   committed=True)
+        retried = retry.end("demo-late", pid, epoch, commit=True)
+        retry.add_partitions("demo-late", pid, epoch, (DEMO_TOPIC, 0))
+        retry.produce(DEMO_TOPIC, 0, [b"t10-half"], pid, epoch, 1, "demo-late")
+        late = first.receive(ApiKey.END_TXN, 3)[1].error_code
+        rest = retry.produce(DEMO_TOPIC, 0, [b"t10-rest"], pid, epoch, 2, "demo-late")
+        final = retry.end("demo-late", pid, epoch, commit=True)
+        committed, part = self.read_committed(0)
+        first.close()
+        retry.close()
+        self.explain(f"The retry's EndTxn: {ErrorCode(retried).name}. The next transaction wrote 't10-half'; then "
+                     f"the late EndTxn got {ErrorCode(late).name}: it committed that transaction.\n   Its next write, "
+                     f"'t10-rest': {ErrorCode(rest.error_code).name}; its own EndTxn(commit): {ErrorCode(final).name}. "
+                     f"read_committed on {DEMO_TOPIC}-0 ends with {committed[-2:]}: half a transaction, committed.\n"
+                     f"   Kafka 4.3.1 with transaction.version=1 answers the same requests the same way "
+                     f"(conformance/recordings/late-endtxn-next-txn.json).")
+        return {"retried": retried, "late": late, "rest": rest.error_code, "final": final, "committed": committed,
+                "lso": part.last_stable_offset, "hw": part.high_watermark}
+
 
 class _Say(logging.Handler):
-    """The trace's lines, to the demo's say(), indented under its story."""
+    """The trace's lines, to the demo's say(), indented under its story; and
+    the broker's warnings and errors among them, timed as the trace is."""
 
-    def __init__(self, say):
+    def __init__(self, say, clock):
         super().__init__()
-        self.say = say
+        self.say, self.clock = say, clock
 
     def emit(self, record):
-        self.say("      " + record.getMessage())
+        if record.name == trace_log.name:
+            self.say("      " + record.getMessage())
+            return
+        now = datetime.datetime.fromtimestamp(self.clock()).strftime("%H:%M:%S.%f")[:-3]
+        self.say(f"      {now} ! {record.levelname.lower()}: {record.getMessage()}")
 
 
-def demo(say=print, pause=None, data_dir=None, console=None, trace=True, console_given=True):
+def demo(say=print, pause=None, data_dir=None, console=None, trace=True, console_given=True, end=None):
     """Run the demo's steps on a broker of its own (in a temporary directory
     unless given) -> each step's outcome. say(text) tells the story (and,
-    with trace, the trace's lines between); pause() runs between steps;
+    with trace, the trace's lines and the broker's warnings between); pause()
+    runs between steps, end() after the last, before the broker stops;
     console: HOST:PORT to serve the console on (None: none), there or not at
     all when console_given, else moved to a free port when taken (as the
     broker's command line does with its default)."""
     tmp = None
     if data_dir is None:
         tmp = data_dir = tempfile.mkdtemp(prefix="doze-demo-")
-    settings = {"doze.trace": "all" if trace else "",
-                "doze.trace.ids": "demo,demo-new-instance,demo-abandoned,demo-tx"}
+    settings = {"doze.trace": "all" if trace else "", "doze.trace.ids": DEMO_IDS}
     if console_given or not console:
         settings["doze.console.listener"] = console or ""
-    handler, propagate, level = _Say(say), trace_log.propagate, trace_log.level
+    handler = _Say(say, time.time)
+    saved = [(logger, logger.propagate, logger.level) for logger in (trace_log, log)]
     if trace:
-        trace_log.addHandler(handler)
-        trace_log.propagate = False
-        trace_log.setLevel(logging.INFO)
+        for logger, level in ((trace_log, logging.INFO), (log, logging.WARNING)):
+            logger.addHandler(handler)
+            logger.propagate = False
+            logger.setLevel(level)
     try:
         d = Demo(data_dir, say, pause or (lambda: None), settings, None if console_given else console)
         try:
             if d.broker.console is not None:
                 say(f"The console: {d.broker.console.url} (open it: each step shows there as it happens)")
-            return d.run()
+            results = d.run()
+            if end is not None:
+                say("\nThe steps are done. The broker stays up until Enter" + (
+                    f", and its console: {d.broker.console.url}" if d.broker.console is not None else "") + ".")
+                end()
+            return results
         finally:
             d.stop()
     finally:
-        trace_log.removeHandler(handler)
-        trace_log.propagate = propagate
-        trace_log.setLevel(level)
+        for logger, propagate, level in saved:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+            logger.setLevel(level)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -14229,14 +14466,16 @@ def walkthrough(said):
     for text in said:
         if text.startswith("      "):
             line = re.sub(r"^\d\d:\d\d:\d\d\.\d{3} ", "", text.strip())
+            line = re.sub(r"host=127\.0\.0\.1 port=\d+", "host=127.0.0.1 port=9092", line)   # ports as the CLI's
+            line = re.sub(r"=1\d{12}\b", "=<time ms>", line)                      # wall-clock times
             out.append(("" if code else "\n") + "    " + re.sub(r"@127\.0\.0\.1:\d+\]", "]", line))
             code = True
             continue
         code = False
-        if text.startswith("\n=== Step "):
+        if text.startswith(("\n=== Step ", "\n--- ")):
             head, _, body = text.strip().partition("\n")
-            out.append(f"\n### {head.strip('= ')}\n\n" + " ".join(body.split()))
-        elif text.startswith("   "):
+            out.append(f"\n### {head.strip('=- ')}\n\n" + " ".join(body.split()))
+        elif text.startswith(("   ", "\nThe steps are done")):
             out.append("\n" + " ".join(text.split()))
     return "\n" + "\n".join(out).strip("\n") + "\n\n"          # blank lines around it, for Markdown
 
@@ -14272,7 +14511,7 @@ def demo_main(argv):
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.walkthrough:
         said = []
-        demo(say=said.append)
+        demo(say=said.append, end=lambda: None)
         with open(args.walkthrough) as f:
             text = f.read()
         head, begin, rest = text.partition(WALKTHROUGH_BEGIN)
@@ -14287,6 +14526,7 @@ def demo_main(argv):
         return 0
     try:
         demo(pause=None if args.no_pause else lambda: input("\n(Enter for the next step) "),
+             end=None if args.no_pause else lambda: input("(Enter to end: the broker and its console stop) "),
              console=CONSOLE_CLI_ADDRESS if args.console is None else args.console or None,
              console_given=args.console is not None, trace=not args.no_trace)
     except (OSError, ValueError) as e:

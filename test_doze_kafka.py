@@ -6475,7 +6475,9 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
         ends = [fetch_isolated(c, "orders", p).high_watermark for p in (0, 1)]
         committed = committed_offsets(c, "g1", [("orders", 0)])
     assert during["transaction_state"] == "Ongoing" and during["last_decision"] is None
-    assert during["partitions"] == [{"topic": "orders", "partition": 0}, {"topic": "orders", "partition": 1}]
+    offsets_partition = doze.internal_partition("g1", console.config["offsets.topic.num.partitions"])
+    assert during["partitions"] == [{"topic": "__consumer_offsets", "partition": offsets_partition},  # as Kafka's
+                                    {"topic": "orders", "partition": 0}, {"topic": "orders", "partition": 1}]
     assert during["pending_offsets"] == [{"group": "g1", "topic": "orders", "partition": 0, "offset": 1,
                                           "metadata": ""}]
     assert [(e["from_state"], e["to_state"], e["cause"], e["producer_epoch"]) for e in after["history"]] == [
@@ -6485,7 +6487,6 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert [e["at_ms"] for e in after["history"]] == sorted(e["at_ms"] for e in after["history"])
     last = after["last_decision"]
     assert last["committed"] is True
-    offsets_partition = doze.internal_partition("g1", console.config["offsets.topic.num.partitions"])
     assert last["markers"] == [{"topic": "__consumer_offsets", "partition": offsets_partition, "offset": None},
                                {"topic": "orders", "partition": 0, "offset": ends[0] - 1},
                                {"topic": "orders", "partition": 1, "offset": ends[1] - 1}] \
@@ -7846,12 +7847,16 @@ def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
-    said = []
-    s = doze.demo(say=said.append, data_dir=str(tmp_path / "demo"))
-    init, idem, txn, commit, abort, fence, timeout, crash = s
+    said, ended = [], []
+    s = doze.demo(say=said.append, data_dir=str(tmp_path / "demo"), end=lambda: ended.append(len(said)))
+    init, idem, txn, commit, abort, fence, timeout, crash, timing, zombie, hanging, late = s
     assert init["error"] == 0 and init["producer_epoch"] == 0 and init["producer_id"] >= 0
+    assert init["state_partition"] == doze.internal_partition("demo-tx", 50) and init["coordinator"] == 1
+    assert init["asked"] == 2                              # COORDINATOR_NOT_AVAILABLE while the topic is made
     assert (idem["first_offset"], idem["again_offset"], idem["again_error"], idem["copies"]) == (0, 0, 0, 1)
     assert txn["added"] == [0, 0] and (txn["offsets_error"], txn["staged_error"]) == (0, 0)
+    offsets_partition = f"__consumer_offsets-{doze.internal_partition('demo-group', 50)}"
+    assert txn["described"] == ["demo-orders-0", "demo-orders-1", offsets_partition]     # as Kafka's tool lists it
     assert txn["uncommitted"] == ["once", "t1-a"] and txn["committed"] == ["once"]
     assert (txn["lso"], txn["hw"], txn["group_offset"]) == (1, 2, -1)               # LSO at the open txn's first
     assert commit["error"] == 0 and commit["committed"] == ["once", "t1-a"]
@@ -7866,15 +7871,44 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert (crash["before"], crash["after"]) == ("PrepareCommit", "CompleteCommit")
     assert crash["committed_1"] == ["t1-b", "t5-new", "t4-b"]
     assert crash["commit_markers_0"] == 2
+    # Kafka's timing: told "committed", and a read_committed Fetch right after does not see it yet.
+    assert timing["error"] == 0 and timing["seen_at_once"] is False and timing["seen_later"] is True
+    assert timing["lso_at_once"] == timing["hw_at_once"] - 1
+    assert (zombie["old_epoch"], zombie["new_epoch"]) == (1, 3) and zombie["committed"] == ["t1-b", "t5-new", "t4-b"]
+    assert (zombie["zombie_produce"], zombie["zombie_end"]) == (ErrorCode.INVALID_PRODUCER_EPOCH,
+                                                                ErrorCode.PRODUCER_FENCED)
+    assert hanging["stuck_lso"] == hanging["stray_offset"] == hanging["open_since"]     # held at the stray batch
+    assert (hanging["state"], hanging["partitions"], hanging["abort"]) == ("CompleteCommit", [], 0)
+    assert hanging["freed_lso"] == hanging["freed_hw"] > hanging["stuck_lso"]
+    assert (late["retried"], late["late"], late["rest"], late["final"]) == (0, 0, ErrorCode.INVALID_TXN_STATE, 0)
+    assert late["committed"][-2:] == ["t9-first", "t10-half"] and late["lso"] == late["hw"]
     text = "\n".join(said)
-    assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 9))
-    for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager"):
+    assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 13))
+    for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager",
+                 "KIP-890", "KAFKA-17754"):
         assert rule in text
+    # The coordinator as Kafka finds it, the offsets' partition, the crash and the restart, and the pause.
+    assert re.search(r"\u2192 FindCoordinator v4 \[demo@[\d.:]+\] \(demo-tx \u2192 __transaction_state-\d+\)", text)
+    assert re.search(rf"\u2192 FindCoordinator v4 \[demo@[\d.:]+\] \(demo-group \u2192 {offsets_partition}\)", text)
+    for tid in ("demo-tx", "demo-abandoned", "demo-buggy", "demo-late"):
+        part = f"__transaction_state-{doze.internal_partition(tid, 50)}"
+        assert f"({tid} \u2192 {part})" in text and f"txn {tid}: Empty \u2192 Empty: InitProducerId" in text
+        assert re.search(rf"txn {tid}: .*; Kafka: a record in {part}; doze: a row in meta\.db", text)
+    assert re.search(rf"txn demo-tx: COMMIT marker at {offsets_partition} .* publishes demo-group's offsets", text)
+    assert "! warning: demo-orders-1: a write was refused" in text and "! error: transaction demo-tx:" in text
+    assert "The broker dies now, as under kill -9" in text and "The broker is back on the same data" in text
+    assert re.search(r"txn demo-tx: PrepareCommit \(producer 0, epoch 1\).* read back from meta\.db after a "
+                     r"restart", text)
+    assert re.search(r"EndTxn v3 \[demo-late@[\d.:]+\] .* fault 1 \(a test's\): held 600 ms", text)
+    assert ended == [len(said)] and said[-1].startswith("\nThe steps are done")     # the pause comes last
     # The README's walkthrough is this run's story and trace, word for word.
     readme = open(os.path.join(os.path.dirname(doze.__file__), "README.md")).read()
     written = readme.split(doze.WALKTHROUGH_BEGIN + "\n", 1)[1].split(doze.WALKTHROUGH_END, 1)[0]
     ours = doze.walkthrough(said)
-    assert "\u2192 EndTxn v3 [demo-new-instance] transactional_id=demo-tx producer_id=0 producer_epoch=1 committed=True" in ours
+    assert "\u2192 EndTxn v3 [demo-new-instance] (demo-tx \u2192 __transaction_state-" in ours
+    for kept in ("FindCoordinator", "__consumer_offsets-", "The broker dies now", "read back from meta.db",
+                 "! warning:", "The steps are done"):
+        assert kept in ours, kept
     assert written == ours, "README.md's walkthrough is not the demo's: python3 doze_kafka.py demo --walkthrough README.md"
 
 
@@ -7978,7 +8012,8 @@ def test_cli_demo_runs_without_pauses(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
     assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
-    assert "could not be written (the demo's disk refuses this write)" in r.stderr
+    assert "! error: transaction demo-tx: the COMMIT marker for demo-orders-1 could not be written (the demo's disk " \
+        "refuses this write)" in r.stdout and r.stderr == ""                  # among the trace, where it happened
     assert os.listdir(scratch) == [] and os.listdir(tmp_path) == ["tmp"]   # its broker's directory is gone
 
 
