@@ -3556,6 +3556,34 @@ def test_produce_log_append_time_stamps_the_batch(client):
     assert doze.crc32c(batch[doze.CRC_START:]) == h.crc
 
 
+def test_verification_off_lets_a_partition_never_added_hang_until_write_txn_markers(start_broker):
+    """transaction.partition.verification.enable=false (a dynamic cluster-wide
+    setting, as Kafka's): a transactional batch to a partition never added is
+    taken; the commit's markers miss it and its LSO stays; WriteTxnMarkers (what
+    `kafka-transactions abort` sends) frees it. With verification on, refused."""
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        c.create_topic("orders", 2)
+        t = Txn(c, "tx")
+        t.add(("orders", 1))
+        assert t.produce("orders", 0, [b"stray"]).error_code == ErrorCode.INVALID_TXN_STATE     # verified: refused
+        r = c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[Msg(
+            resource_type=4, resource_name="", configs=[Msg(
+                name="transaction.partition.verification.enable", config_operation=0, value="false")])])
+        assert r.responses[0].error_code == 0
+        assert t.produce("orders", 0, [b"stray"]).error_code == 0
+        assert t.produce("orders", 1, [b"b"]).error_code == 0 and t.end(commit=True) == 0
+        lso = lambda p: fetch_isolated(c, "orders", p).last_stable_offset   # noqa: E731
+        assert (lso(0), lso(1)) == (0, 2)                                   # partition 0 hangs
+        p = c.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=[Msg(name="orders", partition_indexes=[0])])
+        hung = p.topics[0].partitions[0].active_producers[0]
+        assert (hung.producer_id, hung.current_txn_start_offset) == (t.producer_id, 0)
+        r = c.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+            producer_id=hung.producer_id, producer_epoch=hung.producer_epoch, transaction_result=False,
+            coordinator_epoch=hung.coordinator_epoch, topics=[Msg(name="orders", partition_indexes=[0])])])
+        assert r.markers[0].topics[0].partitions[0].error_code == 0 and lso(0) == 2
+
+
 @pytest.mark.parametrize("case,expected", PRODUCE_TXN_CASES, ids=[c for c, _ in PRODUCE_TXN_CASES])
 def test_produce_transactional_batch_checks(client, case, expected):
     client.create_topic("pt", 2)
@@ -4592,6 +4620,38 @@ def test_end_txn_in_every_state(client, state, action, expected):
     if "other id" in action:
         kw["producer_id"] = txn.producer_id + 1000
     assert txn.end(commit, **kw) == expected
+
+
+def test_kafka_timing_answers_end_txn_at_the_decision_and_a_reader_waits_for_the_markers(tmp_path):
+    """doze.transaction.answer.after=decision: EndTxn is answered once PrepareCommit
+    is stored (Kafka's timing); a read_committed reader does not see the
+    transaction until its markers land (doze.transaction.markers.delay.ms, on
+    the broker's clock). doze's default answers after the markers."""
+    settings = {"doze.transaction.answer.after": "decision", "doze.transaction.markers.delay.ms": 60000}
+    with doze.running(settings, data_dir=str(tmp_path / "kafka-timing")) as b, RawClient(b.port) as c:
+        c.create_topic("orders", 1)
+        t = Txn(c, "tx")
+        t.add(("orders", 0))
+        assert t.produce("orders", 0, [b"told"]).error_code == 0
+        assert t.end(commit=True) == 0                                       # "committed"
+        assert b.transaction("tx")["transaction_state"] == "PrepareCommit"
+        assert b.records("orders", 0, "committed") == []                     # ... and a reader sees nothing
+        assert b.offsets("orders", 0)["last_stable_offset"] == 0
+        assert t.end(commit=True) == ErrorCode.CONCURRENT_TRANSACTIONS       # as Kafka answers meanwhile
+        assert t.add(("orders", 0)) == {("orders", 0): ErrorCode.CONCURRENT_TRANSACTIONS}
+        b.advance(60000)                                                     # the markers land
+        assert b.wait_until(lambda b: b.transaction("tx")["transaction_state"] == "CompleteCommit")
+        assert [r["value"] for r in b.records("orders", 0, "committed")] == [b"told"]
+        assert b.offsets("orders", 0) == {"log_start_offset": 0, "last_stable_offset": 2, "high_watermark": 2}
+    with doze.running(data_dir=str(tmp_path / "doze-timing")) as b, RawClient(b.port) as c:
+        c.create_topic("orders", 1)
+        t = Txn(c, "tx")
+        t.add(("orders", 0))
+        t.produce("orders", 0, [b"told"])
+        assert t.end(commit=True) == 0
+        assert [r["value"] for r in b.records("orders", 0, "committed")] == [b"told"]   # at once
+    with pytest.raises(ValueError, match="doze.transaction.answer.after: 'soon': markers"):
+        doze.Broker(doze.Config({"doze.transaction.answer.after": "soon"}, data_dir=tmp_path / "bad", port=0))
 
 
 def test_txn_offset_commit_staged_until_commit_and_require_stable(client):
@@ -7357,6 +7417,28 @@ def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(tr
              r"^\u2022 txn tx-1: PrepareAbort \u2192 CompleteAbort")
     assert not [x for x in got if "CreateTopics" in x or "Metadata" in x]        # not a transaction API
     assert all(len(x) <= doze.TRACE_LINE_CHARS + 20 for x in got)
+
+
+def test_console_trace_and_describe_transactions_list_the_same_partitions(traced):
+    """One transaction with a consumer's offsets: the console, the trace and
+    DescribeTransactions (what `kafka-transactions describe` sends) all name
+    the group's __consumer_offsets partition beside the data partitions."""
+    broker, lines = traced("txn")
+    offsets = f"__consumer_offsets-{doze.internal_partition('g', broker.config['offsets.topic.num.partitions'])}"
+    with RawClient(broker.port) as c:
+        c.create_topic("orders", 2)
+        t = Txn(c, "tx-1")
+        t.add(("orders", 1), ("orders", 0))
+        assert t.add_offsets("g") == 0
+        described = c.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-1"]).transaction_states[0]
+        console = broker.run_in_loop(lambda: doze.ConsoleViews(broker, doze.ConsoleViewer(
+            None, "User:test", "127.0.0.1")).transaction("tx-1"))
+        assert wait_until(lambda: any("AddOffsetsToTxn" in x and "\u2022" in x for x in lines()))
+    kafka = sorted(f"{x.topic}-{p}" for x in described.topics for p in x.partitions)
+    shown = sorted(f"{p['topic']}-{p['partition']}" for p in console["partitions"])
+    traced_line = in_order(lines(), r"^\u2022 txn tx-1: Ongoing \u2192 Ongoing: AddOffsetsToTxn")[0]
+    trace = sorted(re.search(r"partitions \[([^\]]*)\]", traced_line).group(1).split(", "))
+    assert kafka == shown == trace == sorted([offsets, "orders-0", "orders-1"])
 
 
 def test_trace_filters_by_kind_and_by_id(traced):
