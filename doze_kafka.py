@@ -39,8 +39,11 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
      index, partition logs, meta.db, the topics (made and removed in steps)
-  §8 coordinators: the journal, producer state (idempotence, the LSO), the
-     group coordinator (the classic protocol), the transaction coordinator
+  §8 coordinators: where Kafka keeps their state (a partition of
+     __transaction_state or __consumer_offsets, found by the id's hash), the
+     journal, producer state (idempotence, the LSO), the group coordinator
+     (the classic protocol), the transaction coordinator (doze's timing of
+     EndTxn's answer, and Kafka's)
   §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
   §10 requests and the data path: how an API is declared (@api), what a
@@ -65,13 +68,16 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      state without a consumer), the control endpoint for other languages,
      the pytest fixtures, and a small Client
   §19 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
-     (InitProducerId, idempotence, a transaction, commit, abort, fencing, the
-     timeout, a crash between decision and markers)
+     (FindCoordinator and InitProducerId, idempotence, a transaction with a
+     group's offsets, commit, abort, fencing, the timeout, a crash between
+     decision and markers, Kafka's timing), then a lab of what goes wrong (a
+     zombie mid-transaction, a hanging transaction, a late EndTxn)
   §20 cli
   §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
-  1 InitProducerId      handle_init_producer_id -> TransactionCoordinator.init_producer
+  1 the coordinator     handle_find_coordinator, transaction_state_partition;
+    and InitProducerId  handle_init_producer_id -> TransactionCoordinator.init_producer
   2 idempotence         produce_partition -> verify_producer, ProducerStateTable.check_append, .update
   3 a transaction       handle_add_partitions_to_txn -> TransactionCoordinator.add_partitions;
                         handle_produce (transactional batches); handle_add_offsets_to_txn,
@@ -81,6 +87,11 @@ transaction works, step by step"), then read each step's code:
   6 fencing             .init_producer -> ._bump, ._fence_and_abort; .for_producer (PRODUCER_FENCED)
   7 the timeout         .tick -> ._fence_and_abort
   8 a crash, restarted  .load (a stored decision is carried out); rebuild_producer_state
+  9 Kafka's timing      .end_txn (doze.transaction.answer.after), ._write_markers (the delay)
+  10 a zombie           .init_producer -> ._fence_and_abort, with a transaction open
+  11 a hanging one      verify_producer (transaction.partition.verification.enable),
+                        handle_describe_producers, handle_write_txn_markers -> ProducerStateTable.check_marker
+  12 a late EndTxn      handle_end_txn (KAFKA-17754), held by a test's fault (Faults, hold_ms)
 Hostile input and overload: §4's Reader, §6's check_records, §14's Limits comment.
 Failing disks and crashes: §7's "When the disk fails", LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
@@ -3843,11 +3854,21 @@ class ProducerStateTable:
             entry.txn_first_offset = base       # this batch opens a transaction here
         return entry
 
-    def check_marker(self, producer_id, producer_epoch):
+    def check_marker(self, producer_id, producer_epoch, coordinator_epoch=0, transaction_version=0):
+        """A marker WriteTxnMarkers asks for (Kafka's ProducerAppendInfo.appendEndTxnMarker):
+        an older epoch is refused; with transaction version 2 the same epoch too,
+        but where nothing is open (a retried marker: KAFKA-19999); then a
+        coordinator epoch older than the last marker's."""
         entry = self.producers.get(producer_id)
-        if entry is not None and producer_epoch < entry.epoch:
+        if entry is None:
+            return                                  # a producer never seen here: written
+        if producer_epoch < entry.epoch or transaction_version >= 2 and producer_epoch == entry.epoch \
+                and entry.txn_first_offset >= 0:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
                              f"marker epoch {producer_epoch} is older than {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                             f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
 
     def apply_marker(self, producer_id, producer_epoch, commit, offset, timestamp,
                      coordinator_epoch=0):
@@ -7444,7 +7465,7 @@ def handle_end_txn(ctx, req):
 # --- WriteTxnMarkers (27) -------------------------------------------------------
 
 @api("""
-WriteTxnMarkers  key=27  versions=1-1  flexible=1+
+WriteTxnMarkers  key=27  versions=1-2  flexible=1+
   request
     markers  []
       producer_id  int64
@@ -7454,6 +7475,7 @@ WriteTxnMarkers  key=27  versions=1-1  flexible=1+
         name  string
         partition_indexes  []int32
       coordinator_epoch  int32
+      transaction_version  int8 = 0  v2+       # KIP-890 part 2: 2 checks the epoch strictly
   response
     markers  []
       producer_id  int64
@@ -7469,7 +7491,9 @@ def handle_write_txn_markers(ctx, req):
     this serves `kafka-transactions abort` for a hanging transaction.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older than the
-    partition knows), KAFKA_STORAGE_ERROR, CLUSTER_AUTHORIZATION_FAILED (neither
+    partition knows; with transaction_version 2 not newer either, unless a
+    retry), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the
+    partition's), KAFKA_STORAGE_ERROR, CLUSTER_AUTHORIZATION_FAILED (neither
     ALTER nor CLUSTER_ACTION on the cluster: the whole request).
     """
     allowed = ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False) or \
@@ -7497,7 +7521,7 @@ def handle_write_txn_markers(ctx, req):
 def write_marker(ctx, tp, m):
     plog = ctx.logs.get(*tp)
     state = ctx.producer_states.of(tp)
-    state.check_marker(m.producer_id, m.producer_epoch)
+    state.check_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_version)
     batch = bytearray(build_control_batch(m.producer_id, m.producer_epoch, m.transaction_result,
                                           ctx.now_ms, m.coordinator_epoch))
     base = ctx.logs.append(plog, batch, read_batch_header(batch))     # KAFKA_STORAGE_ERROR if refused
@@ -14340,9 +14364,9 @@ class Demo:
         listed = self.c.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[r.producer_id],
                              duration_filter=-1).transaction_states
         state, partitions = self.c.describe("demo-buggy")
-        abort = self.c.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=[Msg(
+        abort = self.c.call(ApiKey.WRITE_TXN_MARKERS, 2, markers=[Msg(     # as Kafka's admin client sends it
             producer_id=hung.producer_id, producer_epoch=hung.producer_epoch, transaction_result=False,
-            coordinator_epoch=hung.coordinator_epoch, topics=[Msg(name=DEMO_TOPIC, partition_indexes=[0])])])
+            coordinator_epoch=max(hung.coordinator_epoch, 0), topics=[Msg(name=DEMO_TOPIC, partition_indexes=[0])])])
         _, freed = self.read_committed(0)
         self.c.set_broker_config("transaction.partition.verification.enable", None)
         buggy.close()

@@ -8843,8 +8843,8 @@ def test_crash_at_every_point_negative_control_markers_before_decision(tmp_path)
     def markers_at_once(broker):
         txns, deferred = broker.txns, broker.txns._write_markers
 
-        def write_markers(meta):           # as EndTxn did when meta.db fsynced each commit itself
-            deferred(meta)
+        def write_markers(meta, delay_ms=0):   # as EndTxn did when meta.db fsynced each commit itself
+            deferred(meta, delay_ms)
             txns._append_markers(meta)
         txns._write_markers = write_markers
     count, failures = crash_points(tmp_path, power_cut="written back", patch=markers_at_once,

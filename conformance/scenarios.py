@@ -811,6 +811,183 @@ def _transaction_timeout(S):
     ]
 
 
+@scenario("late-endtxn-next-txn")
+def _late_endtxn_next_txn(S):
+    """KAFKA-17754's shape, as Jepsen found it, on the classic protocol (transaction
+    version 1: EndTxn v4, Produce v9). One producer (one transactional id, one id and
+    epoch) on two connections. T1: AddPartitionsToTxn, Produce "t1", then EndTxn(commit)
+    on connection 2 -- it stands in for the client's retry after its first EndTxn on
+    connection 1 went unanswered -- and T1's markers complete (CompleteCommit). T2:
+    AddPartitionsToTxn of the same partition, Produce "t2-a". Then T1's first
+    EndTxn(commit) arrives late on connection 1, with the same producer id and epoch:
+    the coordinator cannot tell it from T2's own, so it commits T2 there and then, with
+    "t2-a" only. Then "t2-b" (T2's next sequence, same epoch) and the application's
+    EndTxn(commit) of T2; Fetch read_uncommitted and read_committed from 0, ListOffsets
+    and DescribeProducers show what a consumer sees."""
+    t, a = f"{S}-t", f"{S}-a"
+    settled = {"path": "transaction_states.0.transaction_state",
+               "in": ["CompleteCommit", "CompleteAbort", "Ongoing", "Empty"], "timeout_ms": 30000,
+               "interval_ms": 50}
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "i"),
+        # --- T1
+        add_partitions("t1-add", a, "i", {t: [0]}),
+        produce("t1-produce", {t: {0: txn_batch("i", ["t1"], 0)}}, tid=a),
+        # the client's first EndTxn(commit) went out on connection 1 and is held up in the
+        # network (it is sent below, late); the client retries it on connection 2
+        end_txn("t1-commit-retry", a, "i", True, conn=2),
+        wait_txn_state("t1-complete", a, "CompleteCommit"),
+        # --- T2: same id, same epoch (the classic protocol bumps no epoch at a commit)
+        add_partitions("t2-add", a, "i", {t: [0]}),
+        produce("t2-a", {t: {0: txn_batch("i", ["t2-a"], 1)}}, tid=a),
+        describe_txn("t2-ongoing", [a]),
+        # --- T1's first EndTxn(commit) arrives now, on connection 1
+        end_txn("t1-commit-late", a, "i", True, conn=1),
+        describe_txn("after-late", [a], until=settled),
+        list_offsets("after-late-lso", {t: {0: -1}}, isolation=1),
+        # --- T2 goes on: its next record, then the application's commit
+        produce("t2-b", {t: {0: txn_batch("i", ["t2-b"], 2)}}, tid=a),
+        describe_txn("after-t2-b", [a]),
+        end_txn("t2-commit", a, "i", True),
+        describe_txn("final", [a], until=settled),
+        # --- what a consumer sees
+        fetch("read-uncommitted", {t: {0: 0}}, isolation=0),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        list_offsets("hw", {t: {0: -1}}, isolation=0),
+        list_offsets("lso", {t: {0: -1}}, isolation=1),
+        step("producers", "DescribeProducers", 0, {"topics": [{"name": t, "partition_indexes": [0]}]}),
+    ]
+
+
+def write_txn_markers(id, markers, v=1, **kw):
+    """WriteTxnMarkers: markers = [(producer_id, producer_epoch, commit, {topic: [partitions]},
+    coordinator_epoch[, transaction_version (v2+)])]. v2 is recorder.KAFKA_SCHEMAS' (doze's
+    codec has v1)."""
+    out = []
+    for m in markers:
+        pid, epoch, commit, topics, coordinator_epoch = m[:5]
+        entry = {"producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+                 "topics": [{"name": n, "partition_indexes": ps} for n, ps in topics.items()],
+                 "coordinator_epoch": coordinator_epoch}
+        if v >= 2:
+            entry["transaction_version"] = m[5] if len(m) > 5 else 0
+        out.append(entry)
+    return step(id, "WriteTxnMarkers", v, {"markers": out}, **kw)
+
+
+def describe_producers(id, topics, **kw):
+    """DescribeProducers v0 (what the admin client sends): topics = {name: [partitions]}."""
+    return step(id, "DescribeProducers", 0, {"topics": [{"name": n, "partition_indexes": ps}
+                                                        for n, ps in topics.items()]}, **kw)
+
+
+VERIFICATION = "transaction.partition.verification.enable"
+
+
+@scenario("hanging-txn-abort", broker_settings={VERIFICATION: "false"})
+def _hanging_txn_abort(S):
+    """A hanging transaction and `kafka-transactions abort` on the wire, with
+    transaction.partition.verification.enable=false (Kafka before 3.6: nobody asks the
+    coordinator whether a transactional batch's partition is in the transaction). The
+    producer (epoch 1: two InitProducerIds) writes a transactional batch to partitions 0
+    and 2 without AddPartitionsToTxn (the client bug KIP-890 part 1 guards against),
+    adds and writes partition 1 properly, and commits: partition 1 gets its marker,
+    partitions 0 and 2 keep an open transaction that holds their LSO. What
+    `kafka-transactions find-hanging` asks (DescribeProducers: the producer with its
+    current_txn_start_offset; ListTransactions by producer id; FindCoordinator and
+    DescribeTransactions: CompleteCommit without those partitions, so they hang).
+    WriteTxnMarkers' answers to a bad request: no markers, an unknown topic and
+    partition, a stale producer epoch, a stale coordinator epoch, transaction version 2
+    with the same epoch, a marker where no transaction is open, a producer the
+    partition never saw, known and unknown partitions in one marker. Then `abort --topic
+    T --partition 0 --start-offset 0` as the tool sends it to Kafka 4.3.1:
+    DescribeProducers of the partition, then WriteTxnMarkers v2 with its producer id and
+    epoch, coordinator epoch 0 (DescribeProducers says -1: the tool sends 0),
+    transaction_result false and transaction_version 0; partition 2 is aborted with
+    v1 and a newer epoch. The LSO moves on, read_committed Fetch lists the aborted
+    transaction, DescribeProducers shows no open transaction, the coordinator never knew.
+    The producer's next batch to partition 2 at its own epoch (now older than the
+    marker's). Last, the setting is dynamic: IncrementalAlterConfigs turns verification
+    on at the cluster default, and a batch to partition 1 (not in a transaction now) is
+    refused; its DELETE turns it off again (the static false), and the same batch is
+    taken and hangs there."""
+    t, a = f"{S}-t", f"{S}-a"
+    pid, epoch = pid_of("i"), epoch_of("i")
+    stale, newer, stranger = epoch_of("i", -1), epoch_of("i", 1), ref("i.producer_id", 1000)
+    every = {t: [0, 1, 2, 3]}
+
+    def verification_is(id, value):
+        return describe_configs(id, [(4, "1", [VERIFICATION])], until={
+            "path": "results.0.configs.0.value", "equals": value, "timeout_ms": 30000, "interval_ms": 100})
+
+    def set_verification(id, op, value):
+        return step(id, "IncrementalAlterConfigs", 1, {"resources": [
+            {"resource_type": 4, "resource_name": "", "configs": [
+                {"name": VERIFICATION, "config_operation": op, "value": value}]}], "validate_only": False})
+    return [
+        *create_topics("create", [(t, 4)]),
+        *txn_setup(S, a, "i0"),
+        init_pid("i", a, poll=False),                     # epoch 1: a stale epoch (0) exists
+        verification_is("verification-off", "false"),
+        # --- the hanging transaction
+        produce("not-added", {t: {0: txn_batch("i", ["hang-0"], 0), 2: txn_batch("i", ["hang-2"], 0)}}, tid=a),
+        add_partitions("add-p1", a, "i", {t: [1]}),
+        produce("p1", {t: {1: txn_batch("i", ["ok"], 0)}}, tid=a),
+        describe_txn("ongoing", [a]),
+        end_txn("commit", a, "i", True),
+        wait_txn_state("committed", a, "CompleteCommit"),
+        list_offsets("lso", {t: {p: -1 for p in range(4)}}, isolation=1),
+        list_offsets("hw", {t: {p: -1 for p in range(4)}}, isolation=0),
+        fetch("read-committed", {t: {0: 0, 1: 0, 2: 0}}, isolation=1),
+        fetch("read-uncommitted", {t: {0: 0, 1: 0, 2: 0}}, isolation=0),
+        # --- kafka-transactions find-hanging --broker-id 1 (to Kafka 4.3.1 it sends ListTransactions
+        # v2 and FindCoordinator v6; these are the versions it sends to a broker serving 0-1 and 0-5)
+        describe_producers("find-producers", every),
+        list_txn("find-list", pids=[pid]),
+        find_coordinator("find-coordinator", a, 1),
+        describe_txn("find-describe", [a]),
+        # --- WriteTxnMarkers' answers to bad requests
+        write_txn_markers("wtm-empty", []),
+        write_txn_markers("wtm-unknown", [(pid, epoch, False, {t: [7], f"{S}-nope": [0]}, 0)]),
+        write_txn_markers("wtm-stale-epoch", [(pid, stale, False, {t: [0]}, 0)]),
+        write_txn_markers("wtm-stale-coordinator-epoch", [(pid, epoch, False, {t: [1]}, -1)]),
+        write_txn_markers("wtm-tv2-same-epoch", [(pid, epoch, False, {t: [0]}, 0, 2)], v=2),
+        write_txn_markers("wtm-no-open-txn", [(pid, epoch, False, {t: [1]}, 0)]),
+        write_txn_markers("wtm-unknown-producer", [(stranger, 0, False, {t: [3]}, 0)]),
+        write_txn_markers("wtm-mixed", [(stranger, 0, True, {t: [3, 9]}, 0)]),
+        describe_producers("probes-producers", every),
+        list_offsets("probes-lso", {t: {p: -1 for p in range(4)}}, isolation=1),
+        list_offsets("probes-hw", {t: {p: -1 for p in range(4)}}, isolation=0),
+        # --- kafka-transactions abort --topic T --partition 0 --start-offset 0
+        describe_producers("abort-describe", {t: [0]}),
+        write_txn_markers("abort", [(ref("abort-describe.topics.0.partitions.0.active_producers.0.producer_id"),
+                                     ref("abort-describe.topics.0.partitions.0.active_producers.0.producer_epoch"),
+                                     False, {t: [0]}, 0, 0)], v=2),
+        # --- partition 2: v1, an epoch newer than the partition's
+        write_txn_markers("abort-newer-epoch", [(pid, newer, False, {t: [2]}, 0)]),
+        list_offsets("after-lso", {t: {p: -1 for p in range(4)}}, isolation=1),
+        list_offsets("after-hw", {t: {p: -1 for p in range(4)}}, isolation=0),
+        fetch("after-read-committed", {t: {0: 0, 1: 0, 2: 0}}, isolation=1),
+        fetch("after-read-uncommitted", {t: {0: 0, 1: 0, 2: 0, 3: 0}}, isolation=0),
+        describe_producers("after-producers", every),
+        describe_txn("after-describe", [a]),
+        # --- the producer's next batch to partition 2, at its own (now older) epoch
+        produce("p2-older-epoch", {t: {2: txn_batch("i", ["late"], 1)}}, tid=a),
+        # --- the setting is dynamic (a cluster-wide default overrides server.properties)
+        set_verification("verification-on", 0, "true"),
+        verification_is("verification-on-seen", "true"),
+        {"sleep_ms": 1000},
+        produce("not-added-verified", {t: {1: txn_batch("i", ["refused"], 1)}}, tid=a),
+        set_verification("verification-default", 1, None),
+        verification_is("verification-default-seen", "false"),
+        {"sleep_ms": 1000},
+        produce("not-added-unverified", {t: {1: txn_batch("i", ["hangs"], 1)}}, tid=a),
+        list_offsets("last-lso", {t: {1: -1}}, isolation=1),
+        describe_producers("last-producers", {t: [1]}),
+    ]
+
+
 # --- foundation APIs ----------------------------------------------------------------
 
 _SYNC_CREATE = {"name": "doze-auto-creates-synchronously",
