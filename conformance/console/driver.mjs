@@ -48,6 +48,9 @@ for await (const line of rl) {
       result = await page.$$eval(cmd.selector, (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
     } else if (cmd.op === "eval") {
       result = await page.evaluate(cmd.js);
+    } else if (cmd.op === "viewport") {
+      await page.setViewportSize({ width: cmd.width, height: cmd.height || 900 });
+      result = true;
     } else if (cmd.op === "screenshot") {
       await page.screenshot({ path: cmd.path, fullPage: !!cmd.full });
       result = cmd.path;
