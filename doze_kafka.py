@@ -10361,7 +10361,8 @@ def parse_connection_overrides(text):
 #   - every request is bounded: CONSOLE_MAX_CONNECTIONS connections, a
 #     request head of at most 8 KiB (and a login's body of 4 KiB) within
 #     CONSOLE_HEAD_TIMEOUT_S, one request a connection, at most
-#     CONSOLE_MAX_ROWS rows a table (the rest counted);
+#     CONSOLE_MAX_ROWS rows a table (the rest counted); a parameter a page
+#     does not take is a 400 naming it (BadParameter), never a silent default;
 #   - when any listener is SASL, every page but the login asks for one: a
 #     user name and password checked against the broker's own PLAIN users and
 #     SCRAM credentials (ConsoleLogin), a session cookie (random, HttpOnly,
@@ -12423,7 +12424,8 @@ class Console:
             self.broker.selector.unregister(self.sock)
         self.sock.close()
 
-    # --- the event stream (Server-Sent Events): one a tab, the journal's events as they happen ---
+    # --- the event stream (Server-Sent Events): one a tab, the journal's events as they happen;
+    # /events asked for as text/event-stream (an EventSource always is), else /events is a page ---
     def streams(self):
         return [c for c in self.connections if c.stream and not c.closed]
 

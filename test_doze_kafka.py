@@ -7422,6 +7422,22 @@ def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_us
     assert http_get(port, "/api/topics", headers={"Cookie": scram})[0] == 401
 
 
+def test_console_error_pages_keep_the_login_header_and_link_no_json(sasl_console):
+    """An error page is a page like the others: the navigation, who is logged
+    in and the Log out button; no "as JSON" link to a twin it does not have."""
+    broker, port = sasl_console, sasl_console.console.port
+    acl_scene(broker)
+    alice = session_cookie(port, "alice", "alice-secret")
+    for path, status in (("/nothing", 404), ("/topics/secret/0", 403), ("/topics/pub/0?offset=x", 400),
+                         ("/txn?id=nosuch", 403), ("/events?before=0", 400)):
+        got, headers, body = http_get(port, path, headers={"Cookie": alice})
+        page = body.decode()
+        assert got == status and headers["content-type"] == "text/html; charset=utf-8", path
+        assert "Logged in as <strong>alice</strong>" in page and 'action="/logout"' in page, path
+        assert "This page as JSON" not in page and 'href="/api/"' not in page, path
+        assert '<nav aria-label="Pages">' in page and "<footer>read-only</footer>" in page, path
+
+
 @pytest.mark.parametrize("headers, status", [
     ({"Origin": "http://evil.example"}, 403), ({"Origin": "null"}, 403), ({"Sec-Fetch-Site": "cross-site"}, 403),
     ({"Sec-Fetch-Site": "same-origin"}, 303), ({}, 303)])

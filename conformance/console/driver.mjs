@@ -10,6 +10,12 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
 });
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: "light" });
+// Content-Security-Policy violations as the page sees them (besides the console's errors).
+await context.addInitScript(() => {
+  window.__csp = [];
+  document.addEventListener("securitypolicyviolation",
+    (e) => window.__csp.push(`${e.effectiveDirective} ${e.blockedURI} ${e.sample}`));
+});
 const page = await context.newPage();
 const problems = [];
 page.on("console", (m) => {
