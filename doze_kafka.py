@@ -10519,142 +10519,6 @@ def elapsed_text(ms):
 CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("Groups", "/groups"), ("Security", "/security"),
                  ("APIs", "/apis"))
 
-CONSOLE_CSS = """\
-:root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
-  --accent: #0b57d0; --warn: #8a4b00; --warn-bg: #fff3e0; }
-@media (prefers-color-scheme: dark) { :root { --fg: #e6e6e6; --bg: #17181a; --muted: #a0a4a8;
-  --line: #3a3d41; --accent: #8ab4f8; --warn: #ffcc80; --warn-bg: #3b2a12; } }
-* { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
-header, main, footer { padding: 0.6rem 1rem; max-width: 80rem; margin: 0 auto; }
-header { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; align-items: baseline; border-bottom: 1px solid var(--line); }
-header .brand { font-weight: 600; }
-nav ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
-a { color: var(--accent); }
-a[aria-current="page"] { font-weight: 600; text-decoration: none; }
-a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
-.skip { position: absolute; left: -100rem; }
-header button { font: inherit; }
-header form.who { margin-left: auto; }
-form.login { display: grid; grid-template-columns: max-content 16rem; gap: 0.5rem 1rem; align-items: center; }
-form.login button { grid-column: 2; justify-self: start; }
-.error { color: var(--warn); background: var(--warn-bg); padding: 0.2rem 0.5rem; }
-.live { position: absolute; left: -100rem; }
-.skip:focus { left: 1rem; top: 0.5rem; }
-h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
-section { margin: 1.2rem 0; }
-div.wide { overflow-x: auto; max-width: 100%; }
-table { border-collapse: collapse; min-width: 50%; }
-caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
-th, td { text-align: left; padding: 0.2rem 0.7rem 0.2rem 0; border-bottom: 1px solid var(--line); vertical-align: top;
-  overflow-wrap: normal; word-break: normal; hyphens: none; }
-th[scope="row"] { font-weight: 500; }
-.num { text-align: right; font-variant-numeric: tabular-nums; }
-.empty, .note, footer, .muted { color: var(--muted); }
-.hang { color: var(--warn); background: var(--warn-bg); padding: 0 0.3rem; }
-h2 { font-size: 1.05rem; margin: 0.4rem 0; }
-svg.machine { display: block; width: 100%; max-width: 52rem; height: auto; }
-svg.machine rect { fill: var(--bg); stroke: var(--line); stroke-width: 1.5; }
-svg.machine text { fill: var(--fg); font: 14px system-ui, sans-serif; text-anchor: middle; dominant-baseline: central; }
-svg.machine .edge { fill: none; stroke: var(--muted); stroke-width: 1.2; }
-svg.machine .edge.taken { stroke: var(--accent); stroke-width: 3; }
-svg.machine .head { fill: var(--muted); }
-svg.machine .head.taken { fill: var(--accent); }
-svg.machine .seen rect { stroke: var(--accent); stroke-width: 2; }
-svg.machine .now rect { fill: var(--accent); stroke: var(--accent); stroke-width: 3; }
-svg.machine .now text { fill: var(--bg); font-weight: 600; }
-table.records td { font-family: ui-monospace, monospace; font-size: 0.9em; }
-table.records .value { width: max-content; max-width: 32rem; overflow-wrap: break-word; }
-table.records pre { margin: 0; white-space: pre-wrap; }
-tr.marker th { text-align: center; font-weight: 600; border-top: 2px solid var(--fg); border-bottom: 2px solid var(--fg); }
-tr.batch th { text-align: left; font-weight: 400; color: var(--muted); }
-tr.line th { text-align: left; color: var(--accent); border-bottom: 2px dashed var(--accent); }
-tr.aborted td { text-decoration: line-through; color: var(--muted); }
-tr.pending td { color: var(--warn); }
-form.browse { display: flex; flex-wrap: wrap; gap: 0.5rem 1rem; align-items: end; }
-form.browse fieldset { border: 1px solid var(--line); padding: 0.1rem 0.5rem; }
-nav.pager ul { display: flex; gap: 1rem; list-style: none; padding: 0; }
-code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
-dl.facts { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.1rem 1rem; }
-dl.facts dt { color: var(--muted); }
-dl.facts dd { margin: 0; min-width: 0; overflow-wrap: break-word; }
-form.browse input { max-width: 100%; }
-"""
-
-
-CONSOLE_JS = """\
-"use strict";
-// doze-kafka console: live updates over one event stream, local times, Pause.
-// Only same-origin requests; text goes in with textContent; the fresh page
-// comes from the console itself (escaped there) through DOMParser.
-(function () {
-  var live = document.getElementById("live");
-  var paused = false, pending = null, announced = 0;
-  function pad(n, width) { n = String(n); while (n.length < (width || 2)) n = "0" + n; return n; }
-  function zone(when) {            // the browser's zone, said: "UTC", "UTC+2", "UTC-3:30"
-    var off = -when.getTimezoneOffset(), a = Math.abs(off);
-    return off ? "UTC" + (off < 0 ? "-" : "+") + Math.floor(a / 60) + (a % 60 ? ":" + pad(a % 60) : "") : "UTC";
-  }
-  function localTimes(root) {      // to the millisecond, as the page has them, in the browser's zone
-    var times = root.querySelectorAll("time[datetime]");
-    for (var i = 0; i < times.length; i++) {
-      var t = times[i], when = new Date(t.getAttribute("datetime"));
-      if (isNaN(when.getTime()) || t.hasAttribute("data-local")) continue;
-      var day = when.getFullYear() + "-" + pad(when.getMonth() + 1) + "-" + pad(when.getDate()) + " ";
-      var clock = pad(when.getHours()) + ":" + pad(when.getMinutes()) + ":" + pad(when.getSeconds()) + "." +
-        pad(when.getMilliseconds(), 3);
-      if (!t.title) t.title = t.textContent;
-      t.textContent = (t.classList.contains("clock") ? "" : day) + clock + " " + zone(when);
-      t.setAttribute("data-local", "");
-    }
-  }
-  function refresh() {
-    if (paused || pending) return;
-    pending = setTimeout(function () {
-      fetch(location.href, {headers: {"Accept": "text/html"}, credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.text() : null; })
-        .then(function (text) {
-          pending = null;
-          if (text === null || paused) return;
-          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
-          var old = document.getElementById("main");
-          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); localTimes(document); }
-          document.body.setAttribute("data-refreshed", String(Date.now()));
-        })
-        .catch(function () { pending = null; });
-    }, 500);
-  }
-  function say(text) {
-    var now = Date.now();
-    if (live && now - announced > 3000) { live.textContent = text; announced = now; }
-  }
-  localTimes(document);
-  if (!window.EventSource) return;
-  var button = document.createElement("button");
-  button.type = "button";
-  button.textContent = "Pause live updates";
-  button.setAttribute("aria-pressed", "false");
-  button.addEventListener("click", function () {
-    paused = !paused;
-    button.textContent = paused ? "Resume live updates" : "Pause live updates";
-    button.setAttribute("aria-pressed", String(paused));
-    if (!paused) refresh();
-  });
-  document.querySelector("header").appendChild(button);
-  var source = new EventSource("/events");
-  source.addEventListener("open", function () { document.body.setAttribute("data-live", "open"); });
-  source.addEventListener("txn", function (e) {
-    var d = JSON.parse(e.data);
-    say(d.transactional_id + ": " + d.from_state + " to " + d.to_state);
-    refresh();
-  });
-  source.addEventListener("marker", refresh);
-  source.addEventListener("offsets", refresh);
-  source.addEventListener("group", refresh);
-  source.addEventListener("reset", refresh);
-})();
-"""
-
 
 def console_layout(title, heading, body, active, api, viewer=None, script=True):
     """The one page layout: landmarks, the pages' navigation, who is logged
@@ -10914,12 +10778,16 @@ class PartitionBrowser:
 
     def start_offset(self, query, limit):
         """Where the page starts: ?timestamp= (ms) or ?time= (a date and time,
-        UTC), else ?at=end, else ?offset= (each checked: BadParameter)."""
+        UTC), else ?at=end, else ?offset= (a number, earliest or latest; each
+        checked: BadParameter)."""
         plog = self.plog
         ms = query_number(query, "timestamp", None, accepts="milliseconds since 1970-01-01 00:00 UTC, 0 or more")
         ms = query_time(query, "time") if ms is None else ms
         at = query_choice(query, "at", ("", "end"), accepts="end (the last records), or nothing")
-        offset = query_number(query, "offset", plog.log_start_offset, accepts="an offset: a whole number, 0 or more")
+        offset = {"earliest": plog.log_start_offset, "latest": plog.high_watermark}.get(query.get("offset"))
+        if offset is None:
+            offset = query_number(query, "offset", plog.log_start_offset,
+                                  accepts="an offset (a whole number, 0 or more), earliest or latest")
         if ms is not None:
             found = run_steps(plog.offset_for_timestamp(ms))
             return found[0] if found else plog.high_watermark
@@ -12013,9 +11881,152 @@ def browser_pages(d):
 ###############################################################################
 # 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
-# The console's sockets: each HTTP connection (one request, then closed), its
-# login against the broker's own SASL users, and the listener that accepts
-# them -- on the broker's loop, with one timer of its own (Console._sweep).
+# The console's sockets: its stylesheet and script, each HTTP connection (one
+# request, then closed), its login against the broker's own SASL users, and
+# the listener that accepts them -- on the broker's loop, with one timer of
+# its own (Console._sweep).
+
+# --- Its stylesheet and script, served as files -----------------------------------
+# The CSP lets no inline style or script run: the pages link these two. The
+# stylesheet colours by class (the state machine's SVG too); the script only
+# adds to a page that works without it -- live updates and local times.
+
+CONSOLE_CSS = """\
+:root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
+  --accent: #0b57d0; --warn: #8a4b00; --warn-bg: #fff3e0; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e6e6e6; --bg: #17181a; --muted: #a0a4a8;
+  --line: #3a3d41; --accent: #8ab4f8; --warn: #ffcc80; --warn-bg: #3b2a12; } }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+header, main, footer { padding: 0.6rem 1rem; max-width: 80rem; margin: 0 auto; }
+header { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; align-items: baseline; border-bottom: 1px solid var(--line); }
+header .brand { font-weight: 600; }
+nav ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
+a { color: var(--accent); }
+a[aria-current="page"] { font-weight: 600; text-decoration: none; }
+a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+.skip { position: absolute; left: -100rem; }
+header button { font: inherit; }
+header form.who { margin-left: auto; }
+form.login { display: grid; grid-template-columns: max-content 16rem; gap: 0.5rem 1rem; align-items: center; }
+form.login button { grid-column: 2; justify-self: start; }
+.error { color: var(--warn); background: var(--warn-bg); padding: 0.2rem 0.5rem; }
+.live { position: absolute; left: -100rem; }
+.skip:focus { left: 1rem; top: 0.5rem; }
+h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
+section { margin: 1.2rem 0; }
+div.wide { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; min-width: 50%; }
+caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
+th, td { text-align: left; padding: 0.2rem 0.7rem 0.2rem 0; border-bottom: 1px solid var(--line); vertical-align: top;
+  overflow-wrap: normal; word-break: normal; hyphens: none; }
+th[scope="row"] { font-weight: 500; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+.empty, .note, footer, .muted { color: var(--muted); }
+.hang { color: var(--warn); background: var(--warn-bg); padding: 0 0.3rem; }
+h2 { font-size: 1.05rem; margin: 0.4rem 0; }
+svg.machine { display: block; width: 100%; max-width: 52rem; height: auto; }
+svg.machine rect { fill: var(--bg); stroke: var(--line); stroke-width: 1.5; }
+svg.machine text { fill: var(--fg); font: 14px system-ui, sans-serif; text-anchor: middle; dominant-baseline: central; }
+svg.machine .edge { fill: none; stroke: var(--muted); stroke-width: 1.2; }
+svg.machine .edge.taken { stroke: var(--accent); stroke-width: 3; }
+svg.machine .head { fill: var(--muted); }
+svg.machine .head.taken { fill: var(--accent); }
+svg.machine .seen rect { stroke: var(--accent); stroke-width: 2; }
+svg.machine .now rect { fill: var(--accent); stroke: var(--accent); stroke-width: 3; }
+svg.machine .now text { fill: var(--bg); font-weight: 600; }
+table.records td { font-family: ui-monospace, monospace; font-size: 0.9em; }
+table.records .value { width: max-content; max-width: 32rem; overflow-wrap: break-word; }
+table.records pre { margin: 0; white-space: pre-wrap; }
+tr.marker th { text-align: center; font-weight: 600; border-top: 2px solid var(--fg); border-bottom: 2px solid var(--fg); }
+tr.batch th { text-align: left; font-weight: 400; color: var(--muted); }
+tr.line th { text-align: left; color: var(--accent); border-bottom: 2px dashed var(--accent); }
+tr.aborted td { text-decoration: line-through; color: var(--muted); }
+tr.pending td { color: var(--warn); }
+form.browse { display: flex; flex-wrap: wrap; gap: 0.5rem 1rem; align-items: end; }
+form.browse fieldset { border: 1px solid var(--line); padding: 0.1rem 0.5rem; }
+nav.pager ul { display: flex; gap: 1rem; list-style: none; padding: 0; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
+dl.facts { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.1rem 1rem; }
+dl.facts dt { color: var(--muted); }
+dl.facts dd { margin: 0; min-width: 0; overflow-wrap: break-word; }
+form.browse input { max-width: 100%; }
+"""
+
+
+CONSOLE_JS = """\
+"use strict";
+// doze-kafka console: live updates over one event stream, local times, Pause.
+// Only same-origin requests; text goes in with textContent; the fresh page
+// comes from the console itself (escaped there) through DOMParser.
+(function () {
+  var live = document.getElementById("live");
+  var paused = false, pending = null, announced = 0;
+  function pad(n, width) { n = String(n); while (n.length < (width || 2)) n = "0" + n; return n; }
+  function zone(when) {            // the browser's zone, said: "UTC", "UTC+2", "UTC-3:30"
+    var off = -when.getTimezoneOffset(), a = Math.abs(off);
+    return off ? "UTC" + (off < 0 ? "-" : "+") + Math.floor(a / 60) + (a % 60 ? ":" + pad(a % 60) : "") : "UTC";
+  }
+  function localTimes(root) {      // to the millisecond, as the page has them, in the browser's zone
+    var times = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var t = times[i], when = new Date(t.getAttribute("datetime"));
+      if (isNaN(when.getTime()) || t.hasAttribute("data-local")) continue;
+      var day = when.getFullYear() + "-" + pad(when.getMonth() + 1) + "-" + pad(when.getDate()) + " ";
+      var clock = pad(when.getHours()) + ":" + pad(when.getMinutes()) + ":" + pad(when.getSeconds()) + "." +
+        pad(when.getMilliseconds(), 3);
+      if (!t.title) t.title = t.textContent;
+      t.textContent = (t.classList.contains("clock") ? "" : day) + clock + " " + zone(when);
+      t.setAttribute("data-local", "");
+    }
+  }
+  function refresh() {
+    if (paused || pending) return;
+    pending = setTimeout(function () {
+      fetch(location.href, {headers: {"Accept": "text/html"}, credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (text) {
+          pending = null;
+          if (text === null || paused) return;
+          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
+          var old = document.getElementById("main");
+          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); localTimes(document); }
+          document.body.setAttribute("data-refreshed", String(Date.now()));
+        })
+        .catch(function () { pending = null; });
+    }, 500);
+  }
+  function say(text) {
+    var now = Date.now();
+    if (live && now - announced > 3000) { live.textContent = text; announced = now; }
+  }
+  localTimes(document);
+  if (!window.EventSource) return;
+  var button = document.createElement("button");
+  button.type = "button";
+  button.textContent = "Pause live updates";
+  button.setAttribute("aria-pressed", "false");
+  button.addEventListener("click", function () {
+    paused = !paused;
+    button.textContent = paused ? "Resume live updates" : "Pause live updates";
+    button.setAttribute("aria-pressed", String(paused));
+    if (!paused) refresh();
+  });
+  document.querySelector("header").appendChild(button);
+  var source = new EventSource("/events");
+  source.addEventListener("open", function () { document.body.setAttribute("data-live", "open"); });
+  source.addEventListener("txn", function (e) {
+    var d = JSON.parse(e.data);
+    say(d.transactional_id + ": " + d.from_state + " to " + d.to_state);
+    refresh();
+  });
+  source.addEventListener("marker", refresh);
+  source.addEventListener("offsets", refresh);
+  source.addEventListener("group", refresh);
+  source.addEventListener("reset", refresh);
+})();
+"""
+
 
 # --- HTTP: one request a connection, on the loop ---------------------------------
 

@@ -7065,8 +7065,9 @@ def test_console_refuses_a_parameter_it_does_not_take_and_says_what_it_takes(con
 
 
 def test_console_browser_takes_a_utc_date_and_time_and_empty_fields(console):
-    """The form's datetime-local field (UTC), the URL's timestamp=MS, and the
-    fields a form sends empty (left alone) are absent, not 0."""
+    """The form's datetime-local field (UTC), the URL's timestamp=MS, offset=
+    earliest and latest; the fields a form sends empty (left alone) are
+    absent, not 0."""
     with RawClient(console.port) as c:
         c.create_topic("timed", 1)
         c.produce("timed", 0, make_batch([b"v%d" % i for i in range(10)],
@@ -7075,8 +7076,10 @@ def test_console_browser_takes_a_utc_date_and_time_and_empty_fields(console):
         by_time = browse(console, "timed", 0, time="1970-01-01T00:01:44")
         by_time_ms = browse(console, "timed", 0, time="1970-01-01T00:01:43.500", offset=1)
         by_offset = browse(console, "timed", 0, offset=7, time="", timestamp="", view="", format="")
+        named = [browse(console, "timed", 0, offset=word)["from"] for word in ("earliest", "latest")]
         page = console_html(console, "/topics/timed/0")
     assert by_ms["from"] == by_time["from"] == by_time_ms["from"] == 4 and by_offset["from"] == 7
+    assert named == [0, 10]                                          # as auto.offset.reset names them
     assert by_offset["view"] == "log" and by_offset["format"] == "text"
     assert '<input name="time" type="datetime-local" step="0.001">' in page and "UTC" in page
 
