@@ -10467,7 +10467,8 @@ def parse_connection_overrides(text):
 #   - every request is bounded: CONSOLE_MAX_CONNECTIONS connections, a
 #     request head of at most 8 KiB (and a login's body of 4 KiB) within
 #     CONSOLE_HEAD_TIMEOUT_S, one request a connection, at most
-#     CONSOLE_MAX_ROWS rows a table (the rest counted);
+#     CONSOLE_MAX_ROWS rows a table (the rest counted); a parameter a page
+#     does not take is a 400 naming it (BadParameter), never a silent default;
 #   - when any listener is SASL, every page but the login asks for one: a
 #     user name and password checked against the broker's own PLAIN users and
 #     SCRAM credentials (ConsoleLogin), a session cookie (random, HttpOnly,
@@ -10574,7 +10575,8 @@ def table(caption, columns, rows, total=None, numeric=()):
     note = ""
     if total is not None and total > len(rows):
         note = tag("p", f"{len(rows)} of {total} shown.", class_="note")
-    return Html(tag("table", [tag("caption", caption), tag("thead", head), tag("tbody", body)]) + note)
+    return Html(tag("div", tag("table", [tag("caption", caption), tag("thead", head), tag("tbody", body)]),
+                    class_="wide") + note)           # a table wider than the window scrolls in its own box
 
 
 STATE_SYMBOLS = {"Empty": "\u25cb", "Ongoing": "\u25cf", "PrepareCommit": "\u25d0", "PrepareAbort": "\u25d0",
@@ -10587,15 +10589,18 @@ def state_badge(state):
     return tag("span", f"{STATE_SYMBOLS.get(state, '')} {state}", class_=f"state s-{state}")
 
 
-def time_text(ms):
-    """A timestamp (ms) as UTC text in a <time> element (-1: none)."""
+def time_text(ms, clock=False):
+    """A timestamp (ms) as UTC text to the millisecond in a <time> element
+    (-1: none); clock: the time of day only (the date in its title), for
+    event feeds. The script shows both in the browser's own zone, and says which."""
     if ms is None or ms < 0:
         return "\u2014"
     try:
         when = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
     except (OverflowError, OSError, ValueError):
         return str(ms)
-    return tag("time", when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC",
+    full = when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
+    return tag("time", full[11:] if clock else full, title=full if clock else None, class_="clock" if clock else None,
                datetime=when.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
 
@@ -10611,122 +10616,14 @@ def age_text(ms):
     return f"{ms // 3_600_000} h"
 
 
+def elapsed_text(ms):
+    """The time since the step before: "+12 ms", "+1.5 s"; "+0 ms" is the
+    same millisecond (the order is then the journal's)."""
+    return "\u2014" if ms is None else f"+{age_text(ms)}"
+
+
 CONSOLE_PAGES = (("Cluster", "/"), ("Topics", "/topics"), ("Groups", "/groups"), ("Security", "/security"),
                  ("APIs", "/apis"))
-
-CONSOLE_CSS = """\
-:root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
-  --accent: #0b57d0; --warn: #8a4b00; --warn-bg: #fff3e0; }
-@media (prefers-color-scheme: dark) { :root { --fg: #e6e6e6; --bg: #17181a; --muted: #a0a4a8;
-  --line: #3a3d41; --accent: #8ab4f8; --warn: #ffcc80; --warn-bg: #3b2a12; } }
-* { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
-header, main, footer { padding: 0.6rem 1rem; max-width: 80rem; margin: 0 auto; }
-header { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; align-items: baseline; border-bottom: 1px solid var(--line); }
-header .brand { font-weight: 600; }
-nav ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
-a { color: var(--accent); }
-a[aria-current="page"] { font-weight: 600; text-decoration: none; }
-a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
-.skip { position: absolute; left: -100rem; }
-header button { font: inherit; }
-header form.who { margin-left: auto; }
-form.login { display: grid; grid-template-columns: max-content 16rem; gap: 0.5rem 1rem; align-items: center; }
-form.login button { grid-column: 2; justify-self: start; }
-.error { color: var(--warn); background: var(--warn-bg); padding: 0.2rem 0.5rem; }
-.live { position: absolute; left: -100rem; }
-.skip:focus { left: 1rem; top: 0.5rem; }
-h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
-section { margin: 1.2rem 0; overflow-x: auto; }
-table { border-collapse: collapse; min-width: 50%; }
-caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
-th, td { text-align: left; padding: 0.2rem 0.7rem 0.2rem 0; border-bottom: 1px solid var(--line); vertical-align: top; }
-th[scope="row"] { font-weight: 500; }
-.num { text-align: right; font-variant-numeric: tabular-nums; }
-.empty, .note, footer, .muted { color: var(--muted); }
-.hang { color: var(--warn); background: var(--warn-bg); padding: 0 0.3rem; }
-h2 { font-size: 1.05rem; margin: 0.4rem 0; }
-ol.machine { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; }
-ol.machine li { border: 1px solid var(--line); border-radius: 0.3rem; padding: 0.2rem 0.5rem; }
-ol.machine li.now { border: 2px solid var(--accent); }
-table.records td { font-family: ui-monospace, monospace; font-size: 0.9em; max-width: 32rem; overflow-wrap: anywhere; }
-table.records pre { margin: 0; white-space: pre-wrap; }
-tr.marker th { text-align: center; font-weight: 600; border-top: 2px solid var(--fg); border-bottom: 2px solid var(--fg); }
-tr.batch th { text-align: left; font-weight: 400; color: var(--muted); }
-tr.line th { text-align: left; color: var(--accent); border-bottom: 2px dashed var(--accent); }
-tr.aborted td { text-decoration: line-through; color: var(--muted); }
-tr.pending td { color: var(--warn); }
-form.browse { display: flex; flex-wrap: wrap; gap: 0.5rem 1rem; align-items: end; }
-form.browse fieldset { border: 1px solid var(--line); padding: 0.1rem 0.5rem; }
-nav.pager ul { display: flex; gap: 1rem; list-style: none; padding: 0; }
-code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
-dl.facts { display: grid; grid-template-columns: max-content auto; gap: 0.1rem 1rem; }
-dl.facts dt { color: var(--muted); }
-dl.facts dd { margin: 0; }
-"""
-
-
-CONSOLE_JS = """\
-"use strict";
-// doze-kafka console: live updates over one event stream, local times, Pause.
-// Only same-origin requests; text goes in with textContent; the fresh page
-// comes from the console itself (escaped there) through DOMParser.
-(function () {
-  var live = document.getElementById("live");
-  var paused = false, pending = null, announced = 0;
-  function localTimes(root) {
-    var times = root.querySelectorAll("time[datetime]");
-    for (var i = 0; i < times.length; i++) {
-      var t = times[i], when = new Date(t.getAttribute("datetime"));
-      if (!isNaN(when.getTime()) && !t.title) { t.title = t.textContent; t.textContent = when.toLocaleString(); }
-    }
-  }
-  function refresh() {
-    if (paused || pending) return;
-    pending = setTimeout(function () {
-      fetch(location.href, {headers: {"Accept": "text/html"}, credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.text() : null; })
-        .then(function (text) {
-          pending = null;
-          if (text === null || paused) return;
-          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
-          var old = document.getElementById("main");
-          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); localTimes(document); }
-          document.body.setAttribute("data-refreshed", String(Date.now()));
-        })
-        .catch(function () { pending = null; });
-    }, 500);
-  }
-  function say(text) {
-    var now = Date.now();
-    if (live && now - announced > 3000) { live.textContent = text; announced = now; }
-  }
-  localTimes(document);
-  if (!window.EventSource) return;
-  var button = document.createElement("button");
-  button.type = "button";
-  button.textContent = "Pause live updates";
-  button.setAttribute("aria-pressed", "false");
-  button.addEventListener("click", function () {
-    paused = !paused;
-    button.textContent = paused ? "Resume live updates" : "Pause live updates";
-    button.setAttribute("aria-pressed", String(paused));
-    if (!paused) refresh();
-  });
-  document.querySelector("header").appendChild(button);
-  var source = new EventSource("/events");
-  source.addEventListener("open", function () { document.body.setAttribute("data-live", "open"); });
-  source.addEventListener("txn", function (e) {
-    var d = JSON.parse(e.data);
-    say(d.transactional_id + ": " + d.from_state + " to " + d.to_state);
-    refresh();
-  });
-  source.addEventListener("marker", refresh);
-  source.addEventListener("offsets", refresh);
-  source.addEventListener("group", refresh);
-  source.addEventListener("reset", refresh);
-})();
-"""
 
 
 def console_layout(title, heading, body, active, api, viewer=None, script=True):
@@ -10920,11 +10817,60 @@ def bytes_item(prefix, data):
     return item
 
 
-def query_int(query, name, default):
-    try:
-        return int(query.get(name, default))
-    except (TypeError, ValueError):
+class BadParameter(ValueError):
+    """A query parameter or path part a page does not take: a 400 page naming
+    it and what it accepts (never a silent default)."""
+
+    def __init__(self, name, value, accepts):
+        super().__init__(f"{name}={value[:100]}: {name} takes {accepts}")
+        self.name, self.value, self.accepts = name, value, accepts
+
+    def text(self):
+        return f"{self.name}={self.value[:100]} is not accepted here: {self.name} takes {self.accepts}."
+
+
+WHOLE_NUMBER = "a whole number, 0 or more"
+
+
+def query_number(query, name, default, low=0, high=None, accepts=WHOLE_NUMBER):
+    """An integer parameter from low to high (absent or empty: default); anything else is BadParameter."""
+    text = query.get(name, "")
+    if text == "":
         return default
+    if not re.fullmatch(r"-?[0-9]{1,19}", text) or int(text) < low or high is not None and int(text) > high:
+        raise BadParameter(name, text, accepts)
+    return int(text)
+
+
+def query_choice(query, name, choices, accepts=None):
+    """One of choices (absent or empty: the first)."""
+    text = query.get(name, "")
+    if text == "":
+        return choices[0]
+    if text not in choices:
+        raise BadParameter(name, text, accepts or "one of " + ", ".join(choices))
+    return text
+
+
+def query_time(query, name):
+    """A date and time as an <input type="datetime-local"> sends it
+    (2024-05-01T21:09, seconds and milliseconds optional), read as UTC unless
+    it names its offset -> ms since the epoch; None when absent. (A page
+    cannot know the browser's zone without a script: the form says UTC.)"""
+    text = query.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" else text)
+    except ValueError:
+        when = None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    if when is None or when < epoch:
+        raise BadParameter(name, text, "a date and time from 1970 on, in UTC: 2024-05-01T21:09:51.237 "
+                                       "(seconds and milliseconds may be left out)")
+    return (when - epoch) // datetime.timedelta(milliseconds=1)
 
 
 class PartitionBrowser:
@@ -10937,15 +10883,23 @@ class PartitionBrowser:
         self.lso_drawn = False
 
     def start_offset(self, query, limit):
-        """Where the page starts: ?offset=, ?timestamp= (ms), or ?at=end."""
+        """Where the page starts: ?timestamp= (ms) or ?time= (a date and time,
+        UTC), else ?at=end, else ?offset= (a number, earliest or latest; each
+        checked: BadParameter)."""
         plog = self.plog
-        if "timestamp" in query:
-            found = run_steps(plog.offset_for_timestamp(query_int(query, "timestamp", 0)))
+        ms = query_number(query, "timestamp", None, accepts="milliseconds since 1970-01-01 00:00 UTC, 0 or more")
+        ms = query_time(query, "time") if ms is None else ms
+        at = query_choice(query, "at", ("", "end"), accepts="end (the last records), or nothing")
+        offset = {"earliest": plog.log_start_offset, "latest": plog.high_watermark}.get(query.get("offset"))
+        if offset is None:
+            offset = query_number(query, "offset", plog.log_start_offset,
+                                  accepts="an offset (a whole number, 0 or more), earliest or latest")
+        if ms is not None:
+            found = run_steps(plog.offset_for_timestamp(ms))
             return found[0] if found else plog.high_watermark
-        if query.get("at") == "end":
+        if at == "end":
             return max(plog.log_start_offset, plog.high_watermark - limit)
-        return min(max(query_int(query, "offset", plog.log_start_offset), plog.log_start_offset),
-                   plog.high_watermark)
+        return min(max(offset, plog.log_start_offset), plog.high_watermark)
 
     def page(self, start, limit):
         """-> (items, the offset the next page starts at)."""
@@ -11108,6 +11062,43 @@ class RecordCounter:
 CONSOLE_COUNT_BUDGET_S = 0.02
 
 
+# --- What a read_committed consumer still has to read ------------------------------
+# A group's lag, as Kafka's tools print it, is in offsets: the high watermark
+# less the committed offset. Transaction markers take offsets and aborted
+# records are never delivered, so a transactional topic's consumer has fewer
+# records to read than that: the data records between its offset and the
+# LSO whose transaction did not abort. Counted from the batch headers (and a
+# control record's type), never a record, and bounded: a page reads at most
+# CONSOLE_LAG_BATCHES batch headers for one partition and
+# CONSOLE_LAG_PAGE_BATCHES in all, then says "at least".
+
+CONSOLE_LAG_BATCHES = 500
+CONSOLE_LAG_PAGE_BATCHES = 5000
+
+
+def records_to_read(plog, table, lso, start, budget):
+    """-> (records, batches read, complete): the data records of [start, lso)
+    a read_committed consumer gets, from at most `budget` batch headers."""
+    aborts = sorted(table.aborted_between(start, lso), key=lambda a: a[1]) if table else []
+    aborting, k, count, read = set(), 0, 0, 0
+    for base, head in plog.batch_heads(start):
+        if base >= lso:
+            break
+        if read >= budget:
+            return count, read, False
+        read += 1
+        h = read_batch_header(head)
+        while k < len(aborts) and aborts[k][1] <= base:      # as PartitionBrowser.page: by first offset
+            aborting.add(aborts[k][0])
+            k += 1
+        if h.attributes & ATTR_CONTROL:
+            if control_type(head) == CONTROL_ABORT:
+                aborting.discard(h.producer_id)
+        elif not (h.attributes & ATTR_TRANSACTIONAL and h.producer_id in aborting):
+            count += min(base + h.last_offset_delta + 1, lso) - max(base, start)
+    return count, read, True
+
+
 # --- What the pages show: the broker's state as JSON-ready data, as a viewer may see it ---
 
 def marker_rows(offsets):
@@ -11147,6 +11138,15 @@ RUNNING = {TxnState.ONGOING} | DECIDED          # a transaction open, or decided
 def cut(rows):
     """At most CONSOLE_MAX_ROWS of rows, and how many there were."""
     return rows[:CONSOLE_MAX_ROWS], len(rows)
+
+
+def kafka_uuid(data):
+    """A topic id as Kafka's tools print one (Uuid.toString: base64, URL-safe, no padding)."""
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+CONSOLE_FEED_EVENTS = 20          # the Cluster page's recent events
+CONSOLE_EVENTS_PAGE = 100         # the events page's, unless asked (at most CONSOLE_MAX_ROWS)
 
 
 class ConsoleViewer:
@@ -11216,6 +11216,7 @@ class ConsoleViews:
         self.broker, self.viewer = broker, viewer
         self.counter = counter or RecordCounter()
         self.deadline = time.perf_counter() + CONSOLE_COUNT_BUDGET_S     # for counting records
+        self.lag_budget = CONSOLE_LAG_PAGE_BATCHES                        # batch headers, for records to read
 
     def now_ms(self):
         return int(self.broker.clock() * 1000)
@@ -11263,7 +11264,10 @@ class ConsoleViews:
         if meta is None:
             return None
         last, v = meta.last_decision, self.viewer
-        return {**self.txn_row(meta), "history": [v.event(e) for e in meta.history],
+        history = [e for e in map(v.event, meta.history) if e is not None]
+        taken = collections.Counter((e["from_state"], e["to_state"]) for e in history)
+        return {**self.txn_row(meta), "history": history, "timeline": self.timeline(meta),
+                "coordinator": next((e["coordinator"] for e in reversed(history) if e.get("coordinator")), None),
                 "markers_written": v.partitions(marker_rows(meta.marker_offsets)),
                 "markers_needed": v.partitions({"topic": t, "partition": p} for t, p in sorted(meta.markers_needed)),
                 "pending_offsets": v.offsets(offset_rows(meta.offsets)),
@@ -11271,16 +11275,32 @@ class ConsoleViews:
                     "committed": last["commit"], "at_ms": last["at_ms"],
                     "markers": v.partitions(marker_rows(last["markers"])), "offsets": v.offsets(offset_rows(last["offsets"]))},
                 "state_machine": [{"state": s.value, "entered_from": sorted(p.value for p in VALID_PREVIOUS[s])}
-                                  for s in TxnState]}
+                                  for s in TxnState],
+                "transitions_taken": [{"from": a, "to": b, "times": n} for (a, b), n in sorted(taken.items())]}
+
+    def timeline(self, meta):
+        """Its recent transitions and the markers written meanwhile, in the
+        journal's order (its ids: two steps may share a millisecond), each
+        with the milliseconds since the step before."""
+        history = list(meta.history)
+        first = history[0]["id"] if history else 0
+        markers = [e for e in self.broker.journal.events if e["kind"] == "marker" and e["id"] > first
+                   and e.get("transactional_id") == meta.transactional_id]
+        steps, before = [], None
+        for e in filter(None, map(self.viewer.event, sorted(history + markers, key=lambda e: e["id"]))):
+            steps.append({**e, "elapsed_ms": None if before is None else e["at_ms"] - before})
+            before = e["at_ms"]
+        return steps
 
     def records(self, topic, partition, query):
         """A page of the message browser (PartitionBrowser), or None for no such partition."""
         plog = self.broker.logs.logs.get((topic, partition))
         if plog is None:
             return None
-        view = query.get("view") if query.get("view") in BROWSER_VIEWS else "log"
-        fmt = query.get("format") if query.get("format") in ("text", "json", "hex") else "text"
-        limit = min(max(query_int(query, "limit", CONSOLE_PAGE_ROWS), 1), CONSOLE_MAX_ROWS)
+        view = query_choice(query, "view", BROWSER_VIEWS)
+        fmt = query_choice(query, "format", ("text", "json", "hex"))
+        limit = query_number(query, "limit", CONSOLE_PAGE_ROWS, 1, CONSOLE_MAX_ROWS,
+                             f"a whole number from 1 to {CONSOLE_MAX_ROWS}")
         browser = PartitionBrowser(self.broker, plog, view)
         start = browser.start_offset(query, limit)
         items, following = browser.page(start, limit)
@@ -11288,36 +11308,66 @@ class ConsoleViews:
                 "limit": limit, "log_start_offset": plog.log_start_offset, "last_stable_offset": browser.lso,
                 "high_watermark": plog.high_watermark, "items": items,
                 "next_offset": following if following < plog.high_watermark else None,
-                "query": {k: v for k, v in query.items() if k in ("offset", "timestamp", "at", "view", "format",
-                                                                  "limit")}}
+                "query": {k: v for k, v in query.items() if k in ("offset", "timestamp", "time", "at", "view",
+                                                                  "format", "limit")}}
 
     def groups(self):
-        v = self.viewer
-        rows, total = cut([{"group_id": g.group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
-                            "protocol": g.protocol_name, "generation_id": g.generation, "members": len(g.members),
-                            "committed_partitions": sum(v.topic(tp[0]) for tp in g.offsets),
-                            "lag": sum(self.lags(tp, e)[0] for tp, e in g.offsets.items() if v.topic(tp[0]))}
-                           for g in sorted(self.broker.groups.groups.values(), key=lambda g: g.group_id)
-                           if v.group(g.group_id)])
+        """Each group; its lag in offsets (as Kafka's tools) and the records
+        still to read (None where the viewer may not READ a topic of it)."""
+        v, rows = self.viewer, []
+        for g in sorted(self.broker.groups.groups.values(), key=lambda g: g.group_id):
+            if not v.group(g.group_id):
+                continue
+            shown = [(tp, e) for tp, e in sorted(g.offsets.items()) if v.topic(tp[0])]
+            reads = [self.to_read(tp, e.offset) for tp, e in shown]
+            rows.append({"group_id": g.group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
+                         "protocol": g.protocol_name, "generation_id": g.generation, "members": len(g.members),
+                         "committed_partitions": len(shown), "lag": sum(self.lags(tp, e)[0] for tp, e in shown),
+                         "records_to_read": None if any(n is None for n, _ in reads) else sum(n for n, _ in reads),
+                         "records_to_read_complete": all(done for _, done in reads)})
+        rows, total = cut(rows)
         return {"groups": rows, "groups_total": total}
 
     def lags(self, tp, entry):
-        """(records behind the high watermark, behind the LSO) of a committed offset."""
+        """(offsets behind the high watermark, behind the LSO) of a committed offset."""
         plog = self.broker.logs.logs.get(tp)
         if plog is None:
             return 0, 0
         lso = self.broker.producer_states.last_stable_offset(plog)
         return max(plog.high_watermark - entry.offset, 0), max(lso - entry.offset, 0)
 
+    def to_read(self, tp, offset):
+        """(records a read_committed consumer at `offset` still gets, complete)
+        -- within the page's budget; (None, True) without READ on the topic."""
+        plog = self.broker.logs.logs.get(tp)
+        if plog is None:
+            return 0, True
+        if not self.viewer.topic(tp[0], Op.READ):          # records, as Fetch: READ
+            return None, True
+        lso = self.broker.producer_states.last_stable_offset(plog)
+        start = max(offset, plog.log_start_offset)
+        if start >= lso:
+            return 0, True
+        try:
+            count, read, complete = records_to_read(plog, self.broker.producer_states.get(tp), lso, start,
+                                                    min(CONSOLE_LAG_BATCHES, self.lag_budget))
+        except OSError:                          # a failing disk: what the page can say is nothing exact
+            return 0, False
+        self.lag_budget -= read
+        return count, complete
+
     def group(self, group_id):
         """One group: its members with their assignments, its committed offsets
-        with both lags, and the offsets open transactions have staged for it."""
+        with both lags and the records still to read, and the offsets open
+        transactions have staged for it."""
         g = self.broker.groups.groups.get(group_id)
         if g is None:
             return None
         v = self.viewer
         offsets, total = cut([{"topic": t, "partition": p, "committed_offset": e.offset, "metadata": e.metadata,
-                               **dict(zip(("lag", "lag_to_lso"), self.lags((t, p), e)))}
+                               **dict(zip(("lag", "lag_to_lso"), self.lags((t, p), e))),
+                               **dict(zip(("records_to_read", "records_to_read_complete"),
+                                          self.to_read((t, p), e.offset)))}
                               for (t, p), e in sorted(g.offsets.items()) if v.topic(t)])
         txns = self.broker.txns
         pending = [{"transactional_id": tid, "topic": t, "partition": p,
@@ -11332,9 +11382,28 @@ class ConsoleViews:
                             for m in g.members.values()],
                 "offsets": offsets, "offsets_total": total, "pending_offsets": pending}
 
-    def recent_events(self, limit=50):
-        return list(itertools.islice(filter(None, map(self.viewer.event, reversed(self.broker.journal.events))),
-                                     limit))
+    def recent_events(self):
+        """The Cluster page's feed: the last CONSOLE_FEED_EVENTS (the events page has all the journal keeps)."""
+        return self.events_before(None, CONSOLE_FEED_EVENTS)[0]
+
+    def events_before(self, before, limit):
+        """-> (up to `limit` events older than id `before` (None: the newest), newest first; more older ones?)"""
+        ring = self.broker.journal.events
+        seen = filter(None, map(self.viewer.event, (e for e in reversed(ring) if before is None or e["id"] < before)))
+        shown = list(itertools.islice(seen, limit + 1))
+        return shown[:limit], len(shown) > limit
+
+    def events(self, query):
+        """The events page: the journal, newest first, CONSOLE_EVENTS_PAGE a page; ?before=ID for older ones."""
+        before = query_number(query, "before", None, 1, accepts="an event id, 1 or more")
+        limit = query_number(query, "limit", CONSOLE_EVENTS_PAGE, 1, CONSOLE_MAX_ROWS,
+                             f"a whole number from 1 to {CONSOLE_MAX_ROWS}")
+        events, more = self.events_before(before, limit)
+        ring = self.broker.journal.events
+        return {"events": events, "before": before, "limit": limit,
+                "older_before": events[-1]["id"] if more else None,      # the next page's ?before=
+                "kept": ring.maxlen, "oldest_id": ring[0]["id"] if ring else None,
+                "last_id": self.broker.journal.last_id}
 
     def producer_row(self, tp, producer_id, entry, meta):
         """One producer a partition remembers; "hanging": an open transaction
@@ -11416,7 +11485,7 @@ class ConsoleViews:
         configs = [{"name": e.name, "value": e.value, "source": CONFIG_SOURCE_NAMES.get(e.config_source)}
                    for e in topic_config_entries(ctx, name, None, False)] \
             if self.viewer.topic(name, Op.DESCRIBE_CONFIGS) else None
-        return {"name": name, "topic_id": str(uuid.UUID(bytes=meta.topic_id)), "internal": name in INTERNAL_TOPICS,
+        return {"name": name, "topic_id": kafka_uuid(meta.topic_id), "internal": name in INTERNAL_TOPICS,
                 "partitions": [{"partition": plog.partition, "log_start_offset": plog.log_start_offset,
                                 "last_stable_offset": b.producer_states.last_stable_offset(plog), "high_watermark": plog.high_watermark,
                                 **self.counts(plog)}
@@ -11493,14 +11562,18 @@ def page_cluster(d):
          tag("span", f"offline: {r['offline']}", class_="hang") if r["offline"] else held_text(r["held_back_by"])]
         for r in d["partitions"]],
         d["partitions_total"], numeric={"Log start", "LSO", "High watermark"})
+    feed = tag("section", [events_table(d["recent_events"], f"Recent events, newest first (the last "
+                                                            f"{CONSOLE_FEED_EVENTS})"),
+                           tag("p", link("All events", "events"), class_="more")])
     return console_layout("Cluster", "Cluster", [facts, tag("section", txns), tag("section", producers),
-                                                  tag("section", parts), tag("section", events_table(
-                                                      d["recent_events"]))], "/", "/api/cluster", d.get("viewer"))
+                                                  tag("section", parts), feed], "/", "/api/cluster", d.get("viewer"))
 
 
-def events_table(events):
-    rows = [[time_text(e["at_ms"]), e["kind"], event_subject(e), event_text(e)] for e in events]
-    return table("Recent events, newest first", ["Time", "Kind", "Of", "What"], rows)
+def events_table(events, caption):
+    """Journal events: their id (the order, when two share a millisecond), time to the millisecond, what."""
+    rows = [[f"#{e['id']}", time_text(e["at_ms"], clock=True), e["kind"], event_subject(e), event_text(e)]
+            for e in events]
+    return table(caption, ["#", "Time", "Kind", "Of", "What"], rows)
 
 
 def event_subject(e):
@@ -11513,6 +11586,8 @@ def producer_text(d):
 
 
 def event_text(e):
+    if e["kind"] == "marker" and e.get("offset") is None:
+        return stand_in_text(e)
     if e["kind"] == "marker":
         return f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} ({producer_text(e)})"
     if e["kind"] == "txn":
@@ -11522,27 +11597,102 @@ def event_text(e):
     return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
 
 
+def stand_in_text(e):
+    """A marker with no offset: a partition doze writes no marker to (its
+    __consumer_offsets: the offsets are in meta.db), and what stands in for it."""
+    what = e.get("stand_in") or "no marker written: the offsets are kept in meta.db"
+    group = e.get("group")
+    return f"{e.get('control', '?')} at {e['topic']}-{e['partition']}: {what}" + \
+        (f" (group {group})" if group is not None and str(group) not in what else "")
+
+
+def page_events(d):
+    older = [link("Older", "events", before=d["older_before"])] if d["older_before"] is not None else []
+    pager = tag("nav", tag("ul", [tag("li", a) for a in [link("Newest", "events")] + older]),
+                aria_label="Pages of events", class_="pager")
+    what = "newest first" if d["before"] is None else f"newest first, before #{d['before']}"
+    note = tag("p", f"The journal keeps the last {d['kept']} events, in memory (a restart starts it anew).",
+               class_="note")
+    return console_layout("Events", "Events", [tag("section", [events_table(d["events"], f"Events, {what}"), pager]),
+                                               note], None, console_path("api", "events", before=d["before"]),
+                          d.get("viewer"))
+
+
+# The transaction state machine, drawn: each state a box where the layout
+# puts it (its centre), each transition Kafka allows (VALID_PREVIOUS) a path
+# routed so that none crosses another -- commit on top, abort below, the way
+# back to Empty, Ongoing and Dead around the outside. SVG attributes and the
+# stylesheet's classes only: the CSP refuses style attributes.
+MACHINE_BOX = (160, 36)
+MACHINE_STATES = {"Empty": (135, 175), "Ongoing": (330, 175), "PrepareCommit": (525, 80),
+                  "CompleteCommit": (720, 80), "PrepareEpochFence": (525, 175), "PrepareAbort": (525, 270),
+                  "CompleteAbort": (720, 270), "Dead": (135, 270)}
+MACHINE_EDGES = {
+    ("Empty", "Empty"): "M115,157 C105,120 165,120 155,157",
+    ("Empty", "Ongoing"): "M215,175 H250",
+    ("Empty", "Dead"): "M135,193 V252",
+    ("Ongoing", "Ongoing"): "M360,157 C350,120 410,120 400,157",
+    ("Ongoing", "PrepareCommit"): "M410,166 L445,90",
+    ("Ongoing", "PrepareEpochFence"): "M410,175 H445",
+    ("Ongoing", "PrepareAbort"): "M410,184 L445,260",
+    ("PrepareEpochFence", "PrepareAbort"): "M525,193 V252",
+    ("PrepareCommit", "CompleteCommit"): "M605,80 H640",
+    ("PrepareAbort", "CompleteAbort"): "M605,270 H640",
+    ("CompleteCommit", "Ongoing"): "M660,62 V44 H315 V157",
+    ("CompleteCommit", "Empty"): "M700,62 V28 H34 V165 H55",
+    ("CompleteCommit", "Dead"): "M740,62 V12 H18 V270 H55",
+    ("CompleteAbort", "Ongoing"): "M660,288 V306 H315 V193",
+    ("CompleteAbort", "Empty"): "M700,288 V322 H232 V210 H175 V193",
+    ("CompleteAbort", "Dead"): "M740,288 V338 H135 V288",
+}
+
+
+def machine_svg(d):
+    """The state machine as inline SVG: the current state lit (aria-current),
+    the states and transitions of its recent history marked."""
+    now = d["transaction_state"]
+    taken = {(t["from"], t["to"]): t["times"] for t in d["transitions_taken"]}
+    seen = {state for pair in taken for state in pair}
+    heads = tag("defs", [tag("marker", tag("path", d="M0,0 L10,5 L0,10 z", class_=f"head {kind}"), id=f"arrow-{kind}",
+                             viewBox="0 0 10 10", refX="9", refY="5", markerWidth="9", markerHeight="9", orient="auto",
+                             markerUnits="userSpaceOnUse")
+                         for kind in ("all", "taken")])
+    edges = [tag("path", tag("title", f"{a} \u2192 {b}" + (f": {taken[(a, b)]}\u00d7 in its recent history"
+                                                          if (a, b) in taken else "")),
+                 d=path, class_="edge taken" if (a, b) in taken else "edge",
+                 marker_end=f"url(#arrow-{'taken' if (a, b) in taken else 'all'})")
+             for (a, b), path in sorted(MACHINE_EDGES.items(), key=lambda item: item[0] in taken)]
+    w, h = MACHINE_BOX
+    boxes = [tag("g", [tag("title", state + (" (now)" if state == now else "")),
+                       tag("rect", x=str(x - w // 2), y=str(y - h // 2), width=str(w), height=str(h), rx="6"),
+                       tag("text", f"{STATE_SYMBOLS.get(state, '')} {state}", x=str(x), y=str(y))],
+                 class_="state-box now" if state == now else "state-box seen" if state in seen else "state-box",
+                 data_state=state, aria_current="step" if state == now else None)
+             for state, (x, y) in MACHINE_STATES.items()]
+    return tag("svg", [heads] + edges + boxes, viewBox="0 0 820 350", class_="machine", role="img",
+               aria_label=f"The transaction state machine, now in {now}")
+
+
 def page_txn(d):
     facts = tag("dl", [tag("dt", "State"), tag("dd", state_badge(d["transaction_state"])),
                        tag("dt", "Producer"), tag("dd", f"id {d['producer_id']}, epoch {d['producer_epoch']}"),
                        tag("dt", "Timeout"), tag("dd", age_text(d["transaction_timeout_ms"])),
                        tag("dt", "Started"), tag("dd", time_text(d["transaction_start_time_ms"])),
-                       tag("dt", "Last change"), tag("dd", time_text(d["last_update_ms"]))], class_="facts")
-    machine = tag("ol", [tag("li", [state_badge(s["state"]),
-                                    tag("strong", " \u2190 now") if s["state"] == d["transaction_state"] else "",
-                                    tag("span", f" entered from {', '.join(s['entered_from']) or 'nothing'}",
-                                        class_="muted")],
-                             class_="now" if s["state"] == d["transaction_state"] else None,
-                             aria_current="step" if s["state"] == d["transaction_state"] else None)
-                         for s in d["state_machine"]], class_="machine")
-    timeline = table("Its transitions, newest last", ["Time", "From", "To", "Cause", "Epoch"], [
-        [time_text(e["at_ms"]), e["from_state"], state_badge(e["to_state"]), e["cause"] or "restart",
-         e["producer_epoch"]] for e in d["history"]], numeric={"Epoch"})
+                       tag("dt", "Last change"), tag("dd", time_text(d["last_update_ms"]))]
+                + ([tag("dt", "Coordinator"), tag("dd", tag("code", d["coordinator"]))] if d.get("coordinator")
+                   else []), class_="facts")
+    machine = [machine_svg(d), tag("p", ["Now ", state_badge(d["transaction_state"]), ": lit. Marked: the states "
+                                         "and transitions of its steps below. Each arrow is a transition Kafka "
+                                         "allows."], class_="note")]
+    timeline = table("Its steps, oldest first: transitions and the markers written (times to the millisecond; "
+                     "steps in the same millisecond keep the journal's order)",
+                     ["#", "Time", "Since the step before", "Step", "Cause", "Epoch"], [
+        [f"#{e['id']}", time_text(e["at_ms"], clock=True), elapsed_text(e["elapsed_ms"]), step_text(e),
+         e.get("cause") or ("restart" if e["kind"] == "txn" else "\u2014"), e.get("producer_epoch")]
+        for e in d["timeline"]], numeric={"Since the step before", "Epoch"})
     written = {(m["topic"], m["partition"]): m["offset"] for m in d["markers_written"]}
     now_parts = table("Partitions of the open transaction", ["Partition", "Marker"], [
-        [f"{p['topic']}-{p['partition']}",
-         f"at offset {written[(p['topic'], p['partition'])]}" if (p["topic"], p["partition"]) in written
-         else "\u2014"] for p in d["partitions"]])
+        [f"{p['topic']}-{p['partition']}", marker_cell(written, p)] for p in d["partitions"]])
     staged = table("Offsets staged for its groups (committed with it)", ["Group", "Partition", "Offset"], [
         [o["group"], f"{o['topic']}-{o['partition']}", o["offset"]] for o in d["pending_offsets"]],
         numeric={"Offset"})
@@ -11553,7 +11703,8 @@ def page_txn(d):
         word = "COMMIT" if last["committed"] else "ABORT"
         sections.append(tag("section", [
             table([f"Its last decision: {word}, ", time_text(last["at_ms"])], ["Partition", "Marker offset"],
-                  [[link(f"{m['topic']}-{m['partition']}", "topics", m["topic"]), m["offset"]]
+                  [[link(f"{m['topic']}-{m['partition']}", "topics", m["topic"]),
+                    stand_in_text({"control": word, **m}) if m["offset"] is None else m["offset"]]
                    for m in last["markers"]], numeric={"Marker offset"}),
             table("Offsets it committed" if last["committed"] else "Offsets it dropped",
                   ["Group", "Partition", "Offset"],
@@ -11561,6 +11712,23 @@ def page_txn(d):
                   numeric={"Offset"})]))
     return console_layout(d["transactional_id"], ["Transaction ", tag("code", d["transactional_id"])], sections,
                           None, console_path("api", "txn", id=d["transactional_id"]), d.get("viewer"))
+
+
+def step_text(e):
+    """A timeline step: a transition (from -> to, the new state's badge) or a marker."""
+    if e["kind"] == "txn":
+        return Html(esc(e["from_state"]) + " \u2192 " + state_badge(e["to_state"]))
+    return event_text(e)
+
+
+def marker_cell(written, p):
+    """The marker of one partition of a decided transaction: its offset, a stand-in, or none yet."""
+    tp = (p["topic"], p["partition"])
+    if tp not in written:
+        return "\u2014"
+    if written[tp] is None:
+        return "no marker: a stand-in (the offsets are kept in meta.db)"
+    return f"at offset {written[tp]}"
 
 
 def held_text(held):
@@ -11609,14 +11777,30 @@ def count_cell(row, key):
     return tag("span", "counting\u2026", class_="muted") if row[key] is None else row[key]
 
 
+def to_read_cell(row):
+    """Records still to read: a count, "at least" one where counting stopped, a dash without READ."""
+    n = row["records_to_read"]
+    if n is None:
+        return tag("span", "\u2014", class_="muted", title="needs READ on the topic")
+    return n if row["records_to_read_complete"] else tag(
+        "span", f"at least {n}", title=f"the console reads at most {CONSOLE_LAG_BATCHES} batch headers a "
+                                       f"partition, {CONSOLE_LAG_PAGE_BATCHES} a page")
+
+
+LAG_NOTE = ("Offsets behind: the high watermark less the committed offset, the lag Kafka's tools print; "
+            "transaction markers and aborted records take offsets too. Records to read: the records a "
+            "read_committed consumer still gets, up to the LSO (markers and aborted records left out).")
+
+
 def page_groups(d):
     body = table("Consumer groups", ["Group", "State", "Protocol", "Generation", "Members",
-                                     "Partitions committed", "Records behind"], [
+                                     "Partitions committed", "Offsets behind", "Records to read"], [
         [link(r["group_id"], "group", id=r["group_id"]), r["group_state"],
          f"{r['protocol_type'] or chr(0x2014)} / {r['protocol'] or chr(0x2014)}", r["generation_id"], r["members"],
-         r["committed_partitions"], r["lag"]] for r in d["groups"]], d["groups_total"],
-        numeric={"Generation", "Members", "Partitions committed", "Records behind"})
-    return console_layout("Groups", "Consumer groups", tag("section", body), "/groups", "/api/groups", d.get("viewer"))
+         r["committed_partitions"], r["lag"], to_read_cell(r)] for r in d["groups"]], d["groups_total"],
+        numeric={"Generation", "Members", "Partitions committed", "Offsets behind", "Records to read"})
+    return console_layout("Groups", "Consumer groups", [tag("section", body), tag("p", LAG_NOTE, class_="note")],
+                          "/groups", "/api/groups", d.get("viewer"))
 
 
 def page_group(d):
@@ -11628,17 +11812,19 @@ def page_group(d):
         [m["member_id"], m["group_instance_id"] or "\u2014", m["client_id"], m["client_host"],
          "\u2014" if m["assignment"] is None else "; ".join(
              f"{a['topic']} {a['partitions']}" for a in m["assignment"]) or "none"] for m in d["members"]])
-    offsets = table("Committed offsets", ["Partition", "Committed", "Behind the high watermark",
-                                          "Behind the LSO", "Metadata"], [
+    offsets = table("Committed offsets", ["Partition", "Committed", "Offsets behind", "Offsets behind the LSO",
+                                          "Records to read", "Metadata"], [
         [link(f"{o['topic']}-{o['partition']}", "topics", o["topic"], o["partition"], offset=o["committed_offset"]),
-         o["committed_offset"], o["lag"], o["lag_to_lso"], o["metadata"] or ""] for o in d["offsets"]],
-        d["offsets_total"], numeric={"Committed", "Behind the high watermark", "Behind the LSO"})
+         o["committed_offset"], o["lag"], o["lag_to_lso"], to_read_cell(o), o["metadata"] or ""]
+        for o in d["offsets"]], d["offsets_total"],
+        numeric={"Committed", "Offsets behind", "Offsets behind the LSO", "Records to read"})
     pending = table("Offsets open transactions have staged (committed with them)",
                     ["Transactional id", "Partition", "Offset"], [
         [link(p["transactional_id"], "txn", id=p["transactional_id"]), f"{p['topic']}-{p['partition']}",
          p["offset"]] for p in d["pending_offsets"]], numeric={"Offset"})
     return console_layout(d["group_id"], ["Group ", tag("code", d["group_id"])],
-                          [facts, tag("section", members), tag("section", offsets), tag("section", pending)],
+                          [facts, tag("section", members), tag("section", [offsets, tag("p", LAG_NOTE, class_="note")]),
+                           tag("section", pending)],
                           "/groups", console_path("api", "group", id=d["group_id"]), d.get("viewer"))
 
 
@@ -11692,8 +11878,9 @@ def page_login(d):
     return console_layout("Log in", "Log in", failed + [form, note], None, None, script=False)
 
 
-def page_message(title, text):
-    return console_layout(title, title, tag("p", text), None, "/api/")
+def page_message(title, text, viewer=None):
+    """An error page: the usual header (who is logged in), the reason, no JSON twin."""
+    return console_layout(title, title, tag("p", text), None, None, viewer)
 
 
 def value_cell(item, prefix, fmt):
@@ -11732,8 +11919,8 @@ def page_records(d):
                 f"{item['producer_id']}/{item['producer_epoch']} seq {item['sequence']}"
             rows.append(tag("tr", [tag("th", str(item["offset"]), scope="row", class_="num"),
                                    tag("td", time_text(item["timestamp"])),
-                                   tag("td", value_cell(item, "key", d["format"])),
-                                   tag("td", value_cell(item, "value", d["format"])),
+                                   tag("td", tag("div", value_cell(item, "key", d["format"]), class_="value")),
+                                   tag("td", tag("div", value_cell(item, "value", d["format"]), class_="value")),
                                    tag("td", headers), tag("td", producer),
                                    tag("td", STATUS_TEXT[item["txn_status"]])],
                             class_=item["txn_status"]))
@@ -11743,8 +11930,8 @@ def page_records(d):
     if not rows:
         rows.append(tag("tr", tag("td", "no records here", colspan=str(len(cols)), class_="empty")))
     head = tag("tr", [tag("th", c, scope="col") for c in cols])
-    records = tag("table", [tag("caption", f"{where}, {VIEW_TEXT[d['view']]}, from offset {d['from']}"),
-                            tag("thead", head), tag("tbody", rows)], class_="records")
+    records = tag("div", tag("table", [tag("caption", f"{where}, {VIEW_TEXT[d['view']]}, from offset {d['from']}"),
+                                       tag("thead", head), tag("tbody", rows)], class_="records"), class_="wide")
     facts = tag("dl", [tag("dt", "Log start"), tag("dd", str(d["log_start_offset"])),
                        tag("dt", tag("abbr", "LSO", title="last stable offset")),
                        tag("dd", str(d["last_stable_offset"])),
@@ -11773,13 +11960,15 @@ def divider_text(item):
 
 
 def browser_form(d):
-    """The position and view, as a GET form (no script needed)."""
+    """The position and view, as a GET form (no script needed). A time given
+    is UTC: a page cannot learn the browser's zone without a script
+    (?timestamp=MS in the URL is taken too)."""
     def choice(name, value, label, current):
         return tag("label", [tag("input", type="radio", name=name, value=value,
                                  checked="checked" if value == current else None), f" {label} "])
     return tag("form", [
-        tag("label", ["Offset ", tag("input", name="offset", type="number", value=str(d["from"]))]), " ",
-        tag("label", ["or time (ms) ", tag("input", name="timestamp", type="number")]), " ",
+        tag("label", ["Offset ", tag("input", name="offset", type="number", min="0", value=str(d["from"]))]), " ",
+        tag("label", ["or from a time, UTC ", tag("input", name="time", type="datetime-local", step="0.001")]), " ",
         tag("fieldset", [tag("legend", "View")] + [choice("view", v, v, d["view"]) for v in BROWSER_VIEWS]),
         tag("fieldset", [tag("legend", "Values as")] + [choice("format", f, f, d["format"])
                                                         for f in ("text", "json", "hex")]),
@@ -11800,9 +11989,152 @@ def browser_pages(d):
 ###############################################################################
 # 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
-# The console's sockets: each HTTP connection (one request, then closed), its
-# login against the broker's own SASL users, and the listener that accepts
-# them -- on the broker's loop, with one timer of its own (Console._sweep).
+# The console's sockets: its stylesheet and script, each HTTP connection (one
+# request, then closed), its login against the broker's own SASL users, and
+# the listener that accepts them -- on the broker's loop, with one timer of
+# its own (Console._sweep).
+
+# --- Its stylesheet and script, served as files -----------------------------------
+# The CSP lets no inline style or script run: the pages link these two. The
+# stylesheet colours by class (the state machine's SVG too); the script only
+# adds to a page that works without it -- live updates and local times.
+
+CONSOLE_CSS = """\
+:root { color-scheme: light dark; --fg: #1d1f21; --bg: #fdfdfd; --muted: #5f6368; --line: #d7dadc;
+  --accent: #0b57d0; --warn: #8a4b00; --warn-bg: #fff3e0; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e6e6e6; --bg: #17181a; --muted: #a0a4a8;
+  --line: #3a3d41; --accent: #8ab4f8; --warn: #ffcc80; --warn-bg: #3b2a12; } }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+header, main, footer { padding: 0.6rem 1rem; max-width: 80rem; margin: 0 auto; }
+header { display: flex; flex-wrap: wrap; gap: 0.4rem 1.2rem; align-items: baseline; border-bottom: 1px solid var(--line); }
+header .brand { font-weight: 600; }
+nav ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
+a { color: var(--accent); }
+a[aria-current="page"] { font-weight: 600; text-decoration: none; }
+a:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+.skip { position: absolute; left: -100rem; }
+header button { font: inherit; }
+header form.who { margin-left: auto; }
+form.login { display: grid; grid-template-columns: max-content 16rem; gap: 0.5rem 1rem; align-items: center; }
+form.login button { grid-column: 2; justify-self: start; }
+.error { color: var(--warn); background: var(--warn-bg); padding: 0.2rem 0.5rem; }
+.live { position: absolute; left: -100rem; }
+.skip:focus { left: 1rem; top: 0.5rem; }
+h1 { font-size: 1.35rem; margin: 0.8rem 0 0.4rem; }
+section { margin: 1.2rem 0; }
+div.wide { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; min-width: 50%; }
+caption { text-align: left; font-weight: 600; padding: 0.3rem 0; }
+th, td { text-align: left; padding: 0.2rem 0.7rem 0.2rem 0; border-bottom: 1px solid var(--line); vertical-align: top;
+  overflow-wrap: normal; word-break: normal; hyphens: none; }
+th[scope="row"] { font-weight: 500; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+.empty, .note, footer, .muted { color: var(--muted); }
+.hang { color: var(--warn); background: var(--warn-bg); padding: 0 0.3rem; }
+h2 { font-size: 1.05rem; margin: 0.4rem 0; }
+svg.machine { display: block; width: 100%; max-width: 52rem; height: auto; }
+svg.machine rect { fill: var(--bg); stroke: var(--line); stroke-width: 1.5; }
+svg.machine text { fill: var(--fg); font: 14px system-ui, sans-serif; text-anchor: middle; dominant-baseline: central; }
+svg.machine .edge { fill: none; stroke: var(--muted); stroke-width: 1.2; }
+svg.machine .edge.taken { stroke: var(--accent); stroke-width: 3; }
+svg.machine .head { fill: var(--muted); }
+svg.machine .head.taken { fill: var(--accent); }
+svg.machine .seen rect { stroke: var(--accent); stroke-width: 2; }
+svg.machine .now rect { fill: var(--accent); stroke: var(--accent); stroke-width: 3; }
+svg.machine .now text { fill: var(--bg); font-weight: 600; }
+table.records td { font-family: ui-monospace, monospace; font-size: 0.9em; }
+table.records .value { width: max-content; max-width: 32rem; overflow-wrap: break-word; }
+table.records pre { margin: 0; white-space: pre-wrap; }
+tr.marker th { text-align: center; font-weight: 600; border-top: 2px solid var(--fg); border-bottom: 2px solid var(--fg); }
+tr.batch th { text-align: left; font-weight: 400; color: var(--muted); }
+tr.line th { text-align: left; color: var(--accent); border-bottom: 2px dashed var(--accent); }
+tr.aborted td { text-decoration: line-through; color: var(--muted); }
+tr.pending td { color: var(--warn); }
+form.browse { display: flex; flex-wrap: wrap; gap: 0.5rem 1rem; align-items: end; }
+form.browse fieldset { border: 1px solid var(--line); padding: 0.1rem 0.5rem; }
+nav.pager ul { display: flex; gap: 1rem; list-style: none; padding: 0; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 0.92em; }
+dl.facts { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.1rem 1rem; }
+dl.facts dt { color: var(--muted); }
+dl.facts dd { margin: 0; min-width: 0; overflow-wrap: break-word; }
+form.browse input { max-width: 100%; }
+"""
+
+
+CONSOLE_JS = """\
+"use strict";
+// doze-kafka console: live updates over one event stream, local times, Pause.
+// Only same-origin requests; text goes in with textContent; the fresh page
+// comes from the console itself (escaped there) through DOMParser.
+(function () {
+  var live = document.getElementById("live");
+  var paused = false, pending = null, announced = 0;
+  function pad(n, width) { n = String(n); while (n.length < (width || 2)) n = "0" + n; return n; }
+  function zone(when) {            // the browser's zone, said: "UTC", "UTC+2", "UTC-3:30"
+    var off = -when.getTimezoneOffset(), a = Math.abs(off);
+    return off ? "UTC" + (off < 0 ? "-" : "+") + Math.floor(a / 60) + (a % 60 ? ":" + pad(a % 60) : "") : "UTC";
+  }
+  function localTimes(root) {      // to the millisecond, as the page has them, in the browser's zone
+    var times = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var t = times[i], when = new Date(t.getAttribute("datetime"));
+      if (isNaN(when.getTime()) || t.hasAttribute("data-local")) continue;
+      var day = when.getFullYear() + "-" + pad(when.getMonth() + 1) + "-" + pad(when.getDate()) + " ";
+      var clock = pad(when.getHours()) + ":" + pad(when.getMinutes()) + ":" + pad(when.getSeconds()) + "." +
+        pad(when.getMilliseconds(), 3);
+      if (!t.title) t.title = t.textContent;
+      t.textContent = (t.classList.contains("clock") ? "" : day) + clock + " " + zone(when);
+      t.setAttribute("data-local", "");
+    }
+  }
+  function refresh() {
+    if (paused || pending) return;
+    pending = setTimeout(function () {
+      fetch(location.href, {headers: {"Accept": "text/html"}, credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (text) {
+          pending = null;
+          if (text === null || paused) return;
+          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
+          var old = document.getElementById("main");
+          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); localTimes(document); }
+          document.body.setAttribute("data-refreshed", String(Date.now()));
+        })
+        .catch(function () { pending = null; });
+    }, 500);
+  }
+  function say(text) {
+    var now = Date.now();
+    if (live && now - announced > 3000) { live.textContent = text; announced = now; }
+  }
+  localTimes(document);
+  if (!window.EventSource) return;
+  var button = document.createElement("button");
+  button.type = "button";
+  button.textContent = "Pause live updates";
+  button.setAttribute("aria-pressed", "false");
+  button.addEventListener("click", function () {
+    paused = !paused;
+    button.textContent = paused ? "Resume live updates" : "Pause live updates";
+    button.setAttribute("aria-pressed", String(paused));
+    if (!paused) refresh();
+  });
+  document.querySelector("header").appendChild(button);
+  var source = new EventSource("/events");
+  source.addEventListener("open", function () { document.body.setAttribute("data-live", "open"); });
+  source.addEventListener("txn", function (e) {
+    var d = JSON.parse(e.data);
+    say(d.transactional_id + ": " + d.from_state + " to " + d.to_state);
+    refresh();
+  });
+  source.addEventListener("marker", refresh);
+  source.addEventListener("offsets", refresh);
+  source.addEventListener("group", refresh);
+  source.addEventListener("reset", refresh);
+})();
+"""
+
 
 # --- HTTP: one request a connection, on the loop ---------------------------------
 
@@ -12211,7 +12543,8 @@ class Console:
             self.broker.selector.unregister(self.sock)
         self.sock.close()
 
-    # --- the event stream (Server-Sent Events): one a tab, the journal's events as they happen ---
+    # --- the event stream (Server-Sent Events): one a tab, the journal's events as they happen;
+    # /events asked for as text/event-stream (an EventSource always is), else /events is a page ---
     def streams(self):
         return [c for c in self.connections if c.stream and not c.closed]
 
@@ -12279,7 +12612,7 @@ class Console:
                 return http_response(405, "text/plain", b"the console is read-only: GET and HEAD\n",
                                      extra=(("Allow", "GET, HEAD"),))
             viewer = self.login.viewer(headers, ip)
-            if path == "/events":
+            if path == "/events" and "text/event-stream" in headers.get("accept", ""):   # an EventSource's
                 return self.open_stream(conn, headers, query, viewer) if viewer else \
                     http_response(401, "text/plain", b"log in first\n")
             status, kind, body, extra = self.route(path, query, viewer)
@@ -12309,9 +12642,12 @@ class Console:
         if api:
             name = {"/cluster": "/", "/": ""}.get(name, name)      # "/"'s twin is /api/cluster
         views = ConsoleViews(self.broker, viewer, self.counter)
-        data, page = self.page_data(views, name, query)
+        try:
+            data, page = self.page_data(views, name, query)
+        except BadParameter as e:
+            data, page = (400, "Bad request", e.text()), None
         if page is None:
-            return self.error(api, *data)
+            return self.error(api, *data, viewer=viewer)
         if viewer is not None and viewer.user is not None:
             data["viewer"] = viewer.describe()
         return self.respond(api, data, page)
@@ -12322,12 +12658,15 @@ class Console:
         if name in self.ROUTES:
             view, page = self.ROUTES[name]
             return getattr(views, view)(), page
+        if name == "/events":
+            return views.events(query), page_events
         if name.startswith("/topics/") and name.count("/") in (2, 3):
             topic, _, partition = name[len("/topics/"):].partition("/")
             if not v.topic(topic, Op.READ if partition else Op.DESCRIBE):    # as Fetch and Metadata ask
                 return (403, "Not allowed", "TOPIC_AUTHORIZATION_FAILED: Topic authorization failed."), None
-            data = views.records(topic, int(partition), query) if partition.isdigit() else \
-                None if partition else views.topic(topic)
+            if partition and not re.fullmatch(r"[0-9]{1,10}", partition):
+                raise BadParameter("partition", partition, f"a partition number, 0 or more: /topics/{topic}/0")
+            data = views.records(topic, int(partition), query) if partition else views.topic(topic)
             if data is not None:
                 return data, page_records if partition else page_topic
             return (404, "Not found", "UNKNOWN_TOPIC_OR_PARTITION: no such topic or partition."), None
@@ -12350,10 +12689,12 @@ class Console:
         return 200, "text/html; charset=utf-8", page(data).encode(), ()
 
     @staticmethod
-    def error(api, status, title, text):
+    def error(api, status, title, text, viewer=None):
+        """An error as JSON, or as a page with the usual header (who is logged in)."""
         if api:
             return status, "application/json; charset=utf-8", json.dumps({"error": text}).encode(), ()
-        return status, "text/html; charset=utf-8", page_message(title, text).encode(), ()
+        who = viewer.describe() if viewer is not None else None
+        return status, "text/html; charset=utf-8", page_message(title, text, who).encode(), ()
 
     def control_answer(self, method, path, query, headers, body, ip):
         """/control: the control endpoint's, when the command line serves one (§18)."""

@@ -6554,7 +6554,7 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert last["offsets"] == during["pending_offsets"] and committed == {("orders", 0): (0, 1)}
     assert after["pending_offsets"] == [] and after["partitions"] == []
     assert page.count('aria-current="step"') == 1
-    assert re.search(r'<li class="now" aria-current="step"><span class="state s-CompleteCommit">', page)
+    assert '<g class="state-box now" data-state="CompleteCommit" aria-current="step">' in page
     assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
     markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
                if e["kind"] == "marker"]
@@ -6725,8 +6725,9 @@ def test_console_groups_show_offsets_with_both_lags_and_staged_ones(console):
         fetched = committed_offsets(c, gid, [("orders", 0), ("orders", 1)])
     [row] = [r for r in groups["groups"] if r["group_id"] == gid]
     assert (row["group_state"], row["members"], row["committed_partitions"], row["lag"]) == ("Empty", 0, 2, 5)
-    assert [(o["topic"], o["partition"], o["committed_offset"], o["lag"], o["lag_to_lso"]) for o in g["offsets"]] == [
-        ("orders", 0, 1, 5, 4), ("orders", 1, 0, 0, 0)]
+    assert (row["records_to_read"], row["records_to_read_complete"]) == (1, True)     # c2: a1 aborted, p1 open
+    assert [(o["topic"], o["partition"], o["committed_offset"], o["lag"], o["lag_to_lso"], o["records_to_read"])
+            for o in g["offsets"]] == [("orders", 0, 1, 5, 4, 1), ("orders", 1, 0, 0, 0, 0)]
     assert fetched == {("orders", 0): (0, 1), ("orders", 1): (0, 0)}
     assert g["pending_offsets"] == [{"transactional_id": SCRIPT_ID, "topic": "orders", "partition": 0, "offset": 4}]
     assert g["members"] == []
@@ -6842,7 +6843,7 @@ def test_console_every_page_is_whole_html_and_has_its_json_twin(console):
     with RawClient(console.port) as c:
         txn_scene(c)
     for path, api in (("/", "/api/cluster"), ("/topics", "/api/topics"), ("/topics/orders", "/api/topics/orders"),
-                      ("/groups", "/api/groups"), ("/apis", "/api/apis")):
+                      ("/groups", "/api/groups"), ("/apis", "/api/apis"), ("/events", "/api/events")):
         page = console_html(console, path)
         assert page.startswith("<!DOCTYPE html>\n<html lang=\"en\">") and page.endswith("</html>")
         assert page.count("<h1>") == 1 and '<main id="main">' in page and "<nav aria-label=\"Pages\">" in page
@@ -6957,6 +6958,235 @@ def test_console_shows_each_user_what_its_acls_let_it_see(sasl_console):
     assert "ACLs and users" in http_get(port, "/security", headers={"Cookie": admin})[2].decode()
 
 
+def test_console_times_steps_to_the_millisecond_with_the_time_between_them(start_broker):
+    """The Transaction page's steps: each transition and marker with its time
+    to the millisecond, the time since the step before, in the journal's
+    order (PrepareCommit, the markers, CompleteCommit: in one millisecond)."""
+    clock = FakeClock(1_700_000_000.237)                           # 2023-11-14 22:13:20.237 UTC
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0"}, clock=clock)
+    with RawClient(broker.port) as c:
+        c.create_topic("orders", 2)
+        t = Txn(c, "tx-ms")
+        clock.advance(12)
+        t.add(("orders", 0), ("orders", 1))
+        t.produce("orders", 0, [b"a"])
+        t.produce("orders", 1, [b"b"])
+        clock.advance(400)
+        assert t.end(commit=True) == 0
+        d = console_json(broker, "/api/txn?id=tx-ms")
+        page = console_html(broker, "/txn?id=tx-ms")
+        cluster = console_html(broker, "/")
+    steps = [(e["kind"], e.get("to_state") or e.get("topic") + "-" + str(e["partition"]), e["elapsed_ms"])
+             for e in d["timeline"]]
+    assert steps == [("txn", "Empty", None), ("txn", "Ongoing", 12), ("txn", "PrepareCommit", 400),
+                     ("marker", "orders-0", 0), ("marker", "orders-1", 0), ("txn", "CompleteCommit", 0)]
+    assert [e["id"] for e in d["timeline"]] == sorted(e["id"] for e in d["timeline"])
+    assert [e["at_ms"] for e in d["timeline"]] == [1_700_000_000_237] + [1_700_000_000_249] + [1_700_000_000_649] * 4
+    assert '<time title="2023-11-14 22:13:20.237 UTC" class="clock" datetime="2023-11-14T22:13:20.237Z">' \
+           '22:13:20.237 UTC</time>' in page
+    assert re.search(r"<td class=\"num\">\+12 ms</td><td>Empty \u2192 <span class=\"state s-Ongoing\">", page)
+    assert re.search(r"\+400 ms</td><td>Ongoing \u2192 .*?\+0 ms</td><td>COMMIT marker at orders-0 offset 1 "
+                     r".*?\+0 ms</td><td>COMMIT marker at orders-1 offset 1 .*?\+0 ms</td><td>PrepareCommit", page)
+    assert "22:13:20.649 UTC</time></td><td>marker</td>" in cluster
+
+
+def test_console_group_lag_counts_offsets_and_the_records_still_to_read(console, monkeypatch):
+    """A group at offset 0 of a partition holding 2 aborted records, 1
+    committed record and 3 markers: 6 offsets behind, 1 record to read; the
+    counting stops where its bound says, and the page says "at least"."""
+    with RawClient(console.port) as c:
+        c.create_topic("lagged", 1)
+        for commit, value in ((False, b"gone-1"), (False, b"gone-2"), (True, b"kept")):
+            assert Txn(c, "tx-lag").whole("lagged", 0, [value], commit) == 0
+        assert commit_offsets(c, "g-lag", {("lagged", 0): 0}) == {("lagged", 0): 0}
+        assert visible_values(c, "lagged", 0) == [b"kept"]
+        g = console_json(console, "/api/group?id=g-lag")
+        [row] = console_json(console, "/api/groups")["groups"]
+        page = console_html(console, "/group?id=g-lag")
+        listing = console_html(console, "/groups")
+        monkeypatch.setattr(doze, "CONSOLE_LAG_BATCHES", 3)            # gone-1, ABORT, gone-2: then stop
+        cut_short = console_json(console, "/api/group?id=g-lag")["offsets"][0]
+        cut_page = console_html(console, "/group?id=g-lag")
+    [o] = g["offsets"]
+    assert (o["lag"], o["lag_to_lso"], o["records_to_read"], o["records_to_read_complete"]) == (6, 6, 1, True)
+    assert (row["lag"], row["records_to_read"], row["records_to_read_complete"]) == (6, 1, True)
+    assert "Offsets behind" in page and "Records to read" in page and "Records behind" not in listing
+    assert re.search(r'<td class="num">6</td><td class="num">6</td><td class="num">1</td>', page)
+    assert (cut_short["records_to_read"], cut_short["records_to_read_complete"]) == (0, False)
+    assert ">at least 0</span>" in cut_page
+
+
+def test_console_records_to_read_skip_aborted_records_from_a_committed_offset_inside_a_transaction():
+    """The count a read_committed consumer gets from a start inside an aborted
+    transaction and up to an LSO below the end: by batch headers only."""
+    class Log:
+        def __init__(self, heads):
+            self.heads = heads
+
+        def batch_heads(self, start):                       # from the batch holding `start`, as PartitionLog's
+            return ((base, head) for base, head, last in self.heads if last >= start)
+
+    def head(base, pid, count=1, transactional=True, control=None):
+        batch = doze.build_control_batch(pid, 0, control == "commit", 0) if control else \
+            make_batch([b"v"] * count, producer_id=pid, producer_epoch=0, base_sequence=0,
+                       attributes=doze.ATTR_TRANSACTIONAL if transactional else 0)
+        batch = bytearray(batch)
+        struct.pack_into(">q", batch, 0, base)
+        return base, bytes(batch[:80]), base + (1 if control else count) - 1
+
+    class Table:
+        @staticmethod
+        def aborted_between(start, upper):
+            return [(7, 2)]                                 # producer 7 aborted from offset 2 (its ABORT at 5)
+    log = Log([head(0, 5, 2), head(2, 7, 2), head(4, -1, 1, transactional=False), head(5, 7, control="abort"),
+               head(6, 5, control="commit"), head(7, 8, 3)])
+    assert doze.records_to_read(log, Table, 7, 0, 100) == (2 + 1, 5, True)       # 0-1, 4; stops at the LSO 7
+    assert doze.records_to_read(log, Table, 7, 3, 100) == (1, 4, True)           # from inside the aborted one
+    assert doze.records_to_read(log, Table, 10, 1, 100) == (1 + 1 + 3, 6, True)  # 1, 4, 7-9
+    assert doze.records_to_read(log, Table, 10, 0, 2) == (2, 2, False)           # the bound: 0-1, (2-3 aborted)
+
+
+def test_console_shows_topic_ids_as_kafkas_tools_print_them(console):
+    with RawClient(console.port) as c:
+        created = c.call(ApiKey.CREATE_TOPICS, 7, topics=[Msg(name="ids", num_partitions=1, replication_factor=-1,
+                                                               assignments=[], configs=[])],
+                         timeout_ms=5000, validate_only=False).topics[0]
+        d = console_json(console, "/api/topics/ids")
+        page = console_html(console, "/topics/ids")
+    assert created.error_code == 0 and created.topic_id != bytes(16)
+    assert d["topic_id"] == base64.urlsafe_b64encode(created.topic_id).decode().rstrip("=")   # Uuid.toString
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", d["topic_id"]) and f"<code>{d['topic_id']}</code>" in page
+    cluster_id = console_json(console, "/api/cluster")["broker"]["cluster_id"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)                                  # the same form
+
+
+def test_console_draws_the_transaction_state_machine_with_its_path(console):
+    """Every transition Kafka allows drawn once; the current state lit; the
+    transitions this transaction took marked; SVG and classes only (the CSP
+    refuses a style attribute)."""
+    drawn = set(doze.MACHINE_EDGES)
+    assert drawn == {(p.value, s.value) for s, ps in doze.VALID_PREVIOUS.items() for p in ps}
+    assert set(doze.MACHINE_STATES) == {s.value for s in doze.TxnState}
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 1)
+        zombie = Txn(c, "tx-drawn")
+        zombie.add(("orders", 0))
+        zombie.produce("orders", 0, [b"z"])
+        Txn(c, "tx-drawn")                                          # fenced: its transaction aborted
+        d = console_json(console, "/api/txn?id=tx-drawn")
+        page = console_html(console, "/txn?id=tx-drawn")
+    taken = {(t["from"], t["to"]) for t in d["transitions_taken"]}
+    assert taken == {("Empty", "Empty"), ("Empty", "Ongoing"), ("Ongoing", "PrepareAbort"),
+                     ("PrepareAbort", "CompleteAbort"), ("CompleteAbort", "Empty")}
+    svg = re.search(r'<svg viewBox="0 0 820 350" class="machine" role="img" '
+                    r'aria-label="The transaction state machine, now in Empty">(.*?)</svg>', page, re.S).group(1)
+    edges = re.findall(r'<path d="[^"]*" class="(edge(?: taken)?)" marker-end="url\(#arrow-(\w+)\)">'
+                       r'<title>(\w+) \u2192 (\w+)', svg)
+    assert len(edges) == len(drawn) and {(a, b) for _, _, a, b in edges} == drawn
+    assert {(a, b) for cls, head, a, b in edges if cls == "edge taken" and head == "taken"} == taken
+    assert re.findall(r'<g class="state-box now" data-state="(\w+)" aria-current="step">', svg) == ["Empty"]
+    assert set(re.findall(r'<g class="state-box seen" data-state="(\w+)"', svg)) == {
+        "Ongoing", "PrepareAbort", "CompleteAbort"}
+    assert "style=" not in page and "<li class=\"now\"" not in page
+
+
+def test_console_cluster_page_keeps_the_last_events_and_the_events_page_has_them_all(console):
+    console.run_in_loop(lambda: [console.journal.record("test", n=n) for n in range(130)])
+    cluster = console_json(console, "/api/cluster")
+    page = console_html(console, "/")
+    newest = console_json(console, "/api/events")
+    older = console_json(console, f"/api/events?before={newest['older_before']}")
+    small = console_json(console, "/api/events?limit=7&before=100")
+    events_page = console_html(console, "/events")
+    last = console.run_in_loop(lambda: console.journal.last_id)
+    assert [e["id"] for e in cluster["recent_events"]] == list(range(last, last - doze.CONSOLE_FEED_EVENTS, -1))
+    assert page.count("<td>test</td>") == doze.CONSOLE_FEED_EVENTS and '<a href="/events">All events</a>' in page
+    assert [e["id"] for e in newest["events"]] == list(range(last, last - 100, -1))
+    assert newest["older_before"] == last - 99 and newest["kept"] == doze.JOURNAL_SIZE
+    assert [e["id"] for e in older["events"]] == list(range(last - 100, 0, -1)) and older["older_before"] is None
+    assert [e["id"] for e in small["events"]] == list(range(99, 92, -1)) and small["older_before"] == 93
+    assert f'<a href="/events?before={last - 99}">Older</a>' in events_page
+    assert events_page.count("<td>test</td>") == 100
+
+
+@pytest.mark.parametrize("path, name", [
+    ("/topics/orders/0?offset=abc", "offset"), ("/topics/orders/0?offset=-1", "offset"),
+    ("/topics/orders/0?offset=1.5", "offset"), ("/topics/orders/0?timestamp=yesterday", "timestamp"),
+    ("/topics/orders/0?timestamp=-5", "timestamp"), ("/topics/orders/0?time=noon", "time"),
+    ("/topics/orders/0?time=1969-12-31T23:59", "time"), ("/topics/orders/0?limit=0", "limit"),
+    ("/topics/orders/0?limit=501", "limit"), ("/topics/orders/0?view=all", "view"),
+    ("/topics/orders/0?format=xml", "format"), ("/topics/orders/0?at=start", "at"),
+    ("/topics/orders/abc", "partition"), ("/topics/orders/-1", "partition"), ("/topics/orders/%D9%A1", "partition"),
+    ("/events?before=x", "before"), ("/events?limit=-3", "limit")])
+def test_console_refuses_a_parameter_it_does_not_take_and_says_what_it_takes(console, path, name):
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 1)
+    status, headers, body = http_get(console.console.port, path)
+    assert status == 400 and headers["content-type"] == "text/html; charset=utf-8"
+    text = body.decode()
+    assert re.search(rf"<p>{name}=[^<]* is not accepted here: {name} takes [^<]+\.</p>", text), text
+    assert "This page as JSON" not in text and '<nav aria-label="Pages">' in text
+    status, _, body = http_get(console.console.port, "/api" + path)
+    assert status == 400 and json.loads(body)["error"].startswith(f"{name}=")
+
+
+def test_console_browser_takes_a_utc_date_and_time_and_empty_fields(console):
+    """The form's datetime-local field (UTC), the URL's timestamp=MS, offset=
+    earliest and latest; the fields a form sends empty (left alone) are
+    absent, not 0."""
+    with RawClient(console.port) as c:
+        c.create_topic("timed", 1)
+        c.produce("timed", 0, make_batch([b"v%d" % i for i in range(10)],
+                                         timestamps=[100_000 + i * 1000 for i in range(10)]))
+        by_ms = browse(console, "timed", 0, timestamp=104_000)
+        by_time = browse(console, "timed", 0, time="1970-01-01T00:01:44")
+        by_time_ms = browse(console, "timed", 0, time="1970-01-01T00:01:43.500", offset=1)
+        by_offset = browse(console, "timed", 0, offset=7, time="", timestamp="", view="", format="")
+        named = [browse(console, "timed", 0, offset=word)["from"] for word in ("earliest", "latest")]
+        page = console_html(console, "/topics/timed/0")
+    assert by_ms["from"] == by_time["from"] == by_time_ms["from"] == 4 and by_offset["from"] == 7
+    assert named == [0, 10]                                          # as auto.offset.reset names them
+    assert by_offset["view"] == "log" and by_offset["format"] == "text"
+    assert '<input name="time" type="datetime-local" step="0.001">' in page and "UTC" in page
+
+
+def test_console_shows_offsets_stand_in_markers_and_the_coordinator(console):
+    """What the transaction coordinator tells of a transaction with offsets:
+    its coordinator's partition, and the __consumer_offsets "marker" doze
+    does not write (offset None: a stand-in, the offsets being in meta.db)."""
+    with RawClient(console.port) as c:
+        c.create_topic("orders", 1)
+        t = Txn(c, "tx-offsets")
+        t.add(("orders", 0))
+        t.produce("orders", 0, [b"v"])
+        assert t.add_offsets("g-std") == 0
+        assert t.commit_offsets("g-std", {("orders", 0): 1}) == {("orders", 0): 0}
+        assert t.end(commit=True) == 0
+
+    def as_the_coordinator_tells_it():
+        meta = console.txns.txns["tx-offsets"]
+        meta.history.append(console.journal.record(
+            "txn", transactional_id="tx-offsets", from_state="CompleteCommit", to_state="CompleteCommit",
+            cause="test", producer_id=t.producer_id, producer_epoch=t.epoch, coordinator="__transaction_state-23",
+            partitions=["orders-0", "__consumer_offsets-44"], partition_count=2))
+        console.journal.record("marker", transactional_id="tx-offsets", topic="__consumer_offsets", partition=44,
+                               offset=None, control="COMMIT", producer_id=t.producer_id, producer_epoch=t.epoch,
+                               stand_in="offsets committed in meta.db; no marker written", group="g-std")
+        meta.last_decision["markers"] = {**meta.last_decision["markers"], ("__consumer_offsets", 44): None}
+    console.run_in_loop(as_the_coordinator_tells_it)
+    d = console_json(console, "/api/txn?id=tx-offsets")
+    page = console_html(console, "/txn?id=tx-offsets")
+    cluster = console_html(console, "/")
+    events = console_html(console, "/events")
+    assert d["coordinator"] == "__transaction_state-23"
+    assert "<dt>Coordinator</dt><dd><code>__transaction_state-23</code></dd>" in page
+    stand_in = "COMMIT at __consumer_offsets-44: offsets committed in meta.db; no marker written (group g-std)"
+    assert stand_in in page and stand_in in cluster and stand_in in events
+    assert {"topic": "__consumer_offsets", "partition": 44, "offset": None} in d["last_decision"]["markers"]
+    assert re.search(r"<th scope=\"row\"><a [^>]*>__consumer_offsets-44</a></th><td class=\"num\">COMMIT at "
+                     r"__consumer_offsets-44: no marker written", page)
+
+
 ###############################################################################
 # 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
@@ -7005,7 +7235,8 @@ class EventStream:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(SOCKET_TIMEOUT_S)
         self.sock.connect(("127.0.0.1", port))
-        extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
+        extra = "Accept: text/event-stream\r\n"                  # as a browser's EventSource asks
+        extra += f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
         extra += f"Cookie: {cookie}\r\n" if cookie else ""
         self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
         self.buf = b""
@@ -7195,8 +7426,8 @@ def test_console_event_streams_are_capped_and_a_slow_one_is_let_go(console, monk
     port = console.console.port
     streams = [EventStream(port) for _ in range(doze.CONSOLE_MAX_STREAMS)]
     try:
-        assert http_raw(port, f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()).startswith(
-            b"HTTP/1.1 503 ")
+        assert http_raw(port, f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                              "\r\n".encode()).startswith(b"HTTP/1.1 503 ")
     finally:
         for s in streams:
             s.close()
@@ -7221,7 +7452,8 @@ def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_us
     assert status == 303 and headers["location"] == "/login?next=%2Ftopics%3Fview%3Da"
     status, _, body = http_get(port, "/api/cluster")
     assert status == 401 and "log in first" in json.loads(body)["error"].lower()
-    assert http_get(port, "/events")[0] == 401
+    assert http_get(port, "/events", headers={"Accept": "text/event-stream"})[0] == 401     # the stream
+    assert http_get(port, "/events")[0] == 303                                               # the page
     assert [http_get(port, p)[0] for p in ("/apis", "/api/apis", "/console.css", "/console.js")] == [200] * 4
     status, headers, body = http_get(port, "/login?next=/txn%3Fid%3Dx")
     assert status == 200 and "content-security-policy" in headers
@@ -7257,6 +7489,22 @@ def test_console_asks_for_a_login_checked_against_the_brokers_plain_and_scram_us
     assert broker_digest(broker) == before                                       # logins change no broker state
     add_scram_user(broker, "carol", "new-pw", "SCRAM-SHA-512")                   # a changed credential ends it
     assert http_get(port, "/api/topics", headers={"Cookie": scram})[0] == 401
+
+
+def test_console_error_pages_keep_the_login_header_and_link_no_json(sasl_console):
+    """An error page is a page like the others: the navigation, who is logged
+    in and the Log out button; no "as JSON" link to a twin it does not have."""
+    broker, port = sasl_console, sasl_console.console.port
+    acl_scene(broker)
+    alice = session_cookie(port, "alice", "alice-secret")
+    for path, status in (("/nothing", 404), ("/topics/secret/0", 403), ("/topics/pub/0?offset=x", 400),
+                         ("/txn?id=nosuch", 403), ("/events?before=0", 400)):
+        got, headers, body = http_get(port, path, headers={"Cookie": alice})
+        page = body.decode()
+        assert got == status and headers["content-type"] == "text/html; charset=utf-8", path
+        assert "Logged in as <strong>alice</strong>" in page and 'action="/logout"' in page, path
+        assert "This page as JSON" not in page and 'href="/api/"' not in page, path
+        assert '<nav aria-label="Pages">' in page and "<footer>read-only</footer>" in page, path
 
 
 @pytest.mark.parametrize("headers, status", [

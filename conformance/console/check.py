@@ -12,10 +12,17 @@ producer (confluent-kafka), and Debian's Chromium through playwright-core
      transaction go Ongoing (and hold the LSO back) -> PrepareCommit ->
      CompleteCommit, and the LSO catch up with the high watermark;
   3. the Transaction page, left open, lights Ongoing, then CompleteAbort after
-     an abort, with EndTxn (abort) in its timeline;
+     an abort, in its drawn state machine (the transitions taken marked),
+     with EndTxn (abort) in its steps, each step's time to the millisecond
+     and the time since the step before; no CSP violation;
   4. the message browser, left open, gets the COMMIT and ABORT dividers and
      the aborted records as they are written;
   5. records whose key, value and headers are script run nothing;
+     ?offset=abc gets a 400 page naming it, with the usual header;
+     at 700 px wide no table cell's word is broken mid-word, no cell
+     overflows and no page is wider than the window (tables scroll in their
+     box); the Cluster page, left open through 500 journal events, shows
+     the last 20 and stays under 1600 px, and /events has them all;
   6. a second doze with a SASL listener and an authorizer asks for a login:
      a page sends the browser to the form, a wrong password is refused, the
      right one (a PLAIN user) lands on the page first asked for, with its
@@ -32,6 +39,7 @@ Prints RESULT ok, or RESULT fail with what failed; exit status 0 or 1.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +119,85 @@ def check(condition, what):
     print(f"  ok: {what}", flush=True)
 
 
+LIT = "svg.machine g.state-box.now[aria-current=step]"       # the state machine's current state
+
+# In the page: every table cell's words (split where a line may break: spaces,
+# hyphens, slashes) that a line break cut in two, and every cell whose text
+# overflows it; tokens over 40 characters may break (a hex value, say).
+BROKEN_WORDS_JS = r"""(() => {
+  const broken = [], overflowing = [];
+  for (const cell of document.querySelectorAll("#main td, #main th")) {
+    if (cell.scrollWidth > cell.clientWidth + 1) overflowing.push(cell.textContent.slice(0, 60));
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const words = /[^\s\-\u2010-\u2014\/]+/g;
+      for (let m = words.exec(node.data); m; m = words.exec(node.data)) {
+        if (m[0].length < 2 || m[0].length > 40) continue;
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        if (new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return {broken, overflowing, width: document.documentElement.scrollWidth, csp: window.__csp};
+})()"""
+
+
+def check_transaction_page(browser):
+    """Times to the millisecond, the time between steps, the diagram lit, no CSP violation."""
+    times = browser.do("texts", selector="#main table time")
+    check(times and all(re.search(r"\b\d\d:\d\d:\d\d\.\d{3}\b", t) for t in times),
+          f"every step's time to the millisecond: {times[-1]}")
+    since = browser.do("texts", selector="#main table td.num")
+    check(any(re.fullmatch(r"\+\d+ ms", t) for t in since), "the time since the step before (+N ms)")
+    check(browser.do("count_text", selector="svg.machine path.edge.taken", text="") >= 4 and
+          browser.do("count_text", selector="svg.machine g.state-box", text="") == 8,
+          "the state machine drawn: eight states, the transitions taken marked")
+    check(browser.do("eval", js="window.__csp") == [], "no Content-Security-Policy violation")
+
+
+def check_narrow(browser, url, shots):
+    """At 700 px: no cell's word broken mid-word, nothing wider than the window (wide tables scroll in their box)."""
+    browser.do("viewport", width=700, height=900)
+    try:
+        for path in ("/topics/orders", "/", "/txn?id=tx-browser", "/topics/orders/0", "/groups", "/events"):
+            browser.do("goto", url=url + path)
+            got = browser.do("eval", js=BROKEN_WORDS_JS)
+            check(got["broken"] == [] and got["overflowing"] == [] and got["width"] <= 700 and got["csp"] == [],
+                  f"{path} at 700 px: no word broken, no cell overflowing, page {got['width']} px wide "
+                  f"({got['broken'][:5]}, {got['overflowing'][:3]})")
+            if path == "/topics/orders":
+                browser.do("screenshot", path=os.path.join(shots, "topic-700.png"), full=True)
+    finally:
+        browser.do("viewport", width=1280, height=900)
+
+
+def fill_the_journal(doze, url, browser, shots, producer, events=500):
+    """The Cluster page left open while transactions journal `events`: it stays short (the last 20 only)."""
+    from urllib.request import urlopen
+    browser.do("goto", url=url + "/", live=True)
+    browser.do("eval", js="window.__kept = 5")
+    last = 0
+    while last < events:
+        producer.begin_transaction()
+        producer.produce("orders", b"many", partition=1)
+        producer.commit_transaction(10)
+        last = json.load(urlopen(url + "/api/events?limit=1"))["last_id"]
+    browser.do("wait_text", selector="#main table", text=f"#{last}")
+    feed = browser.do("rows", selector="#main section:last-of-type tbody tr")
+    height = browser.do("eval", js="document.documentElement.scrollHeight")
+    check(len(feed) == 20 and height < 1600 and browser.do("eval", js="window.__kept") == 5,
+          f"after {last} events, the Cluster page followed without a reload: {len(feed)} events shown, "
+          f"{height} px tall")
+    browser.do("screenshot", path=os.path.join(shots, "cluster-500.png"), full=True)
+    got = browser.do("goto", url=url + "/events")
+    rows = browser.do("rows", selector="#main tbody tr")
+    check(got["status"] == 200 and len(rows) == 100 and rows[0][0] == f"#{last}"
+          and browser.do("count_text", selector="nav.pager a", text="Older") == 1,
+          "the events page: the newest 100, and a link to older ones")
+
+
 def run(doze, url, browser, shots):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -148,12 +235,13 @@ def run(doze, url, browser, shots):
     producer.begin_transaction()
     producer.produce("orders", b"aborted-1", partition=0)
     producer.flush(10)
-    browser.do("wait_text", selector="li.now span.state", text="Ongoing")
-    check(True, "Ongoing lit")
+    browser.do("wait_text", selector=LIT, text="Ongoing")
+    check(True, "Ongoing lit in the drawn state machine")
     producer.abort_transaction(10)
-    browser.do("wait_text", selector="li.now span.state", text="CompleteAbort")
+    browser.do("wait_text", selector=LIT, text="CompleteAbort")
     browser.do("wait_text", selector="#main table", text="EndTxn (abort)")
     check(browser.do("eval", js="window.__kept") == 2, "CompleteAbort lit, EndTxn (abort) in the timeline, no reload")
+    check_transaction_page(browser)
     browser.do("screenshot", path=os.path.join(shots, "transaction.png"), full=True)
 
     print("the message browser, left open, gets the dividers", flush=True)
@@ -194,6 +282,24 @@ def run(doze, url, browser, shots):
         check(got["status"] == 200 and got["title"].endswith("doze-kafka"), f"{path}: {got['title']}")
     browser.do("goto", url=url + "/topics")
     browser.do("screenshot", path=os.path.join(shots, "topics.png"), full=True)
+    problems = browser.do("problems")
+    check(problems == [], f"no console errors or warnings: {problems}")
+
+    print("an offset that is not one", flush=True)
+    got = browser.do("goto", url=url + "/topics/orders/0?offset=abc")
+    said = browser.do("texts", selector="#main p")
+    check(got["status"] == 400 and any("offset=abc is not accepted here" in t for t in said)
+          and browser.do("count_text", selector="header nav", text="Topics") == 1
+          and browser.do("count_text", selector="footer", text="JSON") == 0,
+          f"a 400 page naming the parameter, with the usual header and no JSON link: {said}")
+    problems = browser.do("problems")
+    check(len(problems) == 1 and "status of 400" in problems[0], f"the only console message is the 400's: {problems}")
+
+    print("at 700 px wide", flush=True)
+    check_narrow(browser, url, shots)
+
+    print("the Cluster page, left open, through 500 events", flush=True)
+    fill_the_journal(doze, url, browser, shots, producer)
     problems = browser.do("problems")
     check(problems == [], f"no console errors or warnings: {problems}")
 
@@ -252,8 +358,7 @@ def run_demo(browser, shots):
     import doze_kafka
     port = free_port()
     url = f"http://127.0.0.1:{port}/txn?id=demo-tx"
-    expect = {3: ("li.now span.state", "Ongoing"), 4: ("li.now span.state", "CompleteCommit"),
-              6: ("dl.facts", "epoch 1")}
+    expect = {3: (LIT, "Ongoing"), 4: (LIT, "CompleteCommit"), 6: ("dl.facts", "epoch 1")}
     done = []
 
     def pause():

@@ -10,6 +10,12 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
 });
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: "light" });
+// Content-Security-Policy violations as the page sees them (besides the console's errors).
+await context.addInitScript(() => {
+  window.__csp = [];
+  document.addEventListener("securitypolicyviolation",
+    (e) => window.__csp.push(`${e.effectiveDirective} ${e.blockedURI} ${e.sample}`));
+});
 const page = await context.newPage();
 const problems = [];
 page.on("console", (m) => {
@@ -48,6 +54,9 @@ for await (const line of rl) {
       result = await page.$$eval(cmd.selector, (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
     } else if (cmd.op === "eval") {
       result = await page.evaluate(cmd.js);
+    } else if (cmd.op === "viewport") {
+      await page.setViewportSize({ width: cmd.width, height: cmd.height || 900 });
+      result = true;
     } else if (cmd.op === "screenshot") {
       await page.screenshot({ path: cmd.path, fullPage: !!cmd.full });
       result = cmd.path;
