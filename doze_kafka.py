@@ -56,11 +56,12 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      stores, client certificates' principals), the faults a test asks for
      (Faults), the Dispatcher (request -> handler -> response), the limits and
      back-pressure, the listeners
-  §15 console: what it shows: HTML and JSON twins of the transactions,
-     producers, LSOs, topics and groups the broker holds, as each viewer's
-     ACLs let it see them
+  §15 console: what it shows: HTML and JSON twins of the transactions (each
+     drawn as its state machine, its steps to the millisecond), producers,
+     LSOs, topics, groups and the coordinators' events the broker holds, as
+     each viewer's ACLs let it see them
   §16 console: http, login and its listener: its safety, its login against
-     the broker's SASL users
+     the broker's SASL users, the stylesheet and the small script it serves
   §17 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
   §18 embedding doze: running() for tests and what a test does to the broker

@@ -372,7 +372,8 @@ def run_demo(browser, shots):
     print("the demo, its Transaction page watched", flush=True)
     browser.do("problems")
     results = doze_kafka.demo(say=lambda text: None, pause=pause, console=f"127.0.0.1:{port}")
-    check(len(results) == 8 and results[-1]["after"] == "CompleteCommit", "the demo ran its eight steps")
+    check(len(results) == 12 and results[7]["after"] == "CompleteCommit" and results[-1]["late"] == 0,
+          "the demo ran its twelve steps")
     problems = browser.do("problems")
     check(problems == [], f"no console errors or warnings: {problems}")
 
