@@ -14384,11 +14384,11 @@ class Demo:
     def restart(self, clean=True, **settings):
         """Stop the broker and start it again on the same data, with `settings` changed;
         the console comes back on the same address, the disk healthy again."""
-        console = self.broker.console
+        console = self.broker.console and self.broker.console.address
         self.stop(clean)
         self.disk.refuse(None)
-        if console is not None:
-            self.settings["doze.console.listener"] = console.address
+        if console:
+            self.settings["doze.console.listener"] = console
             self.console_default = None
         self.settings.update(settings)
         self.broker = self.start()

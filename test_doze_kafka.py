@@ -8337,9 +8337,10 @@ def test_cli_serves_the_console_and_prints_its_url(tmp_path):
 def test_cli_demo_runs_without_pauses(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", ""], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(scratch)))
-    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, doze.__file__, "demo", "--no-pause", "--console", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, TMPDIR=str(scratch)))
+    assert r.returncode == 0, r.stderr                      # its restarts keep the console's address
+    assert re.search(r"^The console: http://127\.0\.0\.1:\d+/ ", r.stdout, re.M)
     assert "=== Step 8: A crash between the decision and the markers ===" in r.stdout
     assert re.search(r"\u2192 EndTxn v3 \[demo-new-instance@[\d.:]+\] .*committed=True", r.stdout)   # the trace
     assert "! error: transaction demo-tx: the COMMIT marker for demo-orders-1 could not be written (the demo's disk " \

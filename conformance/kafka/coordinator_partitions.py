@@ -39,6 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+import lib  # noqa: E402
 from lib import DOZE  # noqa: E402
 from realkafka import RealKafka  # noqa: E402
 
@@ -138,15 +139,7 @@ def ids(kind):
 
 # --- talking to Kafka ------------------------------------------------------------------------
 
-def poll(fn, ok, what):
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        r = fn()
-        if ok(r):
-            return r
-        if time.monotonic() > deadline:
-            raise SystemExit(f"coordinator partitions: gave up waiting for {what}: {r}")
-        time.sleep(0.1)
+poll = functools.partial(lib.poll, timeout_s=DEADLINE_S)       # poll(fn, ok, what): GaveUp past DEADLINE_S
 
 
 def partition_count(c, topic):
@@ -296,4 +289,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except lib.GaveUp as e:
+        sys.exit(f"coordinator partitions: {e}")

@@ -9,6 +9,7 @@ A script in conformance/ itself needs no line: its own directory is sys.path[0],
 whatever imported it put conformance/ there. Then it imports from lib:
 
     from lib import free_port, wait_port, recv_exactly, Closed, Child, run_bounded
+    from lib import WireProxy, poll, GaveUp
     from lib import CONFORMANCE, ROOT, DOZE
 
 Importing lib also puts the repository root (doze_kafka) and conformance/kafka
@@ -30,6 +31,8 @@ for _p in (ROOT, os.path.join(CONFORMANCE, "kafka")):
 
 from lib.net import Closed, free_port, recv_exactly, wait_port  # noqa: E402
 from lib.proc import Child, run_bounded  # noqa: E402
+from lib.wait import GaveUp, poll  # noqa: E402
+from lib.wire import WireProxy  # noqa: E402
 
 __all__ = ["CONFORMANCE", "ROOT", "DOZE", "Closed", "free_port", "recv_exactly", "wait_port", "Child",
-           "run_bounded"]
+           "run_bounded", "GaveUp", "poll", "WireProxy"]

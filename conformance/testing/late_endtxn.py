@@ -34,7 +34,6 @@ It prints both outcomes, field by field, and SAME or DIFF for each.
 import argparse
 import logging
 import os
-import socket
 import struct
 import sys
 import threading
@@ -45,7 +44,7 @@ import needs  # noqa: E402
 
 needs.venv()                                       # the client libraries: runs again in their venv
 
-from lib import free_port, recv_exactly  # noqa: E402
+from lib import WireProxy, free_port, poll  # noqa: E402
 import doze_kafka as dk  # noqa: E402
 from doze_kafka import ApiKey, Msg  # noqa: E402
 from realkafka import RealKafka, run_tool  # noqa: E402
@@ -68,21 +67,16 @@ def error_name(code):
 
 class Proxy:
     """Between the clients and Kafka (Kafka advertises the proxy's port, so every
-    connection comes through it): notes each request (client id, API, version)
-    and each EndTxn's answer; hold_next(api) holds the next such request until
-    release() (its connection's later requests wait behind it, as on doze)."""
+    connection comes through it; lib.WireProxy): notes each request (client id,
+    API, version) and each EndTxn's answer; hold_next(api) holds the next such
+    request until release() (its connection's later requests wait behind it, as
+    on doze)."""
 
     def __init__(self, port, target_port):
-        self.target = ("127.0.0.1", target_port)
-        self.port = port
-        self.listener = socket.create_server(("127.0.0.1", port))
         self.seen = []                              # [{client_id, api, version, error?}]
         self.hold_api, self.held, self.released = None, threading.Event(), threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def bootstrap(self):
-        return f"127.0.0.1:{self.port}"
+        self.wire = WireProxy(target_port, port, on_request=self._request, on_answer=self._answer)
+        self.bootstrap = self.wire.bootstrap
 
     def hold_next(self, api):
         self.hold_api = api
@@ -93,58 +87,23 @@ class Proxy:
         self.released.set()
 
     def close(self):
-        self.listener.close()
+        self.wire.close()
 
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:                         # closed
-                return
-            try:
-                server = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            asked = {}
-            threading.Thread(target=self._requests, args=(client, server, asked), daemon=True).start()
-            threading.Thread(target=self._answers, args=(server, client, asked), daemon=True).start()
+    def _request(self, frame):
+        api, version, _, client_id, _ = dk.parse_request_header(frame)
+        entry = {"client_id": client_id, "api": NAMES.get(api, api), "version": version}
+        self.seen.append(entry)
+        if api == self.hold_api:
+            self.hold_api = None
+            entry["held"] = True
+            self.held.set()
+            self.released.wait(60)
+        return (api, version, entry)
 
-    def _requests(self, client, server, asked):
-        try:
-            while True:
-                size = recv_exactly(client, 4)
-                frame = recv_exactly(client, struct.unpack(">i", size)[0])
-                api, version, correlation_id, client_id, _ = dk.parse_request_header(frame)
-                entry = {"client_id": client_id, "api": NAMES.get(api, api), "version": version}
-                self.seen.append(entry)
-                asked[correlation_id] = (api, version, entry)
-                if api == self.hold_api:
-                    self.hold_api = None
-                    entry["held"] = True
-                    self.held.set()
-                    self.released.wait(60)
-                server.sendall(size + frame)
-        except (OSError, EOFError, dk.ProtocolError):
-            pass
-        finally:
-            client.close()
-            server.close()
-
-    def _answers(self, server, client, asked):
-        try:
-            while True:
-                size = recv_exactly(server, 4)
-                frame = recv_exactly(server, struct.unpack(">i", size)[0])
-                api, version, entry = asked.pop(struct.unpack(">i", frame[:4])[0], (None, None, None))
-                if api == ApiKey.END_TXN:
-                    entry["error"] = error_name(dk.decode_response(dk.HANDLERS[api][0], version, frame)[1].error_code)
-                client.sendall(size + frame)
-        except (OSError, EOFError):
-            pass
-        finally:
-            client.close()
-            server.close()
+    def _answer(self, asked, frame):
+        api, version, entry = asked
+        if api == ApiKey.END_TXN:
+            entry["error"] = error_name(dk.decode_response(dk.HANDLERS[api][0], version, frame)[1].error_code)
 
     def versions(self, client_id):
         """{API: version} of the transaction requests a client sent (its first of each)."""
@@ -169,14 +128,8 @@ def describe(address, tid):
 
 
 def wait_state(address, tid, want, timeout_s=30):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = describe(address, tid)
-        if state.transaction_state == want:
-            return state
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{tid}: {state.transaction_state}, not {want}, after {timeout_s} s")
-        time.sleep(0.05)
+    return poll(lambda: describe(address, tid), lambda state: state.transaction_state == want,
+                f"{tid} in {want}", timeout_s, interval_s=0.05)
 
 
 def log_of(address, topic):
