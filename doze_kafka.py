@@ -10,14 +10,15 @@
 
 What it speaks: the Kafka wire protocol as Apache Kafka 4.3 does, for one node:
 topics, Produce and Fetch on durable append-only logs, ListOffsets,
-DeleteRecords, configs, the classic consumer-group protocol with committed
-offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
+DeleteRecords, configs, consumer groups of both protocols (the classic one and
+KIP-848's) with committed offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
-versions: the HANDLERS table (filled by @api in §10-§13), or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table (filled by @api in §11-§14), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
-topic ids on the wire (Fetch/Produce 13+), KIP-848 consumer groups, the
+topic ids on the wire (Fetch/Produce 13+), KIP-848's regular expression
+subscriptions and classic members in a consumer group (for now), the
 "transaction v2" protocol (KIP-890 part 2), log compaction, message format
 v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
 served exactly as the producer sent them; doze never decompresses on the
@@ -44,36 +45,40 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      journal, producer state (idempotence, the LSO), the group coordinator
      (the classic protocol), the transaction coordinator (doze's timing of
      EndTxn's answer, and Kafka's)
-  §9 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
+  §9 the consumer group protocol (KIP-848): consumer groups beside the classic
+     ones in the same registry, the server-side assignors (uniform, range, in
+     Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
+     reconciliation, session and rebalance timeouts, offsets with epochs)
+  §10 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
-  §10 requests and the data path: how an API is declared (@api), what a
+  §11 requests and the data path: how an API is declared (@api), what a
      handler may touch (RequestContext), requests that wait (Park, Purgatory)
      or run in steps (in_steps); Produce, Fetch, ListOffsets, Metadata, ...
-  §11 group and transaction apis: the coordinators' protocols
-  §12 config resources: what DescribeConfigs shows and AlterConfigs changes
-  §13 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
-  §14 connections: frames in and answers out in order, TLS on the loop (PEM
+  §12 group and transaction apis: the coordinators' protocols
+  §13 config resources: what DescribeConfigs shows and AlterConfigs changes
+  §14 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
+  §15 connections: frames in and answers out in order, TLS on the loop (PEM
      stores, client certificates' principals), the faults a test asks for
      (Faults), the Dispatcher (request -> handler -> response), the limits and
      back-pressure, the listeners
-  §15 console: what it shows: HTML and JSON twins of the transactions (each
+  §16 console: what it shows: HTML and JSON twins of the transactions (each
      drawn as its state machine, its steps to the millisecond), producers,
      LSOs, topics, groups and the coordinators' events the broker holds, as
      each viewer's ACLs let it see them
-  §16 console: http, login and its listener: its safety, its login against
+  §17 console: http, login and its listener: its safety, its login against
      the broker's SASL users, the stylesheet and the small script it serves
-  §17 the loop: the protocol trace (--trace: each request and answer, and the
+  §18 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
-  §18 embedding doze: running() for tests and what a test does to the broker
+  §19 embedding doze: running() for tests and what a test does to the broker
      (Embedded: faults, a FaultyDisk, a MovableClock, restarts, resets, its
      state without a consumer), the control endpoint for other languages,
      the pytest fixtures, and a small Client
-  §19 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+  §20 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (FindCoordinator and InitProducerId, idempotence, a transaction with a
      group's offsets, commit, abort, fencing, the timeout, a crash between
      decision and markers, Kafka's timing), then a lab of what goes wrong (a
      zombie mid-transaction, a hanging transaction, a late EndTxn)
-  §20 cli
+  §21 cli
   §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
@@ -93,10 +98,10 @@ transaction works, step by step"), then read each step's code:
   11 a hanging one      verify_producer (transaction.partition.verification.enable),
                         handle_describe_producers, handle_write_txn_markers -> ProducerStateTable.check_marker
   12 a late EndTxn      handle_end_txn (KAFKA-17754), held by a test's fault (Faults, hold_ms)
-Hostile input and overload: §4's Reader, §6's check_records, §14's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §15's Limits comment.
 Failing disks and crashes: §7's "When the disk fails", LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
-and .sync, coordinator_store; §17's GroupCommit and §14's Connection.push.
+and .sync, coordinator_store; §18's GroupCommit and §15's Connection.push.
 """
 
 ###############################################################################
@@ -224,6 +229,11 @@ BROKER_DEFAULTS = {
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 1800000,
     "group.max.size": 2147483647,
+    "group.consumer.session.timeout.ms": 45000,   # KIP-848 groups (each group's consumer.* configs over these)
+    "group.consumer.heartbeat.interval.ms": 5000,
+    "group.consumer.assignment.interval.ms": 1000,  # a new target at most this often
+    "group.consumer.max.size": 2147483647,
+    "group.consumer.assignors": ["uniform", "range"],   # the first is the default
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
@@ -236,9 +246,9 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
-    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §15)
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §16)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
-    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §17)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §18)
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
     "doze.coordinator.waits.for.topic": True,  # doze's own: the first FindCoordinator waits while the internal
                                                # topic is made (Kafka's COORDINATOR_NOT_AVAILABLE); running(): no
@@ -248,7 +258,7 @@ BROKER_DEFAULTS = {
                                                # WriteTxnMarkers to each leader, made long enough to see)
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§9, §14)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§10, §15)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -741,6 +751,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -824,6 +836,15 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
+    FENCED_MEMBER_EPOCH = 110            # KIP-848's consumer groups
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+
+
+def kafka_uuid(data):
+    """A topic id as Kafka's tools print one (Uuid.toString: base64, URL-safe, no padding)."""
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
 class TxnState(enum.Enum):
@@ -839,7 +860,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below the handlers (§10-§13);
+    """A protocol-level failure. Raised anywhere below the handlers (§11-§14);
     a handler (or the Dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2904,7 +2925,7 @@ class StoreFailed(KafkaError):
     do when their log refuses an append: NOT_COORDINATOR."""
 
 
-# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §9's Authorizer decides with them.
+# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §10's Authorizer decides with them.
 Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
@@ -3660,7 +3681,7 @@ class LogManager:
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, consumer groups, transactions
+# 8. COORDINATORS -- producer state, classic groups, transactions
 ###############################################################################
 # A coordinator is the broker-side owner of one kind of client state. In real
 # Kafka it is chosen by hashing the id onto a partition of an internal topic
@@ -4145,6 +4166,7 @@ class GroupMember:
 
 class Group:
     """A classic group: members, generation, and committed offsets."""
+    kind = "classic"
 
     def __init__(self, group_id):
         self.group_id = group_id
@@ -4205,6 +4227,8 @@ class GroupCoordinator:
     def _load(self):
         now = self.now_ms()
         for group_id, row, offsets in self.store.load_groups():
+            if row and row.get("type") == "consumer":
+                continue                         # a consumer group: ConsumerGroups loads it
             g = self.groups[group_id] = Group(group_id)
             g.offsets = offsets
             if row:
@@ -4230,6 +4254,19 @@ class GroupCoordinator:
     def get(self, group_id):
         return self.groups.get(group_id)
 
+    def check_fetch(self, group_id, member_id, epoch):
+        """OffsetFetch v9 by a consumer group's member: its exact epoch."""
+        g = self.groups.get(group_id)
+        if g is not None and g.kind == "consumer":
+            g.check_fetch(member_id, epoch)
+
+    def register(self, g):
+        """A group of another protocol (ConsumerGroups') takes the id, the offsets committed under it with it."""
+        old = self.groups.get(g.group_id)
+        if old is not None:
+            g.offsets = old.offsets
+        self.groups[g.group_id] = g
+
     # --- JoinGroup ---
     def join(self, group_id, member_id, instance_id, client_id, client_host, session_timeout_ms,
              rebalance_timeout_ms, protocol_type, protocols, require_known_member_id):
@@ -4241,6 +4278,13 @@ class GroupCoordinator:
                 <= self.config["group.max.session.timeout.ms"]):
             raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT)
         g = self.groups.get(group_id)
+        if g is not None and g.kind == "consumer":
+            if g.members:                      # Kafka: a classic member joins a consumer group (not yet in doze)
+                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{group_id} is a consumer group: doze "
+                                 f"does not take classic members into one")
+            offsets, g = g.offsets, Group(group_id)           # an empty consumer group gives way, offsets kept
+            g.offsets = offsets
+            self.groups[group_id] = g
         if g is None:
             if member_id:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -4415,9 +4459,9 @@ class GroupCoordinator:
     def _member(self, group_id, member_id, instance_id, generation=None):
         """The checks SyncGroup, Heartbeat and OffsetCommit share."""
         g = self.groups.get(group_id)
-        if g is None or g.state == GroupState.DEAD:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID if g is None else
-                             ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if g is None or g.kind == "consumer" or g.state == GroupState.DEAD:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE if g is not None and g.kind == "classic"
+                             else ErrorCode.UNKNOWN_MEMBER_ID)
         if instance_id and instance_id in g.static and g.static[instance_id] != member_id:
             raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
         m = g.members.get(member_id)
@@ -4473,7 +4517,7 @@ class GroupCoordinator:
     def leave(self, group_id, member_id, instance_id):
         """One member leaves; -> ErrorCode for that member."""
         g = self.groups.get(group_id)
-        if g is None:
+        if g is None or g.kind == "consumer":
             return ErrorCode.UNKNOWN_MEMBER_ID
         if instance_id:
             current = g.static.get(instance_id)
@@ -4530,7 +4574,8 @@ class GroupCoordinator:
         that the next tick comes exactly then (Kafka's timers are exact: a
         client waiting out a session timeout expects the member gone)."""
         now = self.clock() * 1000           # not rounded down: a deadline is due at its very ms
-        for g in list(self.groups.values()):
+        classic = [g for g in self.groups.values() if g.kind == "classic"]
+        for g in classic:
             for member_id, deadline in list(g.pending.items()):
                 if now >= deadline:
                     del g.pending[member_id]
@@ -4548,15 +4593,20 @@ class GroupCoordinator:
                 self._remove(g, m)
             if expired:
                 self._member_gone(g)
-        return min((d for g in self.groups.values() for d in itertools.chain(
+        return min((d for g in classic for d in itertools.chain(
             g.pending.values(), (m.deadline_ms for m in g.members.values()),
             (g.rebalance_deadline_ms,) if g.rebalance_deadline_ms is not None else ()) if d > now), default=None)
 
     # --- offsets ---
-    def check_commit(self, group_id, generation, member_id, instance_id, transactional=False):
+    def check_commit(self, group_id, generation, member_id, instance_id, transactional=False, version=9, tps=()):
         """Kafka's ClassicGroup.validateOffsetCommit: a simple commit (generation
-        < 0, no member) needs an empty group; a member's needs its generation."""
+        < 0, no member) needs an empty group; a member's needs its generation.
+        A consumer group's: ConsumerGroup.check_commit."""
         g = self.groups.get(group_id)
+        if g is not None and g.kind == "consumer":
+            ids = {name: t.topic_id for name, t in self.logs.topics.items()}
+            return g.check_commit(member_id, generation, [(ids.get(t), t, p) for t, p in tps], transactional,
+                                  version)
         if g is None:
             if generation >= 0:
                 raise KafkaError(ErrorCode.ILLEGAL_GENERATION if not member_id
@@ -4643,7 +4693,7 @@ class GroupCoordinator:
         if g is None or (g.state == GroupState.EMPTY and not g.offsets and g.generation == 0
                          and not self.store.has_group(group_id)):
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND)
-        if g.state != GroupState.EMPTY:
+        if g.state.value != "Empty":
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP)
         self.store.delete_group(group_id)
         del self.groups[group_id]
@@ -4654,7 +4704,7 @@ class GroupCoordinator:
         retention = self.config["offsets.retention.minutes"] * 60000
         now = self.now_ms()
         for g in list(self.groups.values()):
-            if g.state != GroupState.EMPTY:
+            if g.state.value != "Empty":
                 continue
             if g.protocol_type:
                 old = list(g.offsets) if g.empty_since_ms is not None and \
@@ -5168,7 +5218,842 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 9. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+###############################################################################
+# --- The consumer group protocol (KIP-848): the broker assigns ------------------
+# A consumer-protocol group (Kafka 4.x's "consumer" group type) has no leader
+# and no JoinGroup/SyncGroup rounds: each member heartbeats
+# (ConsumerGroupHeartbeat) with its subscription, the coordinator computes a
+# target assignment for the whole group with a server-side assignor (uniform
+# or range) whenever the group epoch moves past the assignment epoch, and
+# reconciles each member towards its target on the member's own heartbeats: a
+# partition is given only once its previous owner has stopped reporting it
+# (Kafka's CurrentAssignmentBuilder). Epochs: the group epoch counts changes
+# of membership or subscribed metadata; the assignment epoch is the group
+# epoch a target was computed at; a member's epoch is the assignment epoch it
+# has reconciled to. Kafka's GroupMetadataManager, ConsumerGroup,
+# TargetAssignmentBuilder and its assignors are the reference; where Kafka's
+# answers follow java.util.HashMap's iteration order (the uniform assignor's
+# member and topic order), doze follows it too (java_hash_order).
+
+STABLE, UNREVOKED, UNRELEASED = 0, 1, 2          # MemberState: STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS
+CONSUMER_ASSIGNORS = ("uniform", "range")        # group.consumer.assignors' values doze has
+
+
+class ConsumerGroupState(enum.Enum):
+    """A consumer group's states, by the names ConsumerGroupDescribe and ListGroups use."""
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+def java_uuid_hash(topic_id):
+    """Kafka's Uuid.hashCode: (int)(x >> 32) ^ (int) x, x = msb ^ lsb (as unsigned 32 bits)."""
+    msb, lsb = struct.unpack(">QQ", topic_id)
+    x = msb ^ lsb
+    return ((x >> 32) ^ x) & 0xFFFFFFFF
+
+
+def java_map_order(keys, hash_of, presized=False):
+    """keys (in insertion order) in the order a java.util.HashMap or HashSet
+    iterates them: by bucket of the spread hash, then insertion order (a
+    map grown from 16 buckets, or presized for them: new HashSet<>(c))."""
+    keys = list(dict.fromkeys(keys))
+    capacity, n = 16, len(keys)
+    while capacity < int(n / 0.75) + 1 if presized else n > capacity * 3 // 4:
+        capacity *= 2
+    return sorted(keys, key=lambda k: ((h := hash_of(k) & 0xFFFFFFFF) ^ (h >> 16)) & (capacity - 1))
+
+
+def java_string_hash_u(text):
+    return java_string_hash(text) & 0xFFFFFFFF
+
+
+TIMELINE_MIX = 0x9E3779B97F4A7C15                # Kafka's BaseHashTable: -7046029254386353131L
+
+
+def timeline_order(keys, table_len):
+    """Member ids in the order Kafka's TimelineHashMap (the group's members)
+    iterates them: by the top bits of hashCode * the mixing constant, then
+    insertion order."""
+    bits = table_len.bit_length() - 1
+    return sorted(keys, key=lambda k: ((java_string_hash(k) * TIMELINE_MIX) & (2 ** 64 - 1)) >> (64 - bits))
+
+
+class ConsumerMember:
+    """One member of a consumer-protocol group (Kafka's ConsumerGroupMember)."""
+
+    def __init__(self, member_id):
+        self.member_id = member_id
+        self.instance_id = None
+        self.rack_id = None
+        self.client_id = ""
+        self.client_host = ""
+        self.rebalance_timeout_ms = -1
+        self.subscribed_names = []             # as the member sent them (a set in Kafka)
+        self.regex = ""                        # "" : none
+        self.server_assignor = None
+        self.epoch = 0
+        self.previous_epoch = -1
+        self.state = STABLE
+        self.assigned = {}                     # topic id -> {partition: the epoch it was assigned at}
+        self.revoking = {}                     # partitions pending revocation, the same shape
+        self.deadline_ms = None                # its session timeout
+        self.revoke_by_ms = None               # its rebalance timeout while it must revoke
+        self.revoke_epoch = None
+
+    def subscription(self):
+        return (tuple(sorted(self.subscribed_names)), self.regex)
+
+    def updated(self, req, client_id, client_host, member_id=None, epoch=None):
+        """A copy with what a heartbeat sent (null fields keep their value), as
+        Kafka's GroupMetadataManager builds the updated member."""
+        m = ConsumerMember.from_json({**self.to_json(), **({"member_id": member_id, "epoch": epoch,
+                                                            "previous_epoch": epoch} if member_id else {})})
+        m.deadline_ms, m.revoke_by_ms, m.revoke_epoch = self.deadline_ms, self.revoke_by_ms, self.revoke_epoch
+        if req is None:
+            return m
+        m.instance_id = req.instance_id if req.instance_id is not None else self.instance_id
+        m.rack_id = req.rack_id if req.rack_id is not None else self.rack_id
+        if req.rebalance_timeout_ms != -1:
+            m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.server_assignor is not None:
+            m.server_assignor = req.server_assignor
+        if req.subscribed_topic_names is not None:
+            m.subscribed_names = list(dict.fromkeys(req.subscribed_topic_names))
+        if req.subscribed_topic_regex is not None:
+            m.regex = req.subscribed_topic_regex
+        m.client_id, m.client_host = client_id or "", f"/{client_host}"
+        return m
+
+    def heard(self, now, session_ms, before):
+        """After a heartbeat: its session timeout again; a rebalance timeout when
+        it has just been asked to revoke (Kafka's), none when it need not."""
+        self.deadline_ms = now + session_ms
+        if self.state != UNREVOKED:
+            self.revoke_by_ms = None
+        elif before != (self.epoch, self.state, self.assigned, self.revoking):
+            self.revoke_by_ms, self.revoke_epoch = now + self.rebalance_timeout_ms, self.epoch
+
+    def away(self):
+        """A static member's leave with epoch -2: its partitions kept for it, at epoch 0."""
+        self.epoch, self.revoking = -2, {}
+        self.assigned = {t: dict.fromkeys(ps, 0) for t, ps in self.assigned.items()}
+
+    def reconcile(self, g, target_epoch, target, owned, subscription_changed, subscribed):
+        """Kafka's CurrentAssignmentBuilder: move towards the target; a partition
+        another member still holds is withheld (UNRELEASED), and one the member
+        must give up stays its own until it stops reporting it (UNREVOKED)."""
+        if not subscription_changed and self.state == STABLE and self.epoch == target_epoch:
+            return
+        subscribed = set(subscribed)
+
+        def owns(revoking):
+            return owned is None or any(p in revoking.get(t, ()) for t, ps in owned.items() for p in ps)
+        if self.state == STABLE and self.epoch == target_epoch or self.state == UNREVOKED and owns(self.revoking):
+            if subscription_changed:
+                self.shrink_to(subscribed, owns)
+            return
+        keep, revoke, pending, unreleased = {}, {}, {}, False
+        for t in set(target) | set(self.assigned):
+            wanted = target.get(t, set()) if t in subscribed else set()
+            current = self.assigned.get(t, {})
+            kept = {p: e for p, e in current.items() if p in wanted}
+            gone = {p: e for p, e in current.items() if p not in kept}
+            new = {p for p in wanted if p not in kept}
+            held = {p for p in new if g.partition_epoch(t, p) != -1 and p not in self.revoking.get(t, {})}
+            unreleased |= bool(held)
+            for out, value in ((keep, kept), (revoke, gone)):
+                if value:
+                    out[t] = value
+            if new - held:
+                pending[t] = new - held
+        if revoke and owns(revoke):
+            self.previous_epoch, self.state, self.assigned, self.revoking = self.epoch, UNREVOKED, keep, revoke
+            return
+        for t, ps in pending.items():
+            keep.setdefault(t, {}).update(dict.fromkeys(ps, target_epoch))
+        self.previous_epoch, self.epoch = self.epoch, target_epoch
+        self.state, self.assigned, self.revoking = UNRELEASED if unreleased else STABLE, keep, {}
+
+    def shrink_to(self, subscribed, owns):
+        """CurrentAssignmentBuilder.updateCurrentAssignment: topics no longer subscribed go to revocation."""
+        if not subscribed and not self.revoking:
+            moved, kept = dict(self.assigned), {}
+        else:
+            moved = {t: ps for t, ps in self.assigned.items() if t not in subscribed}
+            kept = {t: ps for t, ps in self.assigned.items() if t in subscribed}
+        if not moved:
+            return
+        revoking = {t: dict(ps) for t, ps in self.revoking.items()}
+        for t, ps in moved.items():
+            revoking.setdefault(t, {}).update(ps)
+        self.previous_epoch = self.epoch
+        if revoking and owns(revoking):
+            self.state, self.assigned, self.revoking = UNREVOKED, kept, revoking
+        else:
+            self.assigned = kept
+
+    def to_json(self):
+        return {"member_id": self.member_id, "instance_id": self.instance_id, "rack_id": self.rack_id,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms, "subscribed_names": self.subscribed_names,
+                "regex": self.regex, "server_assignor": self.server_assignor, "epoch": self.epoch,
+                "previous_epoch": self.previous_epoch, "state": self.state,
+                "assigned": partition_map_json(self.assigned), "revoking": partition_map_json(self.revoking)}
+
+    @classmethod
+    def from_json(cls, d):
+        m = cls(d["member_id"])
+        for name in ("instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms",
+                     "subscribed_names", "regex", "server_assignor", "epoch", "previous_epoch", "state"):
+            setattr(m, name, d[name])
+        m.assigned, m.revoking = partition_map_from_json(d["assigned"]), partition_map_from_json(d["revoking"])
+        return m
+
+
+def partition_map_json(m):
+    return {t.hex(): {str(p): e for p, e in parts.items()} for t, parts in m.items()}
+
+
+def partition_map_from_json(d):
+    return {bytes.fromhex(t): {int(p): e for p, e in parts.items()} for t, parts in d.items()}
+
+
+class ConsumerGroup:
+    """A consumer-protocol group: members, epochs, the target assignment, and
+    committed offsets (the same registry and offsets as a classic Group)."""
+    kind = "consumer"
+    protocol_type = "consumer"
+    leader = ""
+
+    def __init__(self, group_id):
+        self.group_id = group_id
+        self.group_epoch = 1                   # Kafka starts both at 1
+        self.assignment_epoch = 1
+        self.assignment_ms = 0                 # when the target was last computed
+        self.members = {}                      # member id -> ConsumerMember, in Kafka's member order
+        self.table_len = 2                     # TimelineHashMap's table size (it grows, never shrinks)
+        self.static = {}                       # instance id -> member id
+        self.target = {}                       # member id -> {topic id: set of partitions}
+        self.metadata = None                   # the subscribed topics' ids and partition counts last seen
+        self.offsets = {}                      # (topic, partition) -> OffsetEntry
+        self.empty_since_ms = None
+
+    @property
+    def state(self):
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(m.state != STABLE or m.epoch != self.assignment_epoch for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    @property
+    def generation(self):
+        return self.group_epoch
+
+    @property
+    def protocol_name(self):
+        return self.assignor()
+
+    def assignor(self, default="uniform"):
+        """The server assignor most members name (Kafka: ties to the first in its map), else the default."""
+        votes = collections.Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
+        if not votes:
+            return default
+        top = max(votes.values())
+        return next(a for a in java_map_order(votes, java_string_hash_u) if votes[a] == top)
+
+    def put(self, m):
+        """Add or replace a member, as Kafka's TimelineHashMap grows."""
+        if (len(self.members) + 1) * 0.75 > self.table_len:
+            self.table_len *= 2
+        self.members[m.member_id] = m
+        self.empty_since_ms = None
+        if m.instance_id:
+            self.static[m.instance_id] = m.member_id
+
+    def bump(self):
+        """The group epoch moves: membership or the subscribed topics changed."""
+        self.group_epoch += 1
+
+    def seen(self, fingerprint):
+        """The subscribed topics as they are now -> whether they changed since last seen."""
+        changed, self.metadata = self.metadata is not None and fingerprint != self.metadata, fingerprint
+        return changed
+
+    def assigned_to(self, target, now):
+        """A new target assignment, at the group epoch."""
+        self.target, self.assignment_epoch, self.assignment_ms = target, self.group_epoch, now
+
+    def replace(self, old_id, new_id):
+        """A static member's new id takes its predecessor's place and target."""
+        inherited = self.target.get(old_id, {})
+        self.remove(old_id)
+        self.target[new_id] = inherited
+
+    def fence(self, member_ids, now):
+        """Members gone (left, timed out): removed, the group epoch raised."""
+        for member_id in member_ids:
+            self.remove(member_id)
+        self.bump()
+        self.empty_since_ms = None if self.members else now
+
+    def remove(self, member_id):
+        m = self.members.pop(member_id)
+        if m.instance_id and self.static.get(m.instance_id) == member_id:
+            del self.static[m.instance_id]
+        self.target.pop(member_id, None)
+
+    def ordered(self):
+        """The members in Kafka's order (its TimelineHashMap's)."""
+        return [self.members[k] for k in timeline_order(self.members, self.table_len)]
+
+    def check_commit(self, member_id, epoch, tps, transactional, version):
+        """Kafka's ConsumerGroup.validateOffsetCommit (and its transactional
+        twin): a commit by no member only while the group is empty; a member's
+        at its own epoch, or (KIP-1251) an older one, no older than each
+        partition's assignment. tps: [(topic id, topic, partition)]."""
+        if epoch < 0 and not self.members or transactional and epoch == -1 and not member_id:
+            return
+        m = self.members.get(member_id)
+        if m is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                             f"{self.group_id}.")
+        if not transactional and version < 9:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by "
+                             "members using the consumer group protocol")
+        stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+        if epoch > m.epoch:
+            raise KafkaError(stale, f"Received member epoch {epoch} is newer than current member epoch {m.epoch}.")
+        for topic_id, topic, p in tps if epoch < m.epoch else ():
+            assigned = m.assigned.get(topic_id, {}).get(p, m.revoking.get(topic_id, {}).get(p))
+            if assigned is None:
+                raise KafkaError(stale, f"Partition {topic}-{p} is not assigned or pending revocation for member.")
+            if epoch < assigned:
+                raise KafkaError(stale, f"Received member epoch {epoch} is older than assignment epoch "
+                                 f"{assigned} for partition {topic}-{p}.")
+
+    def check_fetch(self, member_id, epoch):
+        """OffsetFetch v9's check: the member's exact epoch."""
+        if member_id is None and epoch < 0:
+            return
+        m = self.members.get(member_id)
+        if m is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                             f"{self.group_id}.")
+        if epoch != m.epoch:
+            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH, f"The received member epoch {epoch} does not match "
+                             f"the expected member epoch {m.epoch}.")
+
+    def partition_epoch(self, topic_id, partition):
+        """The epoch of the member owning the partition (assigned or revoking), or -1."""
+        for m in self.members.values():
+            for held in (m.assigned, m.revoking):
+                if partition in held.get(topic_id, ()):
+                    return m.epoch
+        return -1
+
+    def to_json(self):
+        return {"type": "consumer", "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "assignment_ms": self.assignment_ms, "table_len": self.table_len,
+                "members": [m.to_json() for m in self.members.values()],
+                "target": {mid: {t.hex(): sorted(ps) for t, ps in a.items()} for mid, a in self.target.items()},
+                "empty_since_ms": self.empty_since_ms}
+
+    def restarted(self, deadline_ms):
+        """After a restart: every member's session timer starts again (Kafka's onLoaded)."""
+        for m in self.members.values():
+            m.deadline_ms = deadline_ms
+
+    @classmethod
+    def from_json(cls, group_id, row, offsets=None):
+        g = cls(group_id)
+        g.offsets = offsets or {}
+        g.group_epoch, g.assignment_epoch = row["group_epoch"], row["assignment_epoch"]
+        g.assignment_ms, g.empty_since_ms = row["assignment_ms"], row["empty_since_ms"]
+        for d in row["members"]:
+            g.put(ConsumerMember.from_json(d))
+        g.table_len = max(g.table_len, row["table_len"])
+        g.target = {mid: {bytes.fromhex(t): set(ps) for t, ps in a.items()} for mid, a in row["target"].items()}
+        return g
+
+
+# --- The server-side assignors (Kafka's UniformAssignor and RangeAssignor) ------
+# Each takes the members (in Kafka's HashMap order), each member's subscribed
+# topic ids and previous target, and the topics' partition counts, and gives
+# every member its new target {topic id: set of partitions}.
+
+def uniform_assign(members, subscriptions, previous, partitions):
+    """Kafka's UniformAssignor: sticky and balanced (sizes differ by one at most)."""
+    if len({frozenset(subscriptions[m]) for m in members}) <= 1:
+        return uniform_homogeneous(members, subscriptions, previous, partitions)
+    return uniform_heterogeneous(members, subscriptions, previous, partitions)
+
+
+def uniform_homogeneous(members, subscriptions, previous, partitions):
+    """UniformHomogeneousAssignmentBuilder: each member keeps up to its quota of
+    what it had; the rest is dealt out in member order."""
+    topics = java_map_order(subscriptions[members[0]], java_uuid_hash, presized=True)
+    if not topics:
+        return {m: {} for m in members}
+    taken = {(t, p) for a in previous.values() for t, ps in a.items() for p in ps}
+    unassigned = [(t, p) for t in topics for p in range(partitions[t]) if (t, p) not in taken]
+    total = sum(partitions[t] for t in topics)
+    minimum, extra = divmod(total, len(members))
+    unfilled, target = [], {}
+    for index, m in enumerate(members):
+        old = previous.get(m, {})
+        new = {t: set(ps) for t, ps in old.items()}
+        quota, has_extra = minimum, False
+        if extra > 0:
+            quota, has_extra = quota + 1, True
+        for t in java_map_order(old, java_uuid_hash):
+            if t not in subscriptions[m]:
+                del new[t]
+            elif len(old[t]) <= quota:
+                quota -= len(old[t])
+            else:
+                for p in java_map_order(old[t], int, presized=True):
+                    if quota > 0:
+                        quota -= 1
+                    else:
+                        new[t].discard(p)
+                        unassigned.append((t, p))
+                if not new[t]:
+                    del new[t]
+        if quota > 0 and has_extra and len(members) - index > extra:
+            quota, has_extra = quota - 1, False
+        if quota > 0:
+            unfilled.append((m, quota))
+        if has_extra:
+            extra -= 1
+        target[m] = new
+    dealt = iter(unassigned)
+    for m, quota in unfilled:
+        for t, p in itertools.islice(dealt, quota):
+            target[m].setdefault(t, set()).add(p)
+    return target
+
+
+def uniform_heterogeneous(members, subscriptions, previous, partitions):
+    """UniformHeterogeneousAssignmentBuilder: keep what is still subscribed,
+    give the rest topic by topic to the least loaded subscribers, then move
+    partitions from the most to the least loaded until balanced."""
+    subscribers = collections.defaultdict(list)
+    for i, m in enumerate(members):
+        for t in subscriptions[m]:
+            subscribers[t].append(i)
+    if not subscribers:
+        return {m: {} for m in members}
+    size, owner = [0] * len(members), {t: [-1] * partitions[t] for t in subscribers}
+    target = {}
+    for i, m in enumerate(members):
+        target[m] = {t: set(ps) for t, ps in previous.get(m, {}).items() if t in subscriptions[m]}
+        for t, ps in target[m].items():
+            size[i] += len(ps)
+            for p in ps:
+                owner[t][p] = i
+
+    def ratio_key(t):
+        msb, lsb = struct.unpack(">qq", t)
+        return (-partitions[t] / len(subscribers[t]), len(subscribers[t]), msb, lsb)
+
+    def assign(t, p, i):
+        if owner[t][p] != -1:
+            old = owner[t][p]
+            target[members[old]][t].discard(p)
+            if not target[members[old]][t]:
+                del target[members[old]][t]
+            size[old] -= 1
+        target[members[i]].setdefault(t, set()).add(p)
+        owner[t][p] = i
+        size[i] += 1
+    balancer = LoadBalancer(size)
+    for t in sorted(subscribers, key=ratio_key):
+        free = [p for p in range(partitions[t]) if owner[t][p] == -1]
+        if free:
+            balancer.initialize(subscribers[t])
+            for p in free:
+                assign(t, p, balancer.next_least_loaded())
+    shared = sorted((t for t in subscribers if len(subscribers[t]) >= 2), key=ratio_key)
+    last = -1
+    for _ in range(16):                                     # Kafka's MAX_ITERATION_COUNT
+        for k, t in enumerate(shared):
+            if k == last:
+                return target
+            if balance_topic(t, partitions[t], subscribers[t], owner, balancer, assign) > 0 or last == -1:
+                last = k
+    return target
+
+
+def balance_topic(t, count, subscribers, owner, balancer, assign):
+    """Move partitions of one topic from its most to its least loaded subscribers -> how many moved."""
+    if balancer.initialize(subscribers) <= 1:
+        return 0
+    parts = sorted(range(count), key=lambda p: (owner[t][p], p))
+    start, end = {}, {}
+    for k, p in enumerate(parts):
+        start.setdefault(owner[t][p], k)
+        end[owner[t][p]] = k + 1
+    moved = 0
+    while not balancer.is_balanced():
+        while True:
+            m = balancer.next_most_loaded()
+            if m == -1:
+                return moved
+            if end.get(m, 0) - start.get(m, 0) <= 0:
+                balancer.exclude_most_loaded()
+                continue
+            break
+        end[m] -= 1
+        p = parts[end[m]]
+        least = balancer.next_least_loaded()
+        if balancer.is_balanced():
+            break
+        assign(t, p, least)
+        moved += 1
+    return moved
+
+
+class LoadBalancer:
+    """Kafka's MemberAssignmentBalancer: members of one topic, least and most
+    loaded first, as partitions move between them."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def initialize(self, members):
+        s = self.size
+        self.sorted = sorted(members, key=lambda i: (s[i], i))
+        self.ll_end, self.ll_count, self.next_ll = 0, s[self.sorted[0]] - 1, 0
+        n = len(self.sorted)
+        self.ml_start = self.ml_end = n
+        self.ml_count, self.next_ml = s[self.sorted[-1]] + 1, n - 1
+        return s[self.sorted[-1]] - s[self.sorted[0]]
+
+    def next_least_loaded(self):
+        if self.next_ll >= self.ll_end:
+            self.ll_count += 1
+            while self.ll_end < len(self.sorted) and self.size[self.sorted[self.ll_end]] == self.ll_count:
+                self.ll_end += 1
+            self.next_ll = 0
+        i = self.sorted[self.next_ll]
+        self.next_ll += 1
+        return i
+
+    def next_most_loaded(self):
+        if self.next_ml < self.ml_start:
+            if self.ml_end <= self.ml_start and self.ml_start > 0:
+                self.ml_count = self.size[self.sorted[self.ml_start - 1]]
+            else:
+                self.ml_count -= 1
+            while self.ml_start > 0 and self.size[self.sorted[self.ml_start - 1]] == self.ml_count:
+                self.ml_start -= 1
+            self.next_ml = self.ml_end - 1
+        if self.next_ml < 0:
+            return -1
+        i = self.sorted[self.next_ml]
+        self.next_ml -= 1
+        return i
+
+    def exclude_most_loaded(self):
+        a, b = self.next_ml + 1, self.ml_end - 1
+        self.sorted[a], self.sorted[b] = self.sorted[b], self.sorted[a]
+        self.ml_end -= 1
+
+    def is_balanced(self):
+        return self.ml_count - self.ll_count <= 1
+
+
+def range_assign(members, subscriptions, previous, partitions, instance_ids):
+    """Kafka's server-side RangeAssignor: members sorted (static ones first, by
+    instance id, then by member id), each topic cut into contiguous ranges."""
+    ordered = sorted(members, key=lambda m: (instance_ids.get(m) is None, instance_ids.get(m) or m))
+    counts = collections.Counter(t for m in members for t in subscriptions[m])
+    quotas = {t: list(divmod(partitions[t], n)) for t, n in counts.items()}
+    next_range = dict.fromkeys(counts, 0)
+    target = {}
+    for m in ordered:
+        target[m] = {}
+        for t in subscriptions[m]:
+            quota = quotas[t][0]
+            if quotas[t][1] > 0:
+                quota, quotas[t][1] = quota + 1, quotas[t][1] - 1
+            end = min(next_range[t] + quota, partitions[t])
+            if next_range[t] < end:
+                target[m][t] = set(range(next_range[t], end))
+            next_range[t] = end
+    return target
+
+
+# --- ConsumerGroups: the protocol's steps -----------------------------------------
+# One heartbeat, as Kafka's GroupMetadataManager.consumerGroupHeartbeat: the
+# member updated from what it sent (null fields keep what it had); the group
+# epoch raised when subscriptions or the subscribed topics changed; a new
+# target computed when the group epoch is ahead of the assignment epoch (at
+# most once every group.consumer.assignment.interval.ms: a heartbeat after
+# that computes it); the member reconciled towards its target; the answer.
+# Every change is stored in meta.db before the answer (its group commit).
+
+class ConsumerGroups:
+    """KIP-848's consumer groups: heartbeats, leaves, the target assignment,
+    reconciliation, session and rebalance timeouts. Shares the group registry
+    and the offsets with the GroupCoordinator."""
+
+    def __init__(self, config, coordinator, logs):
+        self.config, self.coordinator, self.logs = config, coordinator, logs
+        self.clock = config.clock
+        self._load()
+
+    def _load(self):
+        """The consumer groups meta.db holds, into the coordinator's registry; session timers start again."""
+        now = self.now_ms()
+        for group_id, row, offsets in self.coordinator.store.load_groups():
+            if row and row.get("type") == "consumer":
+                g = ConsumerGroup.from_json(group_id, row, offsets)
+                g.restarted(now + self.config["group.consumer.session.timeout.ms"])
+                self.coordinator.register(g)
+
+    def now_ms(self):
+        return int(self.clock() * 1000)
+
+    def setting(self, group_id, name):
+        """A group's consumer.* config (IncrementalAlterConfigs on the group), else the broker's group.consumer.*."""
+        text = self.coordinator.configs.get(group_id, {}).get(name)
+        return int(text) if text is not None else self.config["group." + name]
+
+    def _save(self, g):
+        with coordinator_store():
+            self.coordinator.store.save_group(g.group_id, g.to_json())
+
+    # --- ConsumerGroupHeartbeat ---
+    def heartbeat(self, req, version, client_id, client_host):
+        """-> the answer (a Msg) to a heartbeat that passed check_heartbeat."""
+        if req.member_epoch in (-1, -2):
+            return self.leave(req)
+        now = self.now_ms()
+        g = self._group_for(req.group_id, req.member_epoch)
+        if req.member_id not in g.members and len(g.members) >= self.config["group.consumer.max.size"]:
+            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum "
+                             f"capacity of {self.config['group.consumer.max.size']} members.")
+        old, replaced = self._member_for(g, req.member_id or kafka_uuid(uuid.uuid4().bytes), req)
+        m = old.updated(req, client_id, client_host)
+        if replaced is not None:
+            g.replace(replaced.member_id, m.member_id)
+        subscription_changed = m.subscription() != old.subscription()
+        if g.seen(self._fingerprint(g, m)) or subscription_changed:
+            g.bump()
+        self._maybe_assign(g, m, now)
+        owned = None if req.topic_partitions is None else {t.topic_id: set(t.partitions) for t in req.topic_partitions}
+        before = (m.epoch, m.state, m.assigned, m.revoking)
+        m.reconcile(g, g.assignment_epoch, g.target.get(m.member_id, {}), owned, subscription_changed,
+                    self.subscribed_ids(m))
+        m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
+        g.put(m)
+        self._save(g)
+        full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
+            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+        return Msg(member_id=m.member_id, member_epoch=m.epoch,
+                   heartbeat_interval_ms=self.setting(g.group_id, "consumer.heartbeat.interval.ms"),
+                   assignment=Msg(topic_partitions=assignment_rows(m.assigned))
+                   if req.member_epoch == 0 or full or old.assigned != m.assigned else None)
+
+    def _group_for(self, group_id, epoch):
+        """The consumer group heartbeats go to: made on a first join (an empty
+        classic group gives way, its offsets kept), else GROUP_ID_NOT_FOUND."""
+        g = self.coordinator.groups.get(group_id)
+        if g is None or epoch == 0 and g.kind == "classic" and not g.members:
+            if g is None and epoch != 0:
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+            fresh = ConsumerGroup(group_id)
+            self.coordinator.register(fresh)       # the offsets committed so far come with the id
+            return fresh
+        if g.kind != "consumer":
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return g
+
+    def _member_for(self, g, member_id, req):
+        """-> (the member as it was, the static member it replaces or None), or Kafka's error."""
+        if req.instance_id is None:
+            m = g.members.get(member_id)
+            if m is None:
+                if req.member_epoch != 0:
+                    raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member {member_id} is not a member of group {g.group_id}.")
+                return ConsumerMember(member_id), None
+            check_member_epoch(m, req)
+            return m, None
+        holder = g.static.get(req.instance_id)
+        if req.member_epoch == 0:
+            if holder is None:
+                return ConsumerMember(member_id), None
+            old = g.members[holder]
+            if old.epoch != -2:
+                raise KafkaError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                 f"Static member {member_id} with instance id {req.instance_id} cannot join the "
+                                 f"group because the instance id is owned by {holder} member.")
+            return old.updated(None, "", "", member_id=member_id, epoch=0), old
+        if holder is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if holder != member_id:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                             f"{req.instance_id} was fenced by member {holder}.")
+        m = g.members[holder]
+        check_member_epoch(m, req)
+        return m, None
+
+    def subscribed_ids(self, m):
+        """The ids of the topics the member subscribes to that exist, in the
+        order Kafka's TopicIds gives them (the member's names, a HashSet)."""
+        topics = self.logs.topics
+        return [topics[n].topic_id for n in java_map_order(m.subscribed_names, java_string_hash_u, presized=True)
+                if n in topics]
+
+    def _fingerprint(self, g, m):
+        """The subscribed topics' names, ids and partition counts (Kafka's
+        metadata hash): a topic made, deleted or grown changes it."""
+        names = {n for x in g.members.values() if x.member_id != m.member_id for n in x.subscribed_names}
+        topics = self.logs.topics
+        return sorted((n, topics[n].topic_id, topics[n].partitions) for n in names | set(m.subscribed_names)
+                      if n in topics)
+
+    def _maybe_assign(self, g, m, now):
+        """A new target assignment when the group epoch is ahead (Kafka's
+        TargetAssignmentBuilder), at most once an assignment interval."""
+        interval = self.setting(g.group_id, "consumer.assignment.interval.ms")
+        if g.assignment_epoch >= g.group_epoch or interval and g.assignment_ms and now < g.assignment_ms + interval:
+            return
+        specs = dict((x.member_id, x) for x in g.ordered())
+        specs[m.member_id] = m
+        order = java_map_order(specs, java_string_hash_u)
+        subscriptions = {mid: self.subscribed_ids(x) for mid, x in specs.items()}
+        partitions = {t.topic_id: t.partitions for t in self.logs.topics.values()}
+        if _assignor_with(g, m, self.config["group.consumer.assignors"][0]) == "range":
+            ids = {mid: x.instance_id for mid, x in specs.items() if x.instance_id}
+            g.assigned_to(range_assign(order, subscriptions, g.target, partitions, ids), now)
+        else:
+            g.assigned_to(uniform_assign(order, subscriptions, g.target, partitions), now)
+
+    # --- leaving: epoch -1, and a static member's -2 ---
+    def leave(self, req):
+        g = self.coordinator.groups.get(req.group_id)
+        if g is None or g.kind != "consumer":
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found." if g is None
+                             else f"Group {req.group_id} is not a consumer group.")
+        if req.instance_id is None:
+            if req.member_id not in g.members:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {g.group_id}.")
+            self.fence(g, [req.member_id])
+            return Msg(member_id=req.member_id, member_epoch=req.member_epoch)
+        holder = g.static.get(req.instance_id)
+        if holder is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if holder != req.member_id:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                             f"{req.instance_id} was fenced by member {holder}.")
+        if req.member_epoch == -1:
+            self.fence(g, [holder])
+            return Msg(member_id=req.member_id, member_epoch=-1)
+        g.members[holder].away()                 # -2: away for a while, its partitions kept for it
+        self._save(g)
+        return Msg(member_id=holder, member_epoch=-2)
+
+    def fence(self, g, member_ids):
+        """Members gone (left, timed out): removed, the group epoch raised, stored."""
+        g.fence(member_ids, self.now_ms())
+        self._save(g)
+
+    # --- its chores: session and rebalance timeouts ---
+    def schedule(self, timers):
+        self.timers = timers
+        timers.call_later(GROUP_TICK_S, self._tick)
+
+    def _tick(self):
+        self.timers.call_later(GROUP_TICK_S, self._tick)
+        now = self.now_ms()
+        for g in [g for g in self.coordinator.groups.values() if g.kind == "consumer"]:
+            gone = [m.member_id for m in g.members.values()
+                    if m.deadline_ms is not None and now >= m.deadline_ms
+                    or m.revoke_by_ms is not None and now >= m.revoke_by_ms and m.epoch == m.revoke_epoch]
+            if gone:
+                with contextlib.suppress(KafkaError):         # meta.db refused: the next tick
+                    self.fence(g, gone)
+
+    # --- ConsumerGroupDescribe ---
+    def describe(self, group_id):
+        g = self.coordinator.groups.get(group_id)
+        if g is None or g.kind != "consumer":
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found." if g is None
+                             else f"Group {group_id} is not a consumer group.")
+        names = {t.topic_id: name for name, t in self.logs.topics.items()}
+        return Msg(group_id=group_id, group_state=g.state.value, group_epoch=g.group_epoch,
+                   assignment_epoch=g.assignment_epoch, assignor_name=g.assignor(
+                       self.config["group.consumer.assignors"][0]),
+                   members=[Msg(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                                member_epoch=m.epoch, client_id=m.client_id, client_host=m.client_host,
+                                subscribed_topic_names=m.subscribed_names, subscribed_topic_regex=m.regex,
+                                assignment=Msg(topic_partitions=named_rows(merge_partitions(m.assigned, m.revoking),
+                                                                           names)),
+                                target_assignment=Msg(topic_partitions=named_rows(g.target.get(m.member_id, {}),
+                                                                                  names)),
+                                member_type=1)
+                            for m in g.ordered()])
+
+
+def _assignor_with(g, m, default):
+    """The assignor most members name, the heartbeating member counted as it is now."""
+    votes = collections.Counter(x.server_assignor for x in list(g.members.values()) + [m]
+                                if x.server_assignor and (x is m or x.member_id != m.member_id))
+    if not votes:
+        return default
+    top = max(votes.values())
+    return next(a for a in java_map_order(votes, java_string_hash_u) if votes[a] == top)
+
+
+def check_member_epoch(m, req):
+    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: a newer epoch than the
+    member's is fenced; an older one only as the retry of its previous epoch
+    owning no more than it was given."""
+    epoch = req.member_epoch
+    if epoch == 0 or epoch == m.epoch:
+        return
+    if epoch > m.epoch:
+        raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                         f"({epoch}) than the one known by the group coordinator ({m.epoch}). The member must "
+                         f"abandon all its partitions and rejoin.")
+    owned = req.topic_partitions
+    if epoch != m.previous_epoch or owned is None or any(
+            p not in m.assigned.get(t.topic_id, {}) for t in owned for p in t.partitions):
+        raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
+                         f"({epoch}) than the one known by the group coordinator ({m.epoch}). The member must "
+                         f"abandon all its partitions and rejoin.")
+
+
+def merge_partitions(a, b):
+    out = {t: set(ps) for t, ps in a.items()}
+    for t, ps in b.items():
+        out.setdefault(t, set()).update(ps)
+    return out
+
+
+def assignment_rows(assigned):
+    """[{topic_id, partitions}] in the order Kafka's HashMaps give them."""
+    return [Msg(topic_id=t, partitions=java_map_order(assigned[t], int)) for t in java_map_order(assigned, java_uuid_hash)]
+
+
+def named_rows(assigned, names):
+    """ConsumerGroupDescribe's [{topic_id, topic_name, partitions}]; topics gone are left out."""
+    return [Msg(topic_id=t, topic_name=names[t], partitions=java_map_order(assigned[t], int))
+            for t in java_map_order(assigned, java_uuid_hash) if t in names]
+
+
+###############################################################################
+# 10. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 # A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
 # SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
@@ -5676,7 +6561,7 @@ def acl_filter_matches(f, acl):
 
 
 ###############################################################################
-# 10. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 11. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -5868,6 +6753,7 @@ class Rooms:
     authorizer: object             # Authorizer, or None
     node: object                   # Listeners.node: (node id, host, port) for a connection's clients
     notify: object                 # Purgatory.notify: wake what waits on a key
+    consumer_groups: object = None # ConsumerGroups: KIP-848's protocol
 
 
 class RequestContext:
@@ -5877,6 +6763,7 @@ class RequestContext:
     def __init__(self, rooms, conn, api_key, version, client_id):
         self.logs = rooms.logs
         self.groups = rooms.groups
+        self.consumer_groups = rooms.consumer_groups
         self.txns = rooms.txns
         self.config = rooms.config
         self.store = rooms.store
@@ -5990,7 +6877,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §14).
+    connection of a client that sends one (see §15).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -6770,7 +7657,7 @@ def partitions_page(topic, indexes, node_id, operations):
 
 
 ###############################################################################
-# 11. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 12. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 # The handlers of the APIs a consumer group and a transactional producer
 # speak. Each checks authorization and the request's shape, then hands the
@@ -6816,7 +7703,8 @@ def handle_offset_commit(ctx, req):
     refused = error_code_of(ctx.require, AclOperation.READ, ResourceType.GROUP, req.group_id)
     request_error = refused or error_code_of(   # (Kafka 4.3.1 accepts even the group id "" here)
         ctx.groups.check_commit, req.group_id, req.generation_id_or_member_epoch, req.member_id,
-        req.group_instance_id)
+        req.group_instance_id, False, ctx.version, [(t.name, p.partition_index) for t in req.topics
+                                                     for p in t.partitions])
     results, offsets = offsets_to_commit(ctx, req.topics, refused, request_error, unknown_first=True)
     if offsets:
         try:
@@ -6912,7 +7800,8 @@ def handle_offset_fetch(ctx, req):
     if ctx.version >= 8:
         out = []
         for g in req.groups:
-            error = error_code_of(ctx.require, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
+            error = error_code_of(ctx.require, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id) or \
+                error_code_of(ctx.groups.check_fetch, g.group_id, g.member_id, g.member_epoch)
             out.append(Msg(group_id=g.group_id, error_code=error, topics=[] if error else offset_fetch_topics(
                 ctx, g.group_id, g.topics, req.require_stable)))
         return Msg(groups=out)
@@ -7063,8 +7952,9 @@ def handle_join_group(ctx, req):
     try:
         ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
         answer = join_group(ctx, req, rebalance_timeout)
-    except KafkaError as e:           # Kafka's error answer echoes the member id, no protocol
-        answer = Msg(error_code=e.code, member_id=req.member_id, protocol_name=None, leader="")
+    except KafkaError as e:           # Kafka's error answer echoes the member id (not into a consumer group)
+        consumer = getattr(ctx.groups.get(req.group_id), "kind", "") == "consumer"
+        answer = Msg(error_code=e.code, member_id="" if consumer else req.member_id, protocol_name=None, leader="")
     return answer if ctx.version >= 7 else with_protocol_name(answer)
 
 
@@ -7230,11 +8120,12 @@ def describe_group(ctx, group_id, include_operations):
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return Msg(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_state="",
                    protocol_type="", protocol_data="")
-    if g is None:
+    if g is None or g.kind != "classic":        # a consumer group: ConsumerGroupDescribe describes it
         missing = Msg(group_id=group_id, group_state="Dead", protocol_type="", protocol_data="")
         if ctx.version >= 6:
             missing.error_code = ErrorCode.GROUP_ID_NOT_FOUND
-            missing.error_message = f"Group {group_id} not found."
+            missing.error_message = f"Group {group_id} not found." if g is None else \
+                f"Group {group_id} is not a classic group."
         elif include_operations:
             missing.authorized_operations = ctx.operations(ResourceType.GROUP, group_id)
         return missing
@@ -7256,7 +8147,7 @@ def describe_group(ctx, group_id, include_operations):
 ListGroups  key=16  versions=0-5  flexible=3+
   request
     states_filter  []string  v4+                # KIP-518
-    types_filter  []string  v5+                 # KIP-848: doze's groups are all "classic"
+    types_filter  []string  v5+                 # KIP-848: "classic", "consumer"
   response
     throttle_time_ms  int32  v1+
     error_code  int16
@@ -7273,9 +8164,9 @@ def handle_list_groups(ctx, req):
     everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
     return Msg(groups=[
         Msg(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-            group_type="classic")
+            group_type=g.kind)
         for g in ctx.groups.groups.values()
-        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
+        if (not states or g.state.value.lower() in states) and (not types or g.kind in types)
         and (everything or ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False))])
 
 
@@ -7599,8 +8490,9 @@ def txn_offsets_verdict(ctx, req):
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH if e.code == ErrorCode.PRODUCER_FENCED
                              else e.code, e.detail) from None
         ctx.txns.check_offsets_added(meta, req.group_id, ctx.version)
-        ctx.groups.check_commit(req.group_id, req.generation_id, req.member_id,
-                                req.group_instance_id, transactional=True)
+        ctx.groups.check_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+                                transactional=True, tps=[(t.name, p.partition_index) for t in req.topics
+                                                         for p in t.partitions])
         return meta, None
     except KafkaError as e:
         return None, e.code
@@ -7818,8 +8710,150 @@ def handle_list_transactions(ctx, req):
             transaction_state=m.state.value) for m in sorted(found, key=lambda m: m.transactional_id)])
 
 
+@api("""
+ConsumerGroupHeartbeat  key=68  versions=0-1  flexible=0+     # KIP-848: the broker assigns
+  request
+    group_id  string
+    member_id  string                          # v1+: chosen by the client (KIP-1082)
+    member_epoch  int32                        # 0 joins, -1 leaves, -2 a static member leaves
+    instance_id  string? = null
+    rack_id  string? = null
+    rebalance_timeout_ms  int32 = -1
+    subscribed_topic_names  []string? = null   # null: unchanged since the last heartbeat
+    subscribed_topic_regex  string? = null  v1+
+    server_assignor  string? = null
+    topic_partitions  []? = null               # what the member owns now (null: unchanged)
+      topic_id  uuid
+      partitions  []int32
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    error_message  string? = null
+    member_id  string? = null
+    member_epoch  int32
+    heartbeat_interval_ms  int32
+    assignment  {}? = null                     # null: unchanged
+      topic_partitions  []
+        topic_id  uuid
+        partitions  []int32
+""")
+def handle_consumer_group_heartbeat(ctx, req):
+    """ConsumerGroupHeartbeat (KIP-848): a member joins (epoch 0), stays at its
+    epoch, or leaves (-1; a static member for a while: -2); the answer carries
+    its epoch, the heartbeat interval, and its assignment when that changed
+    (ConsumerGroups has the steps).
+
+    Errors: GROUP_AUTHORIZATION_FAILED (READ on the group),
+    TOPIC_AUTHORIZATION_FAILED (DESCRIBE on a topic named), INVALID_REQUEST,
+    UNSUPPORTED_ASSIGNOR, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
+    UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID.
+    """
+    ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
+    names = set(req.subscribed_topic_names or ())
+    if names and len(topics_allowed(ctx, AclOperation.DESCRIBE, names)) < len(names):
+        return Msg(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    check_heartbeat(ctx, req)
+    return ctx.consumer_groups.heartbeat(req, ctx.version, ctx.client_id, ctx.conn.host)
+
+
+def check_heartbeat(ctx, req):
+    """GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order."""
+    def invalid(text):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, text)
+
+    def blank(text):
+        return not text.strip(JAVA_WHITESPACE)
+    epoch = req.member_epoch
+    if (ctx.version >= 1 or epoch > 0 or epoch == -1) and blank(req.member_id):
+        invalid("MemberId can't be empty.")
+    for name, value in (("GroupId", req.group_id), ("InstanceId", req.instance_id), ("RackId", req.rack_id)):
+        if value is not None and blank(value):
+            invalid(f"{name} can't be empty.")
+    if epoch == 0 and req.rebalance_timeout_ms == -1:
+        invalid("RebalanceTimeoutMs must be provided in first request.")
+    if epoch == 0 and (req.topic_partitions is None or req.topic_partitions):
+        invalid("TopicPartitions must be empty when (re-)joining.")
+    if epoch == 0 and req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+        invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+    if epoch == -2 and req.instance_id is None:
+        invalid("InstanceId can't be null.")
+    if epoch < -2:
+        invalid("MemberEpoch is invalid.")
+    assignors = ctx.config["group.consumer.assignors"]
+    if req.server_assignor is not None and req.server_assignor not in assignors:
+        raise KafkaError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
+                         f"Supported assignors: {', '.join(java_map_order(assignors, java_string_hash_u))}.")
+
+
+# --- ConsumerGroupDescribe (69) --------------------------------------------------
+
+@api("""
+ConsumerGroupDescribe  key=69  versions=0-1  flexible=0+
+  request
+    group_ids  []string
+    include_authorized_operations  bool
+  response
+    throttle_time_ms  int32
+    groups  []
+      error_code  int16
+      error_message  string? = null
+      group_id  string
+      group_state  string
+      group_epoch  int32
+      assignment_epoch  int32
+      assignor_name  string
+      members  []
+        member_id  string
+        instance_id  string? = null
+        rack_id  string? = null
+        member_epoch  int32
+        client_id  string
+        client_host  string
+        subscribed_topic_names  []string
+        subscribed_topic_regex  string? = null
+        assignment  {}
+          topic_partitions  []
+            topic_id  uuid
+            topic_name  string
+            partitions  []int32
+        target_assignment  {}
+          topic_partitions  []
+            topic_id  uuid
+            topic_name  string
+            partitions  []int32
+        member_type  int8 = -1  v1+            # 1 the consumer protocol, 0 a classic member
+      authorized_operations  int32 = -2147483648
+""")
+def handle_consumer_group_describe(ctx, req):
+    """ConsumerGroupDescribe: each consumer group's epochs, assignor and members
+    with their current and target assignments (kafka-consumer-groups
+    --describe uses it for these groups). The groups the principal may not
+    DESCRIBE first (GROUP_AUTHORIZATION_FAILED), as Kafka lists them."""
+    allowed = {g: ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g) for g in req.group_ids}
+    refused = [Msg(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_state="", assignor_name="")
+               for g in req.group_ids if not allowed[g]]
+    described = [describe_consumer_group(ctx, g, req.include_authorized_operations)
+                 for g in req.group_ids if allowed[g]]
+    return Msg(groups=refused + sorted(described, key=lambda d: d.group_id != ""))
+
+
+def describe_consumer_group(ctx, group_id, include_operations):
+    """One group of a ConsumerGroupDescribe -> its answer.
+    Errors: INVALID_GROUP_ID, GROUP_ID_NOT_FOUND (unknown, or not a consumer group)."""
+    try:
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        d = ctx.consumer_groups.describe(group_id)
+    except KafkaError as e:
+        return Msg(group_id=group_id, error_code=e.code, error_message=e.detail or None, group_state="",
+                   assignor_name="")
+    if include_operations:
+        d.authorized_operations = ctx.operations(ResourceType.GROUP, group_id)
+    return d
+
+
 ###############################################################################
-# 12. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 13. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
 # or "" for the cluster-wide default), type 32 a group (KIP-848's group
@@ -8197,13 +9231,13 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
 
 
 ###############################################################################
-# 13. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 14. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 # The handlers an administrator's tools speak (kafka-topics, kafka-configs,
 # kafka-acls, the AdminClient), and the two SASL steps of a connection, in
 # API-key order. Topics are made and removed by LogManager (§7) in steps;
-# configs are read and changed through the config resources (§12); ACLs go
-# to the Authorizer and SCRAM credentials to meta.db (§9).
+# configs are read and changed through the config resources (§13); ACLs go
+# to the Authorizer and SCRAM credentials to meta.db (§10).
 
 # --- SaslHandshake (17) ---------------------------------------------------------
 
@@ -8217,7 +9251,7 @@ SaslHandshake  key=17  versions=0-1  flexible=none
 """)
 def handle_sasl_handshake(ctx, req):
     """SaslHandshake: the mechanism a SASL connection will authenticate with.
-    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §9).
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §10).
 
     Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
     with the enabled ones after the failure delay, then the connection closes),
@@ -9086,7 +10120,7 @@ def scram_alteration_error(ctx, op, kind):
 
 
 ###############################################################################
-# 14. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 15. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -10442,7 +11476,7 @@ def parse_connection_overrides(text):
 
 
 ###############################################################################
-# 15. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 16. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 # doze.console.listener=HOST:PORT serves a small web console on the broker's
 # own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
@@ -11141,11 +12175,6 @@ def cut(rows):
     return rows[:CONSOLE_MAX_ROWS], len(rows)
 
 
-def kafka_uuid(data):
-    """A topic id as Kafka's tools print one (Uuid.toString: base64, URL-safe, no padding)."""
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
 CONSOLE_FEED_EVENTS = 20          # the Cluster page's recent events
 CONSOLE_EVENTS_PAGE = 100         # the events page's, unless asked (at most CONSOLE_MAX_ROWS)
 
@@ -11379,9 +12408,16 @@ class ConsoleViews:
         return {"group_id": group_id, "group_state": g.state.value, "protocol_type": g.protocol_type,
                 "protocol": g.protocol_name, "generation_id": g.generation, "leader": g.leader,
                 "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
-                             "client_host": m.client_host, "assignment": consumer_assignment(m.assignment)}
+                             "client_host": m.client_host, "assignment": consumer_assignment(m.assignment)
+                             if g.kind == "classic" else self.assigned_rows(m.assigned)}
                             for m in g.members.values()],
                 "offsets": offsets, "offsets_total": total, "pending_offsets": pending}
+
+    def assigned_rows(self, assigned):
+        """A consumer-protocol member's partitions (by topic id) as [{"topic", "partitions"}]."""
+        names = {t.topic_id: name for name, t in self.broker.logs.topics.items()}
+        return [{"topic": names[t], "partitions": sorted(ps)} for t, ps in sorted(
+            assigned.items(), key=lambda item: names.get(item[0], "")) if t in names]
 
     def recent_events(self):
         """The Cluster page's feed: the last CONSOLE_FEED_EVENTS (the events page has all the journal keeps)."""
@@ -11988,7 +13024,7 @@ def browser_pages(d):
 
 
 ###############################################################################
-# 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 17. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 # The console's sockets: its stylesheet and script, each HTTP connection (one
 # request, then closed), its login against the broker's own SASL users, and
@@ -12698,7 +13734,7 @@ class Console:
         return status, "text/html; charset=utf-8", page_message(title, text, who).encode(), ()
 
     def control_answer(self, method, path, query, headers, body, ip):
-        """/control: the control endpoint's, when the command line serves one (§18)."""
+        """/control: the control endpoint's, when the command line serves one (§19)."""
         if self.broker.control is None:
             return http_response(404, "application/json; charset=utf-8", json.dumps(
                 {"error": "the control endpoint is off: start doze with --control"}).encode())
@@ -12764,7 +13800,7 @@ def safe_next(path):
 
 
 ###############################################################################
-# 17. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 18. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
@@ -13278,8 +14314,8 @@ class Broker:
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
-        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§14)
-        self.control = control              # the control endpoint (§18) the console serves, if asked
+        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§15)
+        self.control = control              # the control endpoint (§19) the console serves, if asked
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
@@ -13302,6 +14338,7 @@ class Broker:
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
         self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
+        self.consumer_groups = ConsumerGroups(config, self.groups, self.logs)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
                                            self.producer_ids, self.purgatory.notify, self.journal)
         self.tracer = Tracer.open(config, self.logs, self.producer_states, self.txns, self.journal)
@@ -13312,7 +14349,8 @@ class Broker:
         config.settle_started()
         self.rooms = Rooms(config=config, store=self.store, logs=self.logs, producer_states=self.producer_states,
                            producer_ids=self.producer_ids, groups=self.groups, txns=self.txns,
-                           authorizer=self.authorizer, node=self.listeners.node, notify=self.purgatory.notify)
+                           authorizer=self.authorizer, node=self.listeners.node, notify=self.purgatory.notify,
+                           consumer_groups=self.consumer_groups)
         self.dispatcher = Dispatcher(self.rooms, self.purgatory, self.timers, self.faults, self.tracer)
         self.group_commit = GroupCommit(self.store, self.logs, self.txns, self.purgatory, self.tracer)
         self.connections = Connections(config, self.selector, self.timers, self.listeners, self.dispatcher,
@@ -13324,7 +14362,8 @@ class Broker:
         self._clean_stop = True
         self.stopped = threading.Event()
         self.thread = None                  # the loop's own thread, when serve_in_thread started it
-        for room in (self.logs, self.producer_states, self.groups, self.txns, self.connections):
+        for room in (self.logs, self.producer_states, self.groups, self.consumer_groups, self.txns,
+                     self.connections):
             room.schedule(self.timers)
         self.timers.call_later(TRIM_S, self._trim_memory)
         self.console = Console.open(self)            # None unless doze.console.listener is set
@@ -13438,7 +14477,7 @@ class Broker:
 
 
 ###############################################################################
-# 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 19. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 # running() starts a broker on its own thread, on an ephemeral port in a
 # temporary directory, with settings a test wants, and gives the test what it
@@ -13733,8 +14772,8 @@ class FaultyDisk(Files):
 # --- Embedded: the broker a test holds ---------------------------------------------
 # running() gives a test an Embedded: the Broker (every attribute of the
 # Broker reads through it: bootstrap, port, run_in_loop, ...), and what a test
-# does to it -- its faults (§14), its disk, its clock, a restart, its state
-# read without a consumer (the console's views, §15, as a superuser sees
+# does to it -- its faults (§15), its disk, its clock, a restart, its state
+# read without a consumer (the console's views, §16, as a superuser sees
 # them), a reset. A restart keeps the ports, the data directory, the faults,
 # the disk and the clock.
 
@@ -14232,7 +15271,7 @@ class Client:
 
 
 ###############################################################################
-# 19. DEMO -- the transaction protocol step by step, on a broker in this process
+# 20. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 # python3 doze_kafka.py demo starts a broker (with its console and the txn
 # trace) and walks through the classic transaction protocol with a small
@@ -14847,7 +15886,7 @@ def walkthrough(said):
 
 
 ###############################################################################
-# 20. CLI
+# 21. CLI
 ###############################################################################
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -6,7 +6,7 @@ The sections are numbered and titled as doze_kafka.py's chapters are, so
 "§7" means storage in both files, and a test stands in the section
 of the chapter whose code it is mainly about. A section opens with the helpers
 only it uses (section 0 holds those many sections use), then its tests. After
-§20, lettered sections hold what belongs to no one chapter:
+§21, lettered sections hold what belongs to no one chapter:
 
   0. Fixtures                  start_broker, RawClient, make_batch, FakeClock, loop_passes, wait_until;
                                Txn and the other clients' verbs; the SASL clients
@@ -2086,7 +2086,7 @@ def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(star
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, consumer groups, transactions
+# 8. COORDINATORS -- producer state, classic groups, transactions
 ###############################################################################
 
 def idem_header(seq, count=1, producer_id=7, epoch=0):
@@ -2120,7 +2120,7 @@ class Coordinators:
         self.closed = False
 
     def group_commit(self):
-        """GroupCommit.run's steps (§17): meta.db's fsync; the markers of the
+        """GroupCommit.run's steps (§18): meta.db's fsync; the markers of the
         decisions now durable; the logs' fsync, which moves high watermarks;
         then the decisions whose markers are all durable are completed."""
         self.store.sync()
@@ -2133,7 +2133,7 @@ class Coordinators:
 
     def produce(self, meta, tp, values, seq=0):
         """A transactional batch of meta's producer, appended as Produce appends
-        one (§10's produce_partition and verify_producer) -> its base offset."""
+        one (§11's produce_partition and verify_producer) -> its base offset."""
         self.txns.check_produce(meta.transactional_id, meta.producer_id, meta.producer_epoch, tp)
         batch = bytearray(make_batch(values, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
                                      base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL))
@@ -2561,7 +2561,105 @@ def test_coordinators_txn_load_after_a_restart_keeps_an_open_transaction_and_its
 
 
 ###############################################################################
-# 9. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+###############################################################################
+# Kafka 4.3.1's answers, step by step, are the recordings replayed in section C
+# (consumer-group-*); these tests add what a recording cannot: the clock, a
+# restart, and the assignors' balance.
+
+def cg_heartbeat(c, member, epoch, topics=None, owned=None, group="g", **more):
+    """One ConsumerGroupHeartbeat v1 -> its answer."""
+    return c.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=epoch,
+                  rebalance_timeout_ms=more.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1),
+                  subscribed_topic_names=topics, topic_partitions=owned, **more)
+
+
+def partitions_of(answer):
+    return None if answer.assignment is None else sorted(p for t in answer.assignment.topic_partitions
+                                                         for p in t.partitions)
+
+
+def owning(answer):
+    """What a member reports it owns after taking its assignment."""
+    return [Msg(topic_id=t.topic_id, partitions=t.partitions) for t in answer.assignment.topic_partitions]
+
+
+def test_consumer_group_member_missing_its_session_timeout_is_fenced_and_its_partitions_move(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("orders", 4)
+        a = cg_heartbeat(c, "a", 0, ["orders"], [])
+        bb = cg_heartbeat(c, "b", 0, ["orders"], [])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))           # a revokes two
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
+        bb = cg_heartbeat(c, "b", bb.member_epoch, owned=[])
+        got = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False)
+        assert {m.member_id: [p for t in m.assignment.topic_partitions for p in t.partitions]
+                for m in got.groups[0].members} == {"a": [0, 1], "b": [2, 3]}
+        b.advance(30000)
+        a = cg_heartbeat(c, "a", a.member_epoch)                            # a stays alive
+        b.advance(15001)                                                 # b: 45 s without a heartbeat
+        group = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                       include_authorized_operations=False).groups[0]
+        assert [m.member_id for m in group.members] == ["a"] and group.group_epoch == 4
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=[])
+        assert (a.member_epoch, partitions_of(a)) == (4, [0, 1, 2, 3])
+
+
+def test_consumer_group_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("orders", 2)
+        a = cg_heartbeat(c, "a", 0, ["orders"], [], rebalance_timeout_ms=5000)
+        cg_heartbeat(c, "b", 0, ["orders"], [])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=[Msg(topic_id=t.topic_id, partitions=[0, 1])
+                                                     for t in a.assignment.topic_partitions])
+        assert partitions_of(a) == [0]                                   # asked to give one up
+        b.advance(5001)
+        assert cg_heartbeat(c, "a", a.member_epoch).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_consumer_group_epochs_and_assignments_survive_a_restart(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b:
+        with RawClient(b.port) as c:
+            c.create_topic("orders", 3)
+            a = cg_heartbeat(c, "a", 0, ["orders"], [], instance_id="app-1")
+            before = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                            include_authorized_operations=False).groups[0]
+        b.restart("kill")
+        with RawClient(b.port) as c:
+            after = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                           include_authorized_operations=False).groups[0]
+            assert after == before
+            steady = cg_heartbeat(c, "a", a.member_epoch, instance_id="app-1")
+            assert (steady.error_code, steady.member_epoch, steady.assignment) == (0, a.member_epoch, None)
+            listed = c.call(ApiKey.LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups
+            assert [(g.group_id, g.group_type, g.group_state) for g in listed] == [("g", "consumer", "Stable")]
+
+
+def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
+    t1, t2 = b"\x01" * 16, b"\x02" * 16
+    counts = {t1: 7, t2: 3}
+    members = ["m1", "m2", "m3"]
+    subs = {m: [t1, t2] for m in members}
+    first = doze.uniform_assign(members, subs, {}, counts)
+    sizes = sorted(sum(len(ps) for ps in a.values()) for a in first.values())
+    assert sizes == [3, 3, 4] and set().union(*({(t, p) for t, ps in a.items() for p in ps}
+                                                 for a in first.values())) == {(t, p) for t in counts
+                                                                                for p in range(counts[t])}
+    again = doze.uniform_assign(members + ["m4"], {**subs, "m4": [t1, t2]}, first, counts)
+    kept = sum(len(again[m].get(t, set()) & first[m].get(t, set())) for m in members for t in counts)
+    assert sorted(sum(len(ps) for ps in a.values()) for a in again.values()) == [2, 2, 3, 3] and kept >= 8
+    mixed = doze.uniform_assign(members, {"m1": [t1], "m2": [t1, t2], "m3": [t2]}, {}, counts)
+    assert all(t in ({"m1": [t1], "m2": [t1, t2], "m3": [t2]}[m]) for m, a in mixed.items() for t in a)
+    assert sorted(sum(len(ps) for ps in a.values()) for a in mixed.values()) in ([3, 3, 4], [3, 4, 3])
+    ranges = doze.range_assign(members, subs, {}, counts, {"m3": "app-0"})
+    assert ranges["m3"] == {t1: {0, 1, 2}, t2: {0}}                    # a static member sorts first
+    assert (ranges["m1"], ranges["m2"]) == ({t1: {3, 4}, t2: {1}}, {t1: {5, 6}, t2: {2}})
+
+
+###############################################################################
+# 10. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 
 def principals(broker):
@@ -3347,7 +3445,7 @@ def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
 
 
 ###############################################################################
-# 10. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 11. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 
 @pytest.fixture
@@ -4058,7 +4156,7 @@ def test_describe_cluster_unknown_endpoint_type(client):
 
 
 ###############################################################################
-# 11. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 12. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 
 def heartbeat(client, group, generation, member_id, instance=None):
@@ -4858,7 +4956,7 @@ def test_write_txn_markers_aborts_a_hanging_transaction(client):
 
 
 ###############################################################################
-# 12. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 13. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 
 def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
@@ -5113,7 +5211,7 @@ def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker
 
 
 ###############################################################################
-# 13. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 14. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 
 def any_acl_filter(**kw):
@@ -5408,7 +5506,7 @@ def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
 
 
 ###############################################################################
-# 14. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 15. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 
 def raw_connection(broker):
@@ -6331,7 +6429,7 @@ def test_faults_close_and_probability_and_misuse():
 
 
 ###############################################################################
-# 15. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 16. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 
 def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
@@ -7188,7 +7286,7 @@ def test_console_shows_offsets_stand_in_markers_and_the_coordinator(console):
 
 
 ###############################################################################
-# 16. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 17. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 
 def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
@@ -7590,7 +7688,7 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
 
 
 ###############################################################################
-# 17. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 18. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 
 @pytest.fixture
@@ -7884,7 +7982,7 @@ def test_trace_shows_an_error_as_the_requests_version_gets_it(traced):
 
 
 ###############################################################################
-# 18. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 19. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 
 def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
@@ -8173,7 +8271,7 @@ def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
 
 
 ###############################################################################
-# 19. DEMO -- the transaction protocol step by step, on a broker in this process
+# 20. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
@@ -8243,7 +8341,7 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
 
 
 ###############################################################################
-# 20. CLI
+# 21. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):

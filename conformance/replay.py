@@ -162,7 +162,11 @@ def compare(a, b, path, mapper, diffs, api=None, in_control_batch=False):
                 compare(a[k], b[k], sub, mapper, diffs, api, control)
         return
     if isinstance(a, list) and isinstance(b, list):
-        a, b = _sorted_like_a_map(name, a), _sorted_like_a_map(name, b)
+        aligned = _aligned_by_mapped_id(a, b, mapper)
+        if aligned is not None:
+            a, b = aligned
+        else:
+            a, b = _sorted_like_a_map(name, a), _sorted_like_a_map(name, b)
         if len(a) != len(b):
             diffs.append(f"{path}: kafka has {len(a)} entries, doze {len(b)}: "
                          f"kafka={_show(a)} doze={_show(b)}")
@@ -196,6 +200,47 @@ def _sorted_like_a_map(name, items):
                 return [x for _, x in sorted(zip(keys, items), key=lambda p: p[0])]
             return items
     return items
+
+
+# Lists keyed by an id that is mapped per broker (KIP-848's assignments name topics by
+# topic_id alone; members are listed by member_id), in a hash map's order: when no
+# MAP_KEYS field keys them, Kafka's entries are taken sorted by their id, and the other
+# broker's in the same order under the mapping bound so far (by earlier answers:
+# Metadata's topic ids, heartbeats' member ids). Left as they are while any id is unbound.
+MAPPED_ID_KEYS = ("topic_id", "member_id")
+
+
+def _aligned_by_mapped_id(a, b, mapper):
+    """-> (a, b) reordered so that entries with mapped ids face each other, or None."""
+    if not a or len(a) != len(b) or not all(isinstance(x, dict) for x in a + b):
+        return None
+    if any(all(k in x for x in a + b) for k in MAP_KEYS):
+        return None
+    for field in MAPPED_ID_KEYS:
+        if not all(field in x for x in a + b):
+            continue
+        if not all(isinstance(_key(x[field]), (str, int, type(None))) for x in a + b):
+            return None                 # e.g. a request's {"$ref": ...} (compared as it is)
+        kind = NORMALISED[field][len("map:"):]
+        a_ids = [json.dumps(_key(x[field])) for x in a]
+        b_ids = [json.dumps(_key(x[field])) for x in b]
+        if len(set(a_ids)) != len(a_ids) or len(set(b_ids)) != len(b_ids):
+            return None
+        bound = mapper.fwd.get(kind, {})
+        want = [_mapped_id(_key(x[field]), bound) for x in a]
+        if None in want or set(want) != set(b_ids):
+            return None
+        order = sorted(range(len(a)), key=lambda i: a_ids[i])
+        at = {k: i for i, k in enumerate(b_ids)}
+        return [a[i] for i in order], [b[at[want[i]]] for i in order]
+    return None
+
+
+def _mapped_id(k, bound):
+    """The other broker's id for Kafka's id k (JSON text), or None if it is not bound yet."""
+    if k in Mapper.IDENTITY:
+        return json.dumps(k)
+    return json.dumps(bound[k]) if k in bound else None
 
 
 def _show(v, limit=300):

@@ -3350,3 +3350,551 @@ def _sasl_scram(S):
         step("authenticate-before-handshake", "SaslAuthenticate", 2, {"auth_bytes": {"$utf8": "n,,n=x,r=y"}},
              conn=13, listener="SASL_PLAINTEXT"),
     ]
+
+
+# --- KIP-848: the consumer group protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe) ---
+# A member's id is the client's choice from ConsumerGroupHeartbeat v1 (KAFKA-16813: the
+# Java client sends Uuid.randomUuid().toString(), 22 base64url characters); the scenarios
+# use fixed ids of that shape, so that the server-side assignors, which order members by
+# id, assign the same partitions on every run. v0 lets the coordinator choose one.
+# Epochs and owned partitions are taken from the broker's answers ($ref), as a client does:
+# an acknowledgement sends the partitions of the last assignment received.
+
+import base64 as _base64   # noqa: E402
+import hashlib as _hashlib  # noqa: E402
+
+CG_INVALID_REQUEST, CG_UNKNOWN_MEMBER_ID = 42, 25
+CG_REBALANCE_TIMEOUT_MS = 30000
+CG_POLL = {"timeout_ms": 20000, "interval_ms": 200}
+
+
+def member_uuid(S, n):
+    """A fixed member id of the Java client's shape (base64url of 16 bytes, no padding)."""
+    return _base64.urlsafe_b64encode(_hashlib.md5(f"{S}-member-{n}".encode()).digest()).decode().rstrip("=")
+
+
+def cg_heartbeat(id, group, member_id, epoch, v=1, topics=None, regex=None, rebalance_timeout_ms=-1,
+                 instance_id=None, rack_id=None, assignor=None, owned=None, conn=1, **kw):
+    """ConsumerGroupHeartbeat: every optional field null (= unchanged) unless given."""
+    req = {"group_id": group, "member_id": member_id, "member_epoch": epoch,
+           "instance_id": instance_id, "rack_id": rack_id,
+           "rebalance_timeout_ms": rebalance_timeout_ms, "subscribed_topic_names": topics,
+           "server_assignor": assignor, "topic_partitions": owned}
+    if v >= 1:
+        req["subscribed_topic_regex"] = regex
+    return step(id, "ConsumerGroupHeartbeat", v, req, conn=conn, **kw)
+
+
+def cg_join(id, group, member_id, topics=None, regex=None, v=1, poll=True, **kw):
+    """A (re)join: epoch 0, the rebalance timeout, the subscription, no owned partitions;
+    re-sent while the coordinator is not ready yet (a fresh __consumer_offsets)."""
+    if poll:
+        kw["until"] = {"path": "error_code", "not_in": RETRIABLE_COORDINATOR, "timeout_ms": 30000,
+                       "interval_ms": 200}
+    return cg_heartbeat(id, group, member_id, 0, v=v, topics=topics, regex=regex,
+                        rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", CG_REBALANCE_TIMEOUT_MS),
+                        owned=kw.pop("owned", []), **kw)
+
+
+def assigned(step_id):
+    """The topic_partitions of a heartbeat answer's assignment (to acknowledge them)."""
+    return ref(f"{step_id}.assignment.topic_partitions")
+
+
+def epoch_from(step_id, add=None):
+    return ref(f"{step_id}.member_epoch", add)
+
+
+def cg_describe(id, groups, v=1, ops=False, **kw):
+    return step(id, "ConsumerGroupDescribe", v, {"group_ids": groups, "include_authorized_operations": ops},
+                **kw)
+
+
+def list_groups(S, id, v=5, states=(), types=()):
+    req = {}
+    if v >= 4:
+        req["states_filter"] = list(states)
+    if v >= 5:
+        req["types_filter"] = list(types)
+    return step(id, "ListGroups", v, req, keep={"path": "groups", "field": "group_id", "prefix": S})
+
+
+def describe_groups(id, groups, v=5):
+    return step(id, "DescribeGroups", v, {"groups": groups, "include_authorized_operations": False})
+
+
+def n_assigned(n):
+    """until: the answer's assignment holds n partitions."""
+    return {"path": "assignment.topic_partitions.*.partitions.*", "count": n, **CG_POLL}
+
+
+@scenario("consumer-group-join")
+def _consumer_group_join(S):
+    """KIP-848, one member, Kafka's default settings (heartbeat interval 5 s): a member
+    joins with epoch 0 and a client-chosen id (v1) subscribed to a topic of 3 partitions
+    (the first answer carries epoch 1 and the whole assignment), acknowledges it, sends
+    a steady-state heartbeat (every field null); a full request (which is answered with
+    the assignment again); a rack id; ConsumerGroupDescribe v0 and v1 at each stage;
+    v0 with the coordinator choosing the member id (and v1 refusing an empty one);
+    leaving (epoch -1), a heartbeat after leaving; ListGroups and DescribeGroups. (A new
+    consumer group starts at epoch 1, so the first member's epoch is 2. Right after
+    FindCoordinator, ConsumerGroupDescribe answers NOT_COORDINATOR while the
+    __consumer_offsets partition loads: the first describe is polled.)"""
+    t, g, g0 = f"{S}-t", f"{S}-g", f"{S}-g0"
+    m = member_uuid(S, 1)
+    return [
+        *create_topics("create", [(t, 3)]),
+        find_coordinator("find", g, 0),
+        cg_describe("describe-unknown", [g], until={
+            "path": "groups.0.error_code", "not_in": RETRIABLE_COORDINATOR, **CG_POLL}),
+        cg_join("join", g, m, topics=[t]),
+        cg_describe("describe-joined", [g]),
+        cg_describe("describe-joined-v0", [g], v=0),
+        cg_heartbeat("ack", g, m, epoch_from("join"), owned=assigned("join")),
+        cg_heartbeat("steady", g, m, epoch_from("ack")),
+        cg_heartbeat("steady-again", g, m, epoch_from("steady")),
+        cg_describe("describe-stable", [g]),
+        cg_heartbeat("full", g, m, epoch_from("steady"), topics=[t],
+                     rebalance_timeout_ms=CG_REBALANCE_TIMEOUT_MS, owned=assigned("join")),
+        cg_heartbeat("rack", g, m, epoch_from("full"), rack_id="rack-a"),
+        cg_describe("describe-rack", [g]),
+        list_groups(S, "list"),
+        list_groups(S, "list-consumer", types=["consumer"]),
+        list_groups(S, "list-classic", types=["classic"]),
+        describe_groups("describe-groups", [g]),
+        find_coordinator("find-g0", g0, 0),
+        cg_join("v0-join", g0, "", topics=[t], v=0),
+        cg_heartbeat("v0-steady", g0, ref("v0-join.member_id"), epoch_from("v0-join"), v=0,
+                     owned=assigned("v0-join")),
+        cg_describe("v0-describe", [g0], v=0),
+        cg_join("v1-empty-id", g0, "", topics=[t], poll=False),
+        cg_heartbeat("v0-leave", g0, ref("v0-join.member_id"), -1, v=0),
+        cg_heartbeat("leave", g, m, -1),
+        cg_describe("describe-left", [g]),
+        cg_heartbeat("after-leave", g, m, epoch_from("full")),
+        list_groups(S, "list-after"),
+    ]
+
+
+@scenario("consumer-group-second-member")
+def _consumer_group_second_member(S):
+    """KIP-848, two members, Kafka's default settings (group.consumer.assignment.interval.ms
+    1000: a new target assignment is computed at most once a second, on a heartbeat): A
+    joins and gets all 3 partitions; B joins right after (the target is not recomputed
+    yet); after 1.1 s B's heartbeat computes the new target: B waits for partitions A
+    still owns, A's next heartbeat is answered with a smaller assignment (revocation), A
+    acknowledges by sending what it kept, then B gets its partitions. ConsumerGroupDescribe
+    after every step. Then A leaves (epoch -1) and, 1.1 s later, B gets everything."""
+    t, g = f"{S}-t", f"{S}-g"
+    a, b = member_uuid(S, "a"), member_uuid(S, "b")
+    return [
+        *create_topics("create", [(t, 3)]),
+        find_coordinator("find", g, 0),
+        cg_join("a-join", g, a, topics=[t]),
+        cg_heartbeat("a-ack", g, a, epoch_from("a-join"), owned=assigned("a-join")),
+        cg_describe("describe-a", [g]),
+        cg_join("b-join", g, b, topics=[t], poll=False),
+        cg_describe("describe-b-joined", [g]),
+        cg_heartbeat("a-before-interval", g, a, epoch_from("a-ack")),
+        {"sleep_ms": 1100},
+        cg_heartbeat("b-hb", g, b, epoch_from("b-join")),
+        cg_describe("describe-target", [g]),
+        cg_heartbeat("a-revoke", g, a, epoch_from("a-before-interval")),
+        cg_describe("describe-revoking", [g]),
+        cg_heartbeat("b-waits", g, b, epoch_from("b-hb")),
+        cg_heartbeat("a-revoked", g, a, epoch_from("a-revoke"), owned=assigned("a-revoke")),
+        cg_describe("describe-released", [g]),
+        cg_heartbeat("b-gets", g, b, epoch_from("b-waits")),
+        cg_heartbeat("b-ack", g, b, epoch_from("b-gets"), owned=assigned("b-gets")),
+        cg_heartbeat("a-steady", g, a, epoch_from("a-revoked")),
+        cg_describe("describe-stable", [g]),
+        describe_groups("describe-groups", [g]),
+        cg_heartbeat("a-leave", g, a, -1),
+        cg_describe("describe-a-left", [g]),
+        cg_heartbeat("b-before-interval", g, b, epoch_from("b-ack")),
+        {"sleep_ms": 1100},
+        cg_heartbeat("b-all", g, b, epoch_from("b-before-interval")),
+        cg_heartbeat("b-all-ack", g, b, epoch_from("b-all"), owned=assigned("b-all")),
+        cg_describe("describe-b-alone", [g]),
+        cg_heartbeat("b-leave", g, b, -1),
+        cg_describe("describe-empty", [g]),
+    ]
+
+
+CG_STATIC_SETTINGS = {"group.consumer.session.timeout.ms": 4000, "group.consumer.min.session.timeout.ms": 1000,
+                      "group.consumer.heartbeat.interval.ms": 1000,
+                      "group.consumer.min.heartbeat.interval.ms": 500,
+                      "group.consumer.assignment.interval.ms": 0}
+
+
+@scenario("consumer-group-static", broker_settings=CG_STATIC_SETTINGS)
+def _consumer_group_static(S):
+    """KIP-848 static membership (instance_id), with a 4 s session timeout, a 1 s heartbeat
+    interval and the assignment computed on every change (group.consumer.assignment.interval.ms
+    0): two static members share 4 partitions; a third member with the first one's instance
+    id while it is active (UNRELEASED_INSTANCE_ID); the first leaves with epoch -2 (its
+    partitions stay assigned to it, no rebalance) and rejoins with epoch 0 and a new member
+    id, getting its assignment back; the old member id with that instance id
+    (FENCED_INSTANCE_ID, for a heartbeat and for a leave), an unknown instance id, the old
+    id without an instance id; the second leaves with epoch -2 and does not come back: once
+    its session times out the first gets all partitions (polled); the second instance id
+    joins again as a new member; a static member leaves for good (epoch -1)."""
+    t, g = f"{S}-t", f"{S}-g"
+    m1, m1b, m2, m2b, m3 = (member_uuid(S, n) for n in ("1", "1b", "2", "2b", "3"))
+    i1, i2 = f"{S}-i1", f"{S}-i2"
+    return [
+        *create_topics("create", [(t, 4)]),
+        find_coordinator("find", g, 0),
+        cg_join("s1-join", g, m1, topics=[t], instance_id=i1),
+        cg_heartbeat("s1-ack", g, m1, epoch_from("s1-join"), owned=assigned("s1-join")),
+        cg_join("s2-join", g, m2, topics=[t], instance_id=i2, poll=False),
+        cg_heartbeat("s1-revoke", g, m1, epoch_from("s1-ack")),
+        cg_heartbeat("s1-revoked", g, m1, epoch_from("s1-revoke"), owned=assigned("s1-revoke")),
+        cg_heartbeat("s2-gets", g, m2, epoch_from("s2-join")),
+        cg_heartbeat("s2-ack", g, m2, epoch_from("s2-gets"), owned=assigned("s2-gets")),
+        cg_describe("describe-stable", [g]),
+        cg_join("s3-same-instance", g, m3, topics=[t], instance_id=i1, poll=False),
+        cg_heartbeat("s1-leave-temporarily", g, m1, -2, instance_id=i1),
+        cg_describe("describe-s1-away", [g]),
+        cg_heartbeat("s2-while-away", g, m2, epoch_from("s2-ack")),
+        cg_join("s1-rejoin", g, m1b, topics=[t], instance_id=i1, poll=False),
+        cg_describe("describe-s1-back", [g]),
+        cg_heartbeat("s1-rejoin-ack", g, m1b, epoch_from("s1-rejoin"), owned=assigned("s1-rejoin")),
+        cg_heartbeat("s1-old-id", g, m1, epoch_from("s1-revoked"), instance_id=i1),
+        cg_heartbeat("s1-old-id-leave", g, m1, -2, instance_id=i1),
+        cg_heartbeat("s1-old-id-no-instance", g, m1, epoch_from("s1-revoked")),
+        cg_heartbeat("unknown-instance", g, m3, 1, instance_id=f"{S}-i9"),
+        cg_heartbeat("unknown-instance-leave", g, m3, -2, instance_id=f"{S}-i9"),
+        cg_heartbeat("s2-leave-temporarily", g, m2, -2, instance_id=i2),
+        cg_heartbeat("s1-after-s2-expired", g, m1b, epoch_from("s1-rejoin-ack"), until=n_assigned(4)),
+        cg_heartbeat("s1-all-ack", g, m1b, epoch_from("s1-after-s2-expired"),
+                     owned=assigned("s1-after-s2-expired")),
+        cg_describe("describe-s2-expired", [g]),
+        cg_heartbeat("s2-old-id-after-expiry", g, m2, epoch_from("s2-ack"), instance_id=i2),
+        cg_join("s2-rejoin-new", g, m2b, topics=[t], instance_id=i2, poll=False),
+        cg_heartbeat("s1-leave", g, m1b, -1, instance_id=i1),
+        cg_describe("describe-s1-gone", [g]),
+        cg_heartbeat("s2-after-s1-left", g, m2b, epoch_from("s2-rejoin-new")),
+        cg_heartbeat("s2-leave", g, m2b, -1, instance_id=i2),
+        cg_describe("describe-end", [g]),
+    ]
+
+
+CG_SETTINGS = {"group.consumer.assignment.interval.ms": 0}
+
+
+@scenario("consumer-group-regex", broker_settings=CG_SETTINGS)
+def _consumer_group_regex(S):
+    """KIP-848 regular expression subscription (v1 subscribed_topic_regex, RE2/J syntax,
+    resolved asynchronously by the coordinator): a member subscribes to a regex matching
+    two existing topics (and not a third); heartbeats until the assignment holds them
+    (polled); a new matching topic is created, and heartbeats until the assignment holds
+    it too (Kafka refreshes a group's regexes at most every 10 s:
+    REGEX_BATCH_REFRESH_MIN_INTERVAL_MS); ConsumerGroupDescribe shows the regex; an invalid
+    regex (INVALID_REGULAR_EXPRESSION); a second member subscribed by name to one of the
+    topics (the uniform assignor moves that topic's partition to it; a second member on the
+    same regex would be assigned partitions in the order of the topic ids, which differ
+    from run to run). The join is
+    answered before the regex is resolved (epoch 1, an empty assignment); the describe
+    500 ms later finds it resolved (the group epoch bumped, the target not computed yet)."""
+    ra, rb, rc, other = f"{S}-r-a", f"{S}-r-b", f"{S}-r-c", f"{S}-other"
+    g = f"{S}-g"
+    regex = f"{S}-r-.*"
+    m1, m2, m3 = member_uuid(S, 1), member_uuid(S, 2), member_uuid(S, 3)
+    return [
+        *create_topics("create", [(ra, 2), (rb, 1), (other, 1)]),
+        find_coordinator("find", g, 0),
+        cg_join("join", g, m1, regex=regex),
+        {"sleep_ms": 500},
+        cg_describe("describe-joined", [g]),
+        cg_heartbeat("resolved", g, m1, epoch_from("join"), until=n_assigned(3)),
+        cg_heartbeat("ack", g, m1, epoch_from("resolved"), owned=assigned("resolved")),
+        cg_describe("describe-resolved", [g]),
+        *create_topics("create-c", [(rc, 2)]),
+        cg_heartbeat("new-topic", g, m1, epoch_from("ack"), until=n_assigned(5)),
+        cg_heartbeat("new-topic-ack", g, m1, epoch_from("new-topic"), owned=assigned("new-topic")),
+        cg_describe("describe-new-topic", [g]),
+        cg_join("invalid-regex", g, m2, regex="[", poll=False),
+        cg_join("invalid-regex-paren", g, m2, regex=f"{S}-(", poll=False),
+        cg_join("second", g, m3, topics=[rb], poll=False),
+        cg_heartbeat("first-revokes", g, m1, epoch_from("new-topic-ack")),
+        cg_heartbeat("first-revoked", g, m1, epoch_from("first-revokes"), owned=assigned("first-revokes")),
+        cg_heartbeat("second-gets", g, m3, epoch_from("second")),
+        cg_describe("describe-two", [g]),
+        cg_heartbeat("leave", g, m1, -1),
+        cg_heartbeat("second-leave", g, m3, -1),
+        cg_describe("describe-empty", [g]),
+    ]
+
+
+@scenario("consumer-group-epochs", broker_settings=CG_SETTINGS)
+def _consumer_group_epochs(S):
+    """KIP-848 epochs and invalid heartbeats: a newer epoch (FENCED_MEMBER_EPOCH); a
+    subscription change bumps the epoch, then the previous epoch with owned partitions that
+    are a subset of the assignment or all of it (accepted: the answer may have been lost),
+    with a partition not assigned, with no owned partitions, and an older epoch still
+    (FENCED_MEMBER_EPOCH); rejoining with epoch 0
+    keeps the member; unknown member id (UNKNOWN_MEMBER_ID) and unknown group
+    (GROUP_ID_NOT_FOUND); INVALID_REQUEST: empty group id, v1 empty member id, v0 empty
+    member id with an epoch, epoch 0 without rebalance timeout / with owned partitions /
+    with null owned partitions / without subscription, epoch -2 without instance id, epoch
+    -3, empty instance or rack id; an unknown server assignor (UNSUPPORTED_ASSIGNOR); the
+    range assignor (server_assignor "range") for two members; leaving with an unknown
+    member or group."""
+    t, t2, t3, g, gr = f"{S}-t", f"{S}-t2", f"{S}-t3", f"{S}-g", f"{S}-range"
+    m, r1, r2 = member_uuid(S, 1), member_uuid(S, "r1"), member_uuid(S, "r2")
+
+    def bad(id, **kw):
+        base = dict(group=g, member_id=m, epoch=0, topics=[t], rebalance_timeout_ms=CG_REBALANCE_TIMEOUT_MS,
+                    owned=[])
+        base.update(kw)
+        return cg_heartbeat(id, base.pop("group"), base.pop("member_id"), base.pop("epoch"), **base)
+    return [
+        *create_topics("create", [(t, 3), (t2, 1), (t3, 1)]),
+        metadata("t3-id", [t3]),
+        find_coordinator("find", g, 0),
+        cg_join("join", g, m, topics=[t]),
+        cg_heartbeat("ack", g, m, epoch_from("join"), owned=assigned("join")),
+        cg_heartbeat("newer-epoch", g, m, epoch_from("join", 1)),
+        cg_heartbeat("resubscribe", g, m, epoch_from("ack"), topics=[t, t2]),
+        cg_heartbeat("resubscribe-ack", g, m, epoch_from("resubscribe"), owned=assigned("resubscribe")),
+        cg_heartbeat("previous-epoch-subset", g, m, epoch_from("ack"), owned=assigned("join")),
+        cg_heartbeat("previous-epoch-same", g, m, epoch_from("ack"), owned=assigned("resubscribe")),
+        cg_heartbeat("previous-epoch-not-subset", g, m, epoch_from("ack"), owned=[
+            {"topic_id": ref("t3-id.topics.0.topic_id"), "partitions": [0]}]),
+        cg_heartbeat("previous-epoch-no-owned", g, m, epoch_from("ack")),
+        cg_heartbeat("older-epoch", g, m, epoch_from("ack", -1), owned=[]),
+        cg_heartbeat("current-epoch", g, m, epoch_from("resubscribe-ack")),
+        cg_describe("describe", [g]),
+        cg_join("rejoin", g, m, topics=[t, t2], poll=False),
+        cg_heartbeat("rejoin-ack", g, m, epoch_from("rejoin"), owned=assigned("rejoin")),
+        cg_heartbeat("unknown-member", g, "nobody", epoch_from("rejoin")),
+        cg_heartbeat("unknown-group", f"{S}-nope", m, 1),
+        bad("empty-group-id", group=""),
+        bad("v1-empty-member-id", member_id=""),
+        bad("v0-empty-member-id-epoch", member_id="", epoch=1, v=0),
+        bad("no-rebalance-timeout", rebalance_timeout_ms=-1),
+        bad("owned-on-join", owned=assigned("rejoin")),
+        bad("null-owned-on-join", owned=None),
+        bad("no-subscription", topics=None),
+        bad("static-leave-no-instance", epoch=-2),
+        bad("epoch-minus-3", epoch=-3),
+        bad("empty-instance-id", instance_id=""),
+        bad("empty-rack-id", rack_id=""),
+        bad("unknown-assignor", assignor="bogus"),
+        bad("unknown-assignor-v0", assignor="bogus", v=0),
+        cg_describe("describe-after-errors", [g]),
+        find_coordinator("find-range", gr, 0),
+        cg_join("range-1", gr, r1, topics=[t], assignor="range"),
+        cg_join("range-2", gr, r2, topics=[t], assignor="range", poll=False),
+        cg_heartbeat("range-1-revoke", gr, r1, epoch_from("range-1")),
+        cg_heartbeat("range-1-revoked", gr, r1, epoch_from("range-1-revoke"), owned=assigned("range-1-revoke")),
+        cg_heartbeat("range-2-gets", gr, r2, epoch_from("range-2")),
+        cg_describe("describe-range", [gr]),
+        cg_heartbeat("uniform-for-one", gr, r2, epoch_from("range-2-gets"), assignor="uniform"),
+        cg_describe("describe-mixed-assignors", [gr]),
+        cg_heartbeat("leave-unknown-member", g, "nobody", -1),
+        cg_heartbeat("leave-unknown-group", f"{S}-nope", m, -1),
+        cg_heartbeat("leave", g, m, -1),
+        cg_heartbeat("leave-again", g, m, -1),
+        cg_heartbeat("range-1-leave", gr, r1, -1),
+        cg_heartbeat("range-2-leave", gr, r2, -1),
+    ]
+
+
+def member_offset_fetch(id, group, topics, member_id, member_epoch, require_stable=False, **kw):
+    """OffsetFetch v9 with a consumer group member's id and epoch (KIP-848)."""
+    return step(id, "OffsetFetch", 9, {"groups": [{
+        "group_id": group, "member_id": member_id, "member_epoch": member_epoch,
+        "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}],
+        "require_stable": require_stable}, **kw)
+
+
+@scenario("consumer-group-offsets", broker_settings=CG_SETTINGS)
+def _consumer_group_offsets(S):
+    """Offsets of a KIP-848 consumer group member: OffsetCommit v9 with its member id and
+    epoch (the current epoch; a newer one: STALE_MEMBER_EPOCH; an unknown member or none
+    while the group has members: UNKNOWN_MEMBER_ID; v8: UNSUPPORTED_VERSION, members of
+    the consumer protocol must use v9); after a subscription change bumps the epoch, the
+    previous epoch is accepted per partition for partitions assigned at or before it and
+    refused (STALE_MEMBER_EPOCH) for the new ones (KIP-1251); OffsetFetch v9 with the
+    member's id and epoch (current, older, newer, unknown member, none); TxnOffsetCommit v4
+    from a transactional producer with the member's id and generation_id = its epoch (the
+    exactly-once path: current, previous, newer, unknown member, no member), then the
+    commit and OffsetFetch with require_stable; ListGroups v5 by type and state and
+    DescribeGroups v5 and v6 of the consumer group; after the member leaves, commits
+    without a member are accepted."""
+    t, t2, g, tid = f"{S}-t", f"{S}-t2", f"{S}-g", f"{S}-tid"
+    m = member_uuid(S, 1)
+    ep = epoch_from("resubscribe-ack")
+    return [
+        *create_topics("create", [(t, 2), (t2, 1)]),
+        find_coordinator("find", g, 0),
+        cg_join("join", g, m, topics=[t]),
+        cg_heartbeat("ack", g, m, epoch_from("join"), owned=assigned("join")),
+        offset_commit("commit", g, {t: {0: 10, 1: 11}}, generation=epoch_from("ack"), member=m),
+        offset_commit("commit-newer-epoch", g, {t: {0: 12}}, generation=epoch_from("ack", 1), member=m),
+        offset_commit("commit-unknown-member", g, {t: {0: 12}}, generation=epoch_from("ack"), member="nobody"),
+        offset_commit("commit-no-member", g, {t: {0: 12}}),
+        offset_commit("commit-v8", g, {t: {0: 12}}, v=8, generation=epoch_from("ack"), member=m),
+        offset_commit("commit-unassigned-topic", g, {t2: {0: 1}}, generation=epoch_from("ack"), member=m),
+        cg_heartbeat("resubscribe", g, m, epoch_from("ack"), topics=[t, t2]),
+        cg_heartbeat("resubscribe-ack", g, m, epoch_from("resubscribe"), owned=assigned("resubscribe")),
+        offset_commit("commit-previous-epoch", g, {t: {0: 13}, t2: {0: 14}}, generation=epoch_from("ack"),
+                      member=m),
+        offset_commit("commit-older-epoch", g, {t: {1: 15}}, generation=epoch_from("ack", -1), member=m),
+        offset_commit("commit-current", g, {t: {1: 16}, t2: {0: 17}}, generation=ep, member=m),
+        member_offset_fetch("fetch", g, {t: [0, 1], t2: [0]}, m, ep),
+        member_offset_fetch("fetch-previous-epoch", g, {t: [0]}, m, epoch_from("ack")),
+        member_offset_fetch("fetch-newer-epoch", g, {t: [0]}, m, epoch_from("resubscribe-ack", 1)),
+        member_offset_fetch("fetch-unknown-member", g, {t: [0]}, "nobody", ep),
+        member_offset_fetch("fetch-no-member", g, {t: [0]}, None, -1),
+        member_offset_fetch("fetch-member-no-epoch", g, {t: [0]}, m, -1),
+        *txn_setup(S, tid, "i"),
+        add_offsets("add-offsets", tid, "i", g),
+        txn_offset_commit("txn-commit", tid, "i", g, {t: {0: 20}}, generation=ep, member=m),
+        txn_offset_commit("txn-commit-previous-epoch", tid, "i", g, {t: {1: 21}, t2: {0: 22}},
+                          generation=epoch_from("ack"), member=m),
+        txn_offset_commit("txn-commit-newer-epoch", tid, "i", g, {t: {1: 23}},
+                          generation=epoch_from("resubscribe-ack", 1), member=m),
+        txn_offset_commit("txn-commit-unknown-member", tid, "i", g, {t: {1: 24}}, generation=ep,
+                          member="nobody"),
+        txn_offset_commit("txn-commit-no-member", tid, "i", g, {t2: {0: 25}}),
+        member_offset_fetch("fetch-pending", g, {t: [0, 1], t2: [0]}, m, ep, require_stable=True),
+        end_txn("end-commit", tid, "i", True),
+        wait_txn_state("wait", tid, "CompleteCommit"),
+        member_offset_fetch("fetch-committed", g, {t: [0, 1], t2: [0]}, m, ep, require_stable=True),
+        list_groups(S, "list"),
+        list_groups(S, "list-consumer", types=["consumer"]),
+        list_groups(S, "list-consumer-upper", types=["Consumer"]),
+        list_groups(S, "list-classic", types=["classic"]),
+        list_groups(S, "list-stable", states=["stable"]),
+        list_groups(S, "list-reconciling", states=["Reconciling"]),
+        list_groups(S, "list-v4", v=4),
+        describe_groups("describe-groups-v5", [g]),
+        describe_groups("describe-groups-v6", [g], v=6),
+        cg_heartbeat("leave", g, m, -1),
+        offset_commit("commit-after-leave", g, {t: {0: 30}}),
+        offset_commit("commit-after-leave-old-member", g, {t: {0: 31}}, generation=ep, member=m),
+        offset_fetch("fetch-after-leave", g, {t: [0, 1]}),
+        list_groups(S, "list-empty"),
+    ]
+
+
+def classic_heartbeat(id, group, join_id, **kw):
+    return step(id, "Heartbeat", 4, {"group_id": group, "generation_id": ref(f"{join_id}.generation_id"),
+                                     "member_id": ref(f"{join_id}.member_id"), "group_instance_id": None}, **kw)
+
+
+def _conversion_steps(S, downgrade=True):
+    """A classic group (one member, JoinGroup/SyncGroup, protocol type "consumer", a
+    ConsumerProtocolSubscription v0) that a ConsumerGroupHeartbeat member joins."""
+    t, g = f"{S}-t", f"{S}-g"
+    m = member_uuid(S, 1)
+    c = ref("c-join.member_id")
+    steps = [
+        *create_topics("create", [(t, 2)]),
+        *group_member("c", g, [t], {t: [0, 1]}),
+        list_groups(S, "list-classic"),
+        describe_groups("describe-classic", [g]),
+        cg_describe("cg-describe-classic", [g]),
+        cg_join("m-join", g, m, topics=[t], poll=False),
+        list_groups(S, "list-converted"),
+        cg_describe("cg-describe-converted", [g]),
+        describe_groups("describe-converted", [g]),
+        classic_heartbeat("c-heartbeat", g, "c-join"),
+        join_group("c-rejoin", g, member_id=c, topics=[t]),
+        step("c-resync", "SyncGroup", 5, {
+            "group_id": g, "generation_id": ref("c-rejoin.generation_id"), "member_id": c,
+            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": []}),
+        classic_heartbeat("c-heartbeat-after-sync", g, "c-rejoin"),
+        cg_heartbeat("m-gets", g, m, epoch_from("m-join")),
+        cg_heartbeat("m-ack", g, m, epoch_from("m-gets"), owned=assigned("m-gets")),
+        cg_describe("cg-describe-mixed", [g]),
+        describe_groups("describe-mixed", [g]),
+        offset_commit("c-commit", g, {t: {0: 5}}, v=8, generation=ref("c-rejoin.generation_id"), member=c),
+        cg_heartbeat("m-leave", g, m, -1),
+        list_groups(S, "list-after-leave"),
+        cg_describe("cg-describe-after-leave", [g]),
+        describe_groups("describe-after-leave", [g]),
+        classic_heartbeat("c-heartbeat-after-leave", g, "c-rejoin"),
+        join_group("c-rejoin-2", g, member_id=c, topics=[t]),
+    ]
+    if downgrade:
+        steps += [
+            sync_group("c-sync-2", g, "c-rejoin-2", {t: [0, 1]}),
+            classic_heartbeat("c-heartbeat-2", g, "c-rejoin-2"),
+        ]
+    else:
+        steps += [
+            step("c-sync-2", "SyncGroup", 5, {
+                "group_id": g, "generation_id": ref("c-rejoin-2.generation_id"), "member_id": c,
+                "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                "assignments": []}),
+            classic_heartbeat("c-heartbeat-2", g, "c-rejoin-2"),
+        ]
+    steps += [
+        list_groups(S, "list-end"),
+        describe_groups("describe-end", [g]),
+        cg_describe("cg-describe-end", [g]),
+        step("c-leave", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": c, "group_instance_id": None, "reason": None}]}),
+        list_groups(S, "list-left"),
+    ]
+    return steps
+
+
+@scenario("consumer-group-conversion")
+def _consumer_group_conversion(S):
+    """Online migration between the classic and the consumer protocol (KIP-848), with
+    Kafka 4.3.1's default group.consumer.migration.policy (bidirectional): a classic group
+    with one member (JoinGroup/SyncGroup, ConsumerProtocolSubscription v0, "range"); a
+    ConsumerGroupHeartbeat member joins the same group id (the group becomes a consumer
+    group: ListGroups' type, DescribeGroups, ConsumerGroupDescribe with member_type 0 for
+    the classic member); the classic member's next Heartbeat (REBALANCE_IN_PROGRESS), its
+    rejoin and SyncGroup (its new assignment, in ConsumerProtocolAssignment bytes), the
+    consumer member getting the partition released; an OffsetCommit by the classic member;
+    then the consumer member leaves and the group converts back to a classic group (a
+    rebalance: Heartbeat REBALANCE_IN_PROGRESS, JoinGroup, SyncGroup as leader)."""
+    return _conversion_steps(S)
+
+
+@scenario("consumer-group-conversion-upgrade", broker_settings={"group.consumer.migration.policy": "upgrade",
+                                                                "group.consumer.assignment.interval.ms": 0})
+def _consumer_group_conversion_upgrade(S):
+    """As consumer-group-conversion, with group.consumer.migration.policy=upgrade: the
+    classic group is upgraded when the consumer member joins, but when that member leaves
+    the group stays a consumer group with its classic member (no downgrade): its Heartbeat,
+    rejoin (the new target assignment: both partitions) and SyncGroup in the consumer group.
+    (group.consumer.assignment.interval.ms 0: the rejoin computes the new target at once,
+    whatever the time since the last one.)"""
+    return _conversion_steps(S, downgrade=False)
+
+
+@scenario("consumer-group-conversion-disabled", broker_settings={"group.consumer.migration.policy": "disabled"})
+def _consumer_group_conversion_disabled(S):
+    """group.consumer.migration.policy=disabled: a ConsumerGroupHeartbeat member cannot
+    join a non-empty classic group (GROUP_ID_NOT_FOUND); once the classic member has left,
+    the empty classic group becomes a consumer group (always allowed); a classic JoinGroup
+    to the consumer group is refused (INCONSISTENT_GROUP_PROTOCOL)."""
+    t, g = f"{S}-t", f"{S}-g"
+    m = member_uuid(S, 1)
+    c = ref("c-join.member_id")
+    return [
+        *create_topics("create", [(t, 2)]),
+        *group_member("c", g, [t], {t: [0, 1]}),
+        cg_join("m-join-refused", g, m, topics=[t], poll=False),
+        list_groups(S, "list-classic"),
+        step("c-leave", "LeaveGroup", 5, {"group_id": g, "members": [
+            {"member_id": c, "group_instance_id": None, "reason": None}]}),
+        describe_groups("describe-empty-classic", [g]),
+        cg_join("m-join", g, m, topics=[t], poll=False),
+        list_groups(S, "list-consumer"),
+        join_group("d-join", g, topics=[t]),
+        join_group("d-join-with-id", g, member_id="d-member", topics=[t]),
+        cg_describe("cg-describe", [g]),
+        cg_heartbeat("m-leave", g, m, -1),
+        join_group("d-join-empty-consumer-group", g, topics=[t]),
+        list_groups(S, "list-end"),
+    ]
