@@ -17,8 +17,8 @@ with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
 versions: the HANDLERS table (filled by @api in §11-§14), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
-topic ids on the wire (Fetch/Produce 13+), KIP-848's regular expression
-subscriptions and classic members in a consumer group (for now), the
+topic ids on the wire (Fetch/Produce 13+), classic members in a KIP-848
+consumer group (for now), the
 "transaction v2" protocol (KIP-890 part 2), log compaction, message format
 v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
 served exactly as the producer sent them; doze never decompresses on the
@@ -234,6 +234,7 @@ BROKER_DEFAULTS = {
     "group.consumer.assignment.interval.ms": 1000,  # a new target at most this often
     "group.consumer.max.size": 2147483647,
     "group.consumer.assignors": ["uniform", "range"],   # the first is the default
+    "group.consumer.regex.refresh.interval.ms": 600000,  # regex subscriptions resolved again at least this often
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
@@ -840,6 +841,7 @@ class ErrorCode(enum.IntEnum):
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 def kafka_uuid(data):
@@ -5236,7 +5238,8 @@ class TransactionCoordinator:
 # answers follow java.util.HashMap's iteration order (the uniform assignor's
 # member and topic order), doze follows it too (java_hash_order).
 
-STABLE, UNREVOKED, UNRELEASED = 0, 1, 2          # MemberState: STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS
+STABLE, UNREVOKED, UNRELEASED = 0, 1, 2
+REGEX_MIN_REFRESH_MS = 10000                     # Kafka resolves a group's regexes at most this often          # MemberState: STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS
 CONSUMER_ASSIGNORS = ("uniform", "range")        # group.consumer.assignors' values doze has
 
 
@@ -5440,6 +5443,8 @@ class ConsumerGroup:
         self.metadata = None                   # the subscribed topics' ids and partition counts last seen
         self.offsets = {}                      # (topic, partition) -> OffsetEntry
         self.empty_since_ms = None
+        self.resolved = {}                     # regex -> {"topics": [names], "at_ms", "seen": [every topic then]}
+        self.resolving = False                 # a resolution is due (the loop's next pass)
 
     @property
     def state(self):
@@ -5479,6 +5484,43 @@ class ConsumerGroup:
     def bump(self):
         """The group epoch moves: membership or the subscribed topics changed."""
         self.group_epoch += 1
+
+    def regexes(self, but=None):
+        """The regular expressions its members subscribe with (but one member's)."""
+        return {m.regex for m in self.members.values() if m.regex and m.member_id != but}
+
+    def topic_names(self, m):
+        """A member's topics by name: those it names and those its regex resolved to."""
+        return list(m.subscribed_names) + [t for t in self.resolved.get(m.regex, {}).get("topics", ())
+                                           if t not in m.subscribed_names]
+
+    def resolve(self, patterns, topics, now):
+        """Kafka's handleRegularExpressionsResult: each regex's topics now;
+        -> whether any changed. A regex nobody subscribes with is forgotten."""
+        changed = False
+        for regex in list(self.resolved):
+            if regex not in patterns:
+                del self.resolved[regex]
+        for regex, pattern in patterns.items():
+            found = sorted(t for t in topics if pattern.fullmatch(t))
+            changed |= self.resolved.get(regex, {}).get("topics") != found
+            self.resolved[regex] = {"topics": found, "at_ms": now, "seen": sorted(topics)}
+        self.resolving = False
+        return changed
+
+    def resolution_due(self, now, topics, refresh_ms):
+        """Kafka's maybeUpdateRegularExpressions: a resolution at most every 10 s,
+        when a regex is new or unresolved, a topic was made since, or the refresh interval passed."""
+        regexes = self.regexes()
+        if not regexes or self.resolving:
+            return False
+        last = next((r["at_ms"] for r in self.resolved.values()), None)
+        if last is not None and now <= last + REGEX_MIN_REFRESH_MS:
+            return False
+        made = any(set(topics) - set(r["seen"]) for r in self.resolved.values())
+        due = set(self.resolved) != regexes or made or last is None or now > last + refresh_ms
+        self.resolving = due
+        return due
 
     def seen(self, fingerprint):
         """The subscribed topics as they are now -> whether they changed since last seen."""
@@ -5559,6 +5601,7 @@ class ConsumerGroup:
 
     def to_json(self):
         return {"type": "consumer", "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "resolved": self.resolved,
                 "assignment_ms": self.assignment_ms, "table_len": self.table_len,
                 "members": [m.to_json() for m in self.members.values()],
                 "target": {mid: {t.hex(): sorted(ps) for t, ps in a.items()} for mid, a in self.target.items()},
@@ -5575,6 +5618,7 @@ class ConsumerGroup:
         g.offsets = offsets or {}
         g.group_epoch, g.assignment_epoch = row["group_epoch"], row["assignment_epoch"]
         g.assignment_ms, g.empty_since_ms = row["assignment_ms"], row["empty_since_ms"]
+        g.resolved = row.get("resolved", {})
         for d in row["members"]:
             g.put(ConsumerMember.from_json(d))
         g.table_len = max(g.table_len, row["table_len"])
@@ -5799,6 +5843,30 @@ def range_assign(members, subscriptions, previous, partitions, instance_ids):
 # that computes it); the member reconciled towards its target; the answer.
 # Every change is stored in meta.db before the answer (its group commit).
 
+RE2_REFUSES = re.compile(r"\(\?[=!]|\(\?<[=!]|\(\?>|\(\?P=|\\[1-9]|[*+?}][+]")
+RE2_WORDS = {"unterminated character set": "missing closing ]",
+             "missing ), unterminated subpattern": "missing closing )",
+             "unbalanced parenthesis": "unexpected )",
+             "nothing to repeat": "missing argument to repetition operator"}
+
+
+def re2_compile(regex):
+    """A subscription's regular expression, as Kafka compiles it (RE2J), or
+    INVALID_REGULAR_EXPRESSION with RE2J's words for the common mistakes.
+    Python's re stands in: what RE2 refuses and re takes (lookaround,
+    backreferences, atomic groups, possessive repeats) is refused first; RE2's
+    \\p{...} classes, which re lacks, are refused too (a difference)."""
+    refused = RE2_REFUSES.search(regex)
+    try:
+        if refused:
+            raise re.error(f"invalid or unsupported Perl syntax: `{refused.group(0)}`")
+        return re.compile(regex)
+    except re.error as e:
+        words = str(e.msg if hasattr(e, "msg") else e)
+        raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid "
+                         f"regular expression: {RE2_WORDS.get(words, words)}.") from None
+
+
 class ConsumerGroups:
     """KIP-848's consumer groups: heartbeats, leaves, the target assignment,
     reconciliation, session and rebalance timeouts. Shares the group registry
@@ -5842,19 +5910,23 @@ class ConsumerGroups:
                              f"capacity of {self.config['group.consumer.max.size']} members.")
         old, replaced = self._member_for(g, req.member_id or kafka_uuid(uuid.uuid4().bytes), req)
         m = old.updated(req, client_id, client_host)
+        regex = self._regex_change(g, old, m)
         if replaced is not None:
             g.replace(replaced.member_id, m.member_id)
         subscription_changed = m.subscription() != old.subscription()
-        if g.seen(self._fingerprint(g, m)) or subscription_changed:
+        names_changed = set(m.subscribed_names) != set(old.subscribed_names)
+        if g.seen(self._fingerprint(g, m)) or names_changed or regex == "resolved":
             g.bump()
         self._maybe_assign(g, m, now)
         owned = None if req.topic_partitions is None else {t.topic_id: set(t.partitions) for t in req.topic_partitions}
         before = (m.epoch, m.state, m.assigned, m.revoking)
         m.reconcile(g, g.assignment_epoch, g.target.get(m.member_id, {}), owned, subscription_changed,
-                    self.subscribed_ids(m))
+                    self.subscribed_ids(g, m))
         m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
         g.put(m)
         self._save(g)
+        if g.resolution_due(now, list(self.logs.topics), self.config["group.consumer.regex.refresh.interval.ms"]):
+            self.timers.call_later(0, self._resolve, g)     # Kafka resolves in the background
         full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
             req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
         return Msg(member_id=m.member_id, member_epoch=m.epoch,
@@ -5906,20 +5978,48 @@ class ConsumerGroups:
         check_member_epoch(m, req)
         return m, None
 
-    def subscribed_ids(self, m):
+    def subscribed_ids(self, g, m):
         """The ids of the topics the member subscribes to that exist, in the
-        order Kafka's TopicIds gives them (the member's names, a HashSet)."""
+        order Kafka's TopicIds gives them: its names and its regex's topics
+        (HashSets; both: the larger first, then the other's others)."""
+        names = java_map_order(m.subscribed_names, java_string_hash_u, presized=True)
+        found = java_map_order(g.resolved.get(m.regex, {}).get("topics", ()), java_string_hash_u, presized=True)
+        larger, smaller = (names, found) if len(names) >= len(found) else (found, names)
         topics = self.logs.topics
-        return [topics[n].topic_id for n in java_map_order(m.subscribed_names, java_string_hash_u, presized=True)
-                if n in topics]
+        return [topics[n].topic_id for n in larger + [t for t in smaller if t not in larger] if n in topics]
 
-    def _fingerprint(self, g, m):
+    def _fingerprint(self, g, m=None):
         """The subscribed topics' names, ids and partition counts (Kafka's
         metadata hash): a topic made, deleted or grown changes it."""
-        names = {n for x in g.members.values() if x.member_id != m.member_id for n in x.subscribed_names}
+        members = [x for x in g.members.values() if m is None or x.member_id != m.member_id] + ([m] if m else [])
+        names = {n for x in members for n in g.topic_names(x)}
         topics = self.logs.topics
-        return sorted((n, topics[n].topic_id, topics[n].partitions) for n in names | set(m.subscribed_names)
-                      if n in topics)
+        return sorted((n, topics[n].topic_id, topics[n].partitions) for n in names if n in topics)
+
+    def _regex_change(self, g, old, m):
+        """Kafka's maybeUpdateRegularExpressions -> None (no change), "updated"
+        (a regex new to the group: resolved in the background, no new epoch
+        yet) or "resolved" (one the group has resolved already, or none now)."""
+        if m.regex == old.regex:
+            return None
+        if old.regex and old.regex not in g.regexes(but=m.member_id):
+            g.resolved.pop(old.regex, None)            # its last subscriber went
+        if m.regex and m.regex not in g.regexes(but=m.member_id):
+            re2_compile(m.regex)
+            return "updated"
+        return "resolved" if not m.regex or m.regex in g.resolved else "updated"
+
+    def _resolve(self, g):
+        """The background resolution's result (Kafka's handleRegularExpressionsResult):
+        each regex's topics; a new group epoch when they, or the topics' metadata, changed."""
+        if self.coordinator.groups.get(g.group_id) is not g:
+            return                                     # the group went meanwhile
+        patterns = {regex: re2_compile(regex) for regex in g.regexes()}
+        changed = g.resolve(patterns, list(self.logs.topics), self.now_ms())
+        if g.seen(self._fingerprint(g)) or changed:
+            g.bump()
+        with contextlib.suppress(KafkaError):          # meta.db refused: resolved again on a next heartbeat
+            self._save(g)
 
     def _maybe_assign(self, g, m, now):
         """A new target assignment when the group epoch is ahead (Kafka's
@@ -5930,7 +6030,7 @@ class ConsumerGroups:
         specs = dict((x.member_id, x) for x in g.ordered())
         specs[m.member_id] = m
         order = java_map_order(specs, java_string_hash_u)
-        subscriptions = {mid: self.subscribed_ids(x) for mid, x in specs.items()}
+        subscriptions = {mid: self.subscribed_ids(g, x) for mid, x in specs.items()}
         partitions = {t.topic_id: t.partitions for t in self.logs.topics.values()}
         if _assignor_with(g, m, self.config["group.consumer.assignors"][0]) == "range":
             ids = {mid: x.instance_id for mid, x in specs.items() if x.instance_id}
