@@ -17,8 +17,7 @@ with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
 versions: the HANDLERS table (filled by @api in §11-§14), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
-topic ids on the wire (Fetch/Produce 13+), classic members in a KIP-848
-consumer group (for now), the
+topic ids on the wire (Fetch/Produce 13+), the
 "transaction v2" protocol (KIP-890 part 2), log compaction, message format
 v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
 served exactly as the producer sent them; doze never decompresses on the
@@ -235,6 +234,7 @@ BROKER_DEFAULTS = {
     "group.consumer.max.size": 2147483647,
     "group.consumer.assignors": ["uniform", "range"],   # the first is the default
     "group.consumer.regex.refresh.interval.ms": 600000,  # regex subscriptions resolved again at least this often
+    "group.consumer.migration.policy": "bidirectional",   # classic <-> consumer groups: upgrade, downgrade, disabled
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
@@ -3692,10 +3692,8 @@ class LogManager:
 # stands in for both internal topics.
 #
 # --- Where Kafka keeps a coordinator's state: a partition of its internal topic
-# Kafka hashes a transactional id onto a partition of __transaction_state, a
-# group id onto one of __consumer_offsets; that partition's leader is the
-# coordinator, and every state change is a record appended to it. doze shows
-# the partition (the trace, the console, the demo) where meta.db stands in.
+# (an id's hash picks it; its leader coordinates; each change is a record
+# there). doze shows it (trace, console, demo) where meta.db stands in.
 
 def java_string_hash(text):
     """Java's String.hashCode (over UTF-16 code units), as Kafka hashes an id."""
@@ -4148,6 +4146,9 @@ class GroupMember:
     def metadata(self, protocol):
         return next((m for name, m in self.protocols if name == protocol), b"")
 
+    def assign(self, assignment, deadline_ms):
+        self.assignment, self.deadline_ms = assignment, deadline_ms    # a downgrade's (ConsumerGroups)
+
     def to_json(self):
         return {"member_id": self.member_id, "instance_id": self.instance_id,
                 "client_id": self.client_id, "client_host": self.client_host,
@@ -4204,6 +4205,12 @@ class Group:
 
     def all_joined(self):
         return not self.pending and all(m.awaiting_join for m in self.members.values())
+
+    def join_member(self, m):
+        """A member a consumer group hands over (ConsumerGroups' downgrade)."""
+        self.members[m.member_id] = m
+        if m.instance_id:
+            self.static[m.instance_id] = m.member_id
 
 
 class GroupCoordinator:
@@ -4262,6 +4269,13 @@ class GroupCoordinator:
         if g is not None and g.kind == "consumer":
             g.check_fetch(member_id, epoch)
 
+    def downgraded(self, g):
+        """A consumer group turned classic (Kafka's convertToClassicGroup): Stable, then a rebalance."""
+        g.state, g.leader, g.protocol_name = GroupState.STABLE, next(iter(g.members)), g.select_protocol()
+        self.register(g)
+        self._prepare_rebalance(g)
+        self._save(g)
+
     def register(self, g):
         """A group of another protocol (ConsumerGroups') takes the id, the offsets committed under it with it."""
         old = self.groups.get(g.group_id)
@@ -4280,10 +4294,7 @@ class GroupCoordinator:
                 <= self.config["group.max.session.timeout.ms"]):
             raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT)
         g = self.groups.get(group_id)
-        if g is not None and g.kind == "consumer":
-            if g.members:                      # Kafka: a classic member joins a consumer group (not yet in doze)
-                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{group_id} is a consumer group: doze "
-                                 f"does not take classic members into one")
+        if g is not None and g.kind == "consumer":      # empty (JoinGroup takes a non-empty one to ConsumerGroups)
             offsets, g = g.offsets, Group(group_id)           # an empty consumer group gives way, offsets kept
             g.offsets = offsets
             self.groups[group_id] = g
@@ -4680,6 +4691,8 @@ class GroupCoordinator:
         """Topics the members of a consumer-protocol group subscribe to
         (ConsumerProtocolSubscription: version int16, topics [string], ...)."""
         topics = set()
+        if g.kind == "consumer":
+            return {t for m in g.members.values() for t in g.topic_names(m)}
         if g.protocol_type != "consumer" or g.state == GroupState.EMPTY:
             return topics
         for m in g.members.values():
@@ -5305,6 +5318,8 @@ class ConsumerMember:
         self.deadline_ms = None                # its session timeout
         self.revoke_by_ms = None               # its rebalance timeout while it must revoke
         self.revoke_epoch = None
+        self.classic = None                    # a classic member's {"session_timeout_ms", "protocols": [[name, hex]]}
+        self.rejoin_by_ms = None               # a classic member's JoinGroup or SyncGroup due by then
 
     def subscription(self):
         return (tuple(sorted(self.subscribed_names)), self.regex)
@@ -5315,6 +5330,7 @@ class ConsumerMember:
         m = ConsumerMember.from_json({**self.to_json(), **({"member_id": member_id, "epoch": epoch,
                                                             "previous_epoch": epoch} if member_id else {})})
         m.deadline_ms, m.revoke_by_ms, m.revoke_epoch = self.deadline_ms, self.revoke_by_ms, self.revoke_epoch
+        m.rejoin_by_ms = self.rejoin_by_ms
         if req is None:
             return m
         m.instance_id = req.instance_id if req.instance_id is not None else self.instance_id
@@ -5328,13 +5344,50 @@ class ConsumerMember:
         if req.subscribed_topic_regex is not None:
             m.regex = req.subscribed_topic_regex
         m.client_id, m.client_host = client_id or "", f"/{client_host}"
+        m.classic = None                      # a classic member heartbeating is a consumer member now
         return m
+
+    @classmethod
+    def from_classic(cls, cm, sub, assigned, epoch, now):
+        """A classic group's member (GroupMember) as a consumer group's, stable at `epoch`."""
+        m = cls(cm.member_id)
+        m.instance_id, m.client_id, m.client_host = cm.instance_id, cm.client_id, cm.client_host
+        m.rack_id, m.rebalance_timeout_ms = sub["rack_id"], cm.rebalance_timeout_ms
+        m.subscribed_names = list(dict.fromkeys(sub["topics"]))
+        m.epoch = m.previous_epoch = epoch
+        m.assigned = {t: dict.fromkeys(ps, epoch) for t, ps in assigned.items()}
+        m.classic = {"session_timeout_ms": cm.session_timeout_ms,
+                     "protocols": [[n, bytes(d).hex()] for n, d in cm.protocols]}
+        m.deadline_ms = now + cm.session_timeout_ms
+        return m
+
+    def joined_classic(self, req, subscription, client_id, client_host):
+        """A copy as a classic JoinGroup makes it (Kafka's classicGroupJoinToConsumerGroup):
+        the subscription from the embedded ConsumerProtocolSubscription."""
+        m = self.updated(None, "", "")
+        m.subscribed_names, m.regex = list(dict.fromkeys(subscription["topics"])), ""
+        m.rack_id = subscription["rack_id"]
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.instance_id = req.group_instance_id
+        m.client_id, m.client_host = client_id or "", f"/{client_host}"
+        m.classic = {"session_timeout_ms": req.session_timeout_ms,
+                     "protocols": [[p.name, bytes(p.metadata).hex()] for p in req.protocols]}
+        return m
+
+    def protocol_version(self):
+        """A classic member's ConsumerProtocol version: its first protocol's, 0-3."""
+        data = bytes.fromhex(self.classic["protocols"][0][1])
+        return min(max(struct.unpack(">h", data[:2])[0], 0), 3) if len(data) >= 2 else 0
+
+    def due(self, deadline_ms):
+        """A classic member must come back (JoinGroup, SyncGroup) by then, or None: no longer."""
+        self.rejoin_by_ms = deadline_ms
 
     def heard(self, now, session_ms, before):
         """After a heartbeat: its session timeout again; a rebalance timeout when
         it has just been asked to revoke (Kafka's), none when it need not."""
-        self.deadline_ms = now + session_ms
-        if self.state != UNREVOKED:
+        self.deadline_ms = now + (self.classic["session_timeout_ms"] if self.classic else session_ms)
+        if self.classic is not None or self.state != UNREVOKED:
             self.revoke_by_ms = None
         elif before != (self.epoch, self.state, self.assigned, self.revoking):
             self.revoke_by_ms, self.revoke_epoch = now + self.rebalance_timeout_ms, self.epoch
@@ -5403,7 +5456,7 @@ class ConsumerMember:
                 "client_id": self.client_id, "client_host": self.client_host,
                 "rebalance_timeout_ms": self.rebalance_timeout_ms, "subscribed_names": self.subscribed_names,
                 "regex": self.regex, "server_assignor": self.server_assignor, "epoch": self.epoch,
-                "previous_epoch": self.previous_epoch, "state": self.state,
+                "previous_epoch": self.previous_epoch, "state": self.state, "classic": self.classic,
                 "assigned": partition_map_json(self.assigned), "revoking": partition_map_json(self.revoking)}
 
     @classmethod
@@ -5412,6 +5465,7 @@ class ConsumerMember:
         for name in ("instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms",
                      "subscribed_names", "regex", "server_assignor", "epoch", "previous_epoch", "state"):
             setattr(m, name, d[name])
+        m.classic = d.get("classic")
         m.assigned, m.revoking = partition_map_from_json(d["assigned"]), partition_map_from_json(d["revoking"])
         return m
 
@@ -5565,10 +5619,10 @@ class ConsumerGroup:
         if m is None:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
                              f"{self.group_id}.")
-        if not transactional and version < 9:
+        if not transactional and version < 9 and m.classic is None:
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by "
                              "members using the consumer group protocol")
-        stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+        stale = ErrorCode.ILLEGAL_GENERATION if transactional or m.classic else ErrorCode.STALE_MEMBER_EPOCH
         if epoch > m.epoch:
             raise KafkaError(stale, f"Received member epoch {epoch} is newer than current member epoch {m.epoch}.")
         for topic_id, topic, p in tps if epoch < m.epoch else ():
@@ -5588,8 +5642,9 @@ class ConsumerGroup:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
                              f"{self.group_id}.")
         if epoch != m.epoch:
-            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH, f"The received member epoch {epoch} does not match "
-                             f"the expected member epoch {m.epoch}.")
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION if m.classic else ErrorCode.STALE_MEMBER_EPOCH,
+                             f"The received member epoch {epoch} does not match the expected member epoch "
+                             f"{m.epoch}.")
 
     def partition_epoch(self, topic_id, partition):
         """The epoch of the member owning the partition (assigned or revoking), or -1."""
@@ -5606,6 +5661,29 @@ class ConsumerGroup:
                 "members": [m.to_json() for m in self.members.values()],
                 "target": {mid: {t.hex(): sorted(ps) for t, ps in a.items()} for mid, a in self.target.items()},
                 "empty_since_ms": self.empty_since_ms}
+
+    @classmethod
+    def from_classic(cls, classic, topic_ids, now):
+        """Kafka's ConsumerGroup.fromClassicGroup: epochs at the classic
+        generation, each member stable with its subscription and its assignment
+        (a ValueError names what cannot be converted)."""
+        g = cls(classic.group_id)
+        g.group_epoch = g.assignment_epoch = classic.generation
+        for cm in classic.members.values():
+            try:
+                sub = read_subscription(cm.metadata(classic.protocol_name))
+                rows, user_data = read_assignment(cm.assignment)
+            except ProtocolError:
+                raise ValueError("the embedded consumer protocol is malformed") from None
+            if user_data:
+                raise ValueError("an unsupported custom assignor is in use. Please refer to the documentation "
+                                 "or switch to a default assignor before re-attempting the upgrade")
+            m = ConsumerMember.from_classic(cm, sub, {topic_ids[t]: ps for t, ps in rows if t in topic_ids},
+                                            classic.generation, now)
+            g.put(m)
+            g.target[m.member_id] = {t: set(ps) for t, ps in m.assigned.items()}
+        g.offsets = classic.offsets
+        return g
 
     def restarted(self, deadline_ms):
         """After a restart: every member's session timer starts again (Kafka's onLoaded)."""
@@ -5624,6 +5702,49 @@ class ConsumerGroup:
         g.table_len = max(g.table_len, row["table_len"])
         g.target = {mid: {bytes.fromhex(t): set(ps) for t, ps in a.items()} for mid, a in row["target"].items()}
         return g
+
+
+# --- The embedded consumer protocol: what a classic consumer puts in JoinGroup
+# and SyncGroup (ConsumerProtocolSubscription and ConsumerProtocolAssignment,
+# versions 0-3, not flexible), read and written when a classic member meets a
+# consumer group.
+
+def read_subscription(data):
+    """ConsumerProtocolSubscription -> {version, topics, user_data, owned {topic: [p]}, rack_id};
+    ProtocolError when the bytes are not one."""
+    r = Reader(data)
+    version = r.fixed(I16)
+    sub = {"version": version, "topics": [_read_string(r, False, False) for _ in range(r.length(False, I32))],
+           "user_data": _read_bytes(r, False), "owned": {}, "rack_id": None}
+    if version >= 1:
+        for _ in range(r.length(False, I32)):
+            topic = _read_string(r, False, False)
+            sub["owned"][topic] = [r.fixed(I32) for _ in range(r.length(False, I32))]
+    if version >= 2:
+        r.fixed(I32)                                # generation_id
+    if version >= 3:
+        sub["rack_id"] = _read_string(r, False)
+    return sub
+
+
+def read_assignment(data):
+    """ConsumerProtocolAssignment -> ([(topic, [partitions])], user_data); ProtocolError when not one."""
+    r = Reader(data)
+    r.fixed(I16)
+    rows = []
+    for _ in range(r.length(False, I32)):
+        topic = _read_string(r, False, False)
+        rows.append((topic, [r.fixed(I32) for _ in range(r.length(False, I32))]))
+    return rows, _read_bytes(r, False)
+
+
+def assignment_bytes(version, rows):
+    """[(topic, [partitions])] as ConsumerProtocolAssignment of `version`, no user data."""
+    out = [I16.pack(version), I32.pack(len(rows))]
+    for topic, parts in rows:
+        name = topic.encode()
+        out += [I16.pack(len(name)), name, I32.pack(len(parts))] + [I32.pack(p) for p in parts]
+    return b"".join(out + [I32.pack(-1)])
 
 
 # --- The server-side assignors (Kafka's UniformAssignor and RangeAssignor) ------
@@ -5944,8 +6065,36 @@ class ConsumerGroups:
             fresh = ConsumerGroup(group_id)
             self.coordinator.register(fresh)       # the offsets committed so far come with the id
             return fresh
+        if g.kind == "classic" and epoch == 0:
+            return self._upgrade(g)
         if g.kind != "consumer":
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return g
+
+    def _policy(self, way):
+        """Does group.consumer.migration.policy allow this way (upgrade, downgrade)?"""
+        return self.config["group.consumer.migration.policy"].lower() in (way, "bidirectional")
+
+    def _upgrade(self, classic):
+        """A classic group with members meets its first consumer-protocol member
+        (Kafka's validateOnlineUpgrade, convertToConsumerGroup)."""
+        why = None
+        if not self._policy("upgrade"):
+            why = "online upgrade is disabled"
+        elif classic.protocol_type != "consumer":
+            why = "the group does not use the consumer embedded protocol"
+        elif len(classic.members) > self.config["group.consumer.max.size"]:
+            why = "the group size exceeds the consumer group maximum size"
+        else:
+            try:
+                g = ConsumerGroup.from_classic(classic, {n: t.topic_id for n, t in self.logs.topics.items()},
+                                               self.now_ms())
+            except ValueError as e:
+                why = str(e)
+        if why:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {classic.group_id} to "
+                             f"consumer group because {why}.")
+        self.coordinator.register(g)
         return g
 
     def _member_for(self, g, member_id, req):
@@ -6038,6 +6187,112 @@ class ConsumerGroups:
         else:
             g.assigned_to(uniform_assign(order, subscriptions, g.target, partitions), now)
 
+    # --- classic members in a consumer group (Kafka's classicGroup*ToConsumerGroup) ---
+    def classic_join(self, g, req, version, client_id, client_host):
+        """JoinGroup into a consumer group -> the answer: the member reconciled as
+        any other, its generation its member epoch, no leader (it follows)."""
+        if not self._policy("upgrade") and not self._policy("downgrade"):
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Cannot join the consumer group "
+                             f"{g.group_id} with the classic protocol because the group migration is disabled.")
+        member_id = req.member_id or kafka_uuid(uuid.uuid4().bytes)
+        if member_id not in g.members and len(g.members) >= self.config["group.consumer.max.size"]:
+            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        names = [p.name for p in req.protocols]
+        common = [{n for n, _ in m.classic["protocols"]} for m in g.members.values() if m.classic]
+        if req.protocol_type != "consumer" or not names or not all(set(names) & c for c in common):
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s protocols are not supported.")
+        if version >= 4 and not req.member_id and not req.group_instance_id:
+            return Msg(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id, generation_id=-1, leader="")
+        try:
+            sub = read_subscription(bytes(req.protocols[0].metadata))
+        except ProtocolError:
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL) from None
+        old = g.members.get(member_id) or ConsumerMember(member_id)
+        m = old.joined_classic(req, sub, client_id, client_host)
+        ids = {n: t.topic_id for n, t in self.logs.topics.items()}
+        owned = {ids[t]: set(ps) for t, ps in sub["owned"].items() if t in ids}
+        self._reconciled(g, old, m, owned)
+        m.due(self.now_ms() + m.rebalance_timeout_ms)            # its SyncGroup, by then
+        self._save(g)
+        return Msg(member_id=m.member_id, generation_id=m.epoch, protocol_type="consumer", protocol_name=names[0],
+                   leader="", members=[])
+
+    def _reconciled(self, g, old, m, owned):
+        """A member's heartbeat steps, whichever protocol it came by: the epoch,
+        the target, the reconciliation, the timers; then it is the group's."""
+        now = self.now_ms()
+        if g.seen(self._fingerprint(g, m)) or set(m.subscribed_names) != set(old.subscribed_names):
+            g.bump()
+        self._maybe_assign(g, m, now)
+        before = (m.epoch, m.state, m.assigned, m.revoking)
+        m.reconcile(g, g.assignment_epoch, g.target.get(m.member_id, {}), owned,
+                    m.subscription() != old.subscription(), self.subscribed_ids(g, m))
+        m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
+        g.put(m)
+
+    def classic_member(self, g, member_id, instance_id, generation):
+        """SyncGroup's and Heartbeat's checks of a classic member in a consumer group."""
+        if instance_id:
+            holder = g.static.get(instance_id)
+            if holder is None:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member with instance id {instance_id} is not a "
+                                 f"member of group {g.group_id}.")
+            if holder != member_id:
+                raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
+        m = g.members.get(member_id)
+        if m is None or not g.members:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if m.classic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
+        if generation != m.epoch:
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
+        return m
+
+    def classic_sync(self, g, req):
+        """SyncGroup from a classic member -> its assignment, as ConsumerProtocolAssignment bytes."""
+        m = self.classic_member(g, req.member_id, req.group_instance_id, req.generation_id)
+        first = m.classic["protocols"][0][0]
+        if req.protocol_type not in (None, "consumer") or req.protocol_name not in (None, first):
+            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        now = self.now_ms()
+        if g.assignment_epoch > m.epoch and m.state != UNREVOKED:
+            m.due(m.rejoin_by_ms or now + m.rebalance_timeout_ms)
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
+        m.due(None)
+        m.heard(now, 0, (m.epoch, m.state, m.assigned, m.revoking))
+        names = {t.topic_id: n for n, t in self.logs.topics.items()}
+        rows = [(names[t], java_map_order(ps, int)) for t, ps in java_map_order_items(m.assigned) if t in names]
+        return Msg(protocol_type="consumer", protocol_name=first, assignment=assignment_bytes(m.protocol_version(), rows))
+
+    def classic_heartbeat(self, g, req):
+        """Heartbeat from a classic member: REBALANCE_IN_PROGRESS when it should rejoin to reconcile."""
+        m = self.classic_member(g, req.member_id, req.group_instance_id, req.generation_id)
+        now = self.now_ms()
+        m.heard(now, 0, (m.epoch, m.state, m.assigned, m.revoking))
+        target = g.target.get(m.member_id, {})
+        released = not any(g.partition_epoch(t, p) not in (-1, m.epoch) for t, ps in target.items() for p in ps
+                           if p not in m.assigned.get(t, {}))
+        if m.epoch < g.assignment_epoch or m.state == UNREVOKED or m.state == UNRELEASED and released:
+            m.due(m.rejoin_by_ms or now + m.rebalance_timeout_ms)
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def classic_leave(self, g, identities):
+        """LeaveGroup's members out of a consumer group -> [(member id, instance id, error code)]."""
+        results, gone = [], []
+        for member_id, instance_id in identities:
+            holder = g.static.get(instance_id) if instance_id else member_id
+            if holder is None or holder not in g.members:
+                code = ErrorCode.UNKNOWN_MEMBER_ID
+            elif instance_id and member_id and holder != member_id:
+                code = ErrorCode.FENCED_INSTANCE_ID
+            else:
+                code = ErrorCode.NONE
+                gone.append(holder)
+            results.append((member_id, instance_id, code))
+        if gone:
+            self.fence(g, gone)
+        return results
+
     # --- leaving: epoch -1, and a static member's -2 ---
     def leave(self, req):
         g = self.coordinator.groups.get(req.group_id)
@@ -6064,9 +6319,33 @@ class ConsumerGroups:
         return Msg(member_id=holder, member_epoch=-2)
 
     def fence(self, g, member_ids):
-        """Members gone (left, timed out): removed, the group epoch raised, stored."""
+        """Members gone (left, timed out): removed, the group epoch raised, stored;
+        or, when those who stay all speak the classic protocol, the group
+        becomes a classic one (Kafka's validateOnlineDowngradeWithFencedMembers)."""
+        staying = [m for m in g.members.values() if m.member_id not in member_ids]
+        if staying and all(m.classic for m in staying) and self._policy("downgrade") \
+                and len(staying) <= self.config["group.max.size"]:
+            self.coordinator.downgraded(self._classic_of(g, staying))
+            return
         g.fence(member_ids, self.now_ms())
         self._save(g)
+
+    def _classic_of(self, g, staying):
+        """The classic group a consumer group becomes: its epoch the generation,
+        each member's target assignment its assignment bytes."""
+        classic = Group(g.group_id)
+        classic.offsets, classic.generation, classic.protocol_type = g.offsets, g.group_epoch, "consumer"
+        names = {t.topic_id: n for n, t in self.logs.topics.items()}
+        now = self.now_ms()
+        for m in staying:
+            cm = GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                             m.classic["session_timeout_ms"], m.rebalance_timeout_ms, "consumer",
+                             [(n, bytes.fromhex(d)) for n, d in m.classic["protocols"]])
+            cm.assign(assignment_bytes(m.protocol_version(), [(names[t], sorted(ps)) for t, ps in sorted(
+                g.target.get(m.member_id, {}).items(), key=lambda item: names.get(item[0], "")) if t in names]),
+                now + m.classic["session_timeout_ms"])
+            classic.join_member(cm)
+        return classic
 
     # --- its chores: session and rebalance timeouts ---
     def schedule(self, timers):
@@ -6079,7 +6358,8 @@ class ConsumerGroups:
         for g in [g for g in self.coordinator.groups.values() if g.kind == "consumer"]:
             gone = [m.member_id for m in g.members.values()
                     if m.deadline_ms is not None and now >= m.deadline_ms
-                    or m.revoke_by_ms is not None and now >= m.revoke_by_ms and m.epoch == m.revoke_epoch]
+                    or m.revoke_by_ms is not None and now >= m.revoke_by_ms and m.epoch == m.revoke_epoch
+                    or m.rejoin_by_ms is not None and now >= m.rejoin_by_ms]
             if gone:
                 with contextlib.suppress(KafkaError):         # meta.db refused: the next tick
                     self.fence(g, gone)
@@ -6101,7 +6381,7 @@ class ConsumerGroups:
                                                                            names)),
                                 target_assignment=Msg(topic_partitions=named_rows(g.target.get(m.member_id, {}),
                                                                                   names)),
-                                member_type=1)
+                                member_type=0 if m.classic else 1)
                             for m in g.ordered()])
 
 
@@ -6141,9 +6421,14 @@ def merge_partitions(a, b):
     return out
 
 
+def java_map_order_items(by_topic_id):
+    """A {topic id: ...} map's items in the order Kafka's HashMap<Uuid, ...> gives them."""
+    return [(t, by_topic_id[t]) for t in java_map_order(by_topic_id, java_uuid_hash)]
+
+
 def assignment_rows(assigned):
     """[{topic_id, partitions}] in the order Kafka's HashMaps give them."""
-    return [Msg(topic_id=t, partitions=java_map_order(assigned[t], int)) for t in java_map_order(assigned, java_uuid_hash)]
+    return [Msg(topic_id=t, partitions=java_map_order(ps, int)) for t, ps in java_map_order_items(assigned)]
 
 
 def named_rows(assigned, names):
@@ -8069,7 +8354,16 @@ def with_protocol_name(answer):
     return answer
 
 
+def mixed_group(ctx, group_id):
+    """The consumer group (KIP-848) a classic request names, when it has members; else None."""
+    g = ctx.groups.get(group_id)
+    return g if g is not None and g.kind == "consumer" and g.members else None
+
+
 def join_group(ctx, req, rebalance_timeout):
+    g = mixed_group(ctx, req.group_id)
+    if g is not None:                         # a classic member joins a consumer group
+        return ctx.consumer_groups.classic_join(g, req, ctx.version, ctx.client_id, ctx.conn.host)
     member, response = ctx.groups.join(
         req.group_id, req.member_id, req.group_instance_id, ctx.client_id or "",
         "/" + ctx.conn.addr[0] if isinstance(ctx.conn.addr, tuple) else "", req.session_timeout_ms,
@@ -8107,7 +8401,10 @@ def handle_heartbeat(ctx, req):
     Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS.
     """
     ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
-    ctx.groups.heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+    if mixed_group(ctx, req.group_id) is not None:
+        ctx.consumer_groups.classic_heartbeat(mixed_group(ctx, req.group_id), req)
+    else:
+        ctx.groups.heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
     return Msg()
 
 
@@ -8137,6 +8434,12 @@ def handle_leave_group(ctx, req):
     GROUP_AUTHORIZATION_FAILED (READ on the group).
     """
     ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
+    g = mixed_group(ctx, req.group_id)
+    if g is not None:
+        left = ctx.consumer_groups.classic_leave(g, [(req.member_id, None)] if ctx.version < 3 else
+                                                 [(m.member_id, m.group_instance_id) for m in req.members])
+        return Msg(error_code=left[0][2]) if ctx.version < 3 else Msg(members=[
+            Msg(member_id=mid, group_instance_id=iid, error_code=code) for mid, iid, code in left])
     if ctx.version < 3:
         code = ctx.groups.leave(req.group_id, req.member_id, None)
         return Msg(error_code=code)
@@ -8177,6 +8480,8 @@ def handle_sync_group(ctx, req):
     if ctx.version >= 5 and (req.protocol_type is None or req.protocol_name is None):
         raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     ctx.require(AclOperation.READ, ResourceType.GROUP, req.group_id)
+    if mixed_group(ctx, req.group_id) is not None:
+        return ctx.consumer_groups.classic_sync(mixed_group(ctx, req.group_id), req)
     member, response = ctx.groups.sync(req.group_id, req.generation_id, req.member_id,
                                        req.group_instance_id, req.protocol_type,
                                        req.protocol_name, req.assignments)
@@ -12247,17 +12552,11 @@ def offset_rows(offsets):
 
 
 def consumer_assignment(data):
-    """A consumer member's assignment (ConsumerProtocolAssignment: version,
-    [topic, [partition]], user data) as [{"topic", "partitions"}]; None when
-    the bytes are not that (another protocol type, or nothing yet)."""
-    r = Reader(data)
+    """A consumer member's assignment (ConsumerProtocolAssignment) as
+    [{"topic", "partitions"}]; None when the bytes are not that (another
+    protocol type, or nothing yet)."""
     try:
-        r.fixed(I16)
-        out = []
-        for _ in range(r.length(False, I32)):
-            topic = bytes(r.take(r.fixed(I16))).decode("utf-8", "replace")
-            out.append({"topic": topic, "partitions": [r.fixed(I32) for _ in range(r.length(False, I32))]})
-        return out
+        return [{"topic": t, "partitions": ps} for t, ps in read_assignment(data)[0]]
     except (ProtocolError, ValueError):
         return None
 
