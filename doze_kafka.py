@@ -5993,9 +5993,10 @@ class ConsumerGroups:
     reconciliation, session and rebalance timeouts. Shares the group registry
     and the offsets with the GroupCoordinator."""
 
-    def __init__(self, config, coordinator, logs):
+    def __init__(self, config, coordinator, logs, journal=None):
         self.config, self.coordinator, self.logs = config, coordinator, logs
         self.clock = config.clock
+        self.journal = journal or Journal(config.clock)   # new epochs and reconciliations, for the console and trace
         self._load()
 
     def _load(self):
@@ -6015,9 +6016,22 @@ class ConsumerGroups:
         text = self.coordinator.configs.get(group_id, {}).get(name)
         return int(text) if text is not None else self.config["group." + name]
 
-    def _save(self, g):
+    def _save(self, g, epochs=None, old=None, m=None):
+        """Store the group; journal what moved since `epochs` (the group's
+        epochs then) and `old` (the member as it was): a "group" event for a
+        new epoch, a "member" event for a reconciliation step."""
         with coordinator_store():
             self.coordinator.store.save_group(g.group_id, g.to_json())
+        if epochs is not None and epochs != (g.group_epoch, g.assignment_epoch):
+            self.journal.record("group", group_id=g.group_id, generation=g.group_epoch, state=g.state.value,
+                                members=len(g.members), protocol=g.assignor(), leader=None,
+                                assignment_epoch=g.assignment_epoch)
+        if m is not None and (old.epoch, old.state, old.assigned, old.revoking) != \
+                (m.epoch, m.state, m.assigned, m.revoking):
+            names = {t.topic_id: n for n, t in self.logs.topics.items()}
+            self.journal.record("member", group_id=g.group_id, member_id=m.member_id, epoch=m.epoch,
+                                state=("stable", "unrevoked", "unreleased")[m.state],
+                                assigned=partition_names(m.assigned, names), revoking=partition_names(m.revoking, names))
 
     # --- ConsumerGroupHeartbeat ---
     def heartbeat(self, req, version, client_id, client_host):
@@ -6036,6 +6050,7 @@ class ConsumerGroups:
             g.replace(replaced.member_id, m.member_id)
         subscription_changed = m.subscription() != old.subscription()
         names_changed = set(m.subscribed_names) != set(old.subscribed_names)
+        epochs = (g.group_epoch, g.assignment_epoch)
         if g.seen(self._fingerprint(g, m)) or names_changed or regex == "resolved":
             g.bump()
         self._maybe_assign(g, m, now)
@@ -6045,7 +6060,7 @@ class ConsumerGroups:
                     self.subscribed_ids(g, m))
         m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
         g.put(m)
-        self._save(g)
+        self._save(g, epochs, old, m)
         if g.resolution_due(now, list(self.logs.topics), self.config["group.consumer.regex.refresh.interval.ms"]):
             self.timers.call_later(0, self._resolve, g)     # Kafka resolves in the background
         full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
@@ -6211,9 +6226,10 @@ class ConsumerGroups:
         m = old.joined_classic(req, sub, client_id, client_host)
         ids = {n: t.topic_id for n, t in self.logs.topics.items()}
         owned = {ids[t]: set(ps) for t, ps in sub["owned"].items() if t in ids}
+        epochs = (g.group_epoch, g.assignment_epoch)
         self._reconciled(g, old, m, owned)
         m.due(self.now_ms() + m.rebalance_timeout_ms)            # its SyncGroup, by then
-        self._save(g)
+        self._save(g, epochs, old, m)
         return Msg(member_id=m.member_id, generation_id=m.epoch, protocol_type="consumer", protocol_name=names[0],
                    leader="", members=[])
 
@@ -6327,8 +6343,9 @@ class ConsumerGroups:
                 and len(staying) <= self.config["group.max.size"]:
             self.coordinator.downgraded(self._classic_of(g, staying))
             return
+        epochs = (g.group_epoch, g.assignment_epoch)
         g.fence(member_ids, self.now_ms())
-        self._save(g)
+        self._save(g, epochs)
 
     def _classic_of(self, g, staying):
         """The classic group a consumer group becomes: its epoch the generation,
@@ -6412,6 +6429,12 @@ def check_member_epoch(m, req):
         raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
                          f"({epoch}) than the one known by the group coordinator ({m.epoch}). The member must "
                          f"abandon all its partitions and rejoin.")
+
+
+def partition_names(by_topic_id, names):
+    """{topic id: partitions} as ["topic-p", ...], sorted (the journal's)."""
+    return [f"{names[t]}-{p}" for t, ps in sorted(by_topic_id.items(), key=lambda item: names.get(item[0], ""))
+            if t in names for p in sorted(ps)]
 
 
 def merge_partitions(a, b):
@@ -13030,6 +13053,9 @@ def event_text(e):
         return f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} ({producer_text(e)})"
     if e["kind"] == "group":
         return f"generation {e['generation']}: {e['state']}, {e['members']} members"
+    if e["kind"] == "member":
+        return f"at epoch {e['epoch']} ({e['state']}): assigned [{', '.join(e['assigned'])}]" + (
+            f", revoking [{', '.join(e['revoking'])}]" if e["revoking"] else "")
     return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
 
 
@@ -14338,7 +14364,7 @@ class Tracer:
     def on_event(self, e):
         """A journal event, between the requests: what the broker itself did."""
         if "all" not in self.kinds and not ("txn" in self.kinds and e["kind"] in ("txn", "marker")
-                                            or "group" in self.kinds and e["kind"] == "group"):
+                                            or "group" in self.kinds and e["kind"] in ("group", "member")):
             return
         if self.ids and not self.ids & {e.get("transactional_id"), e.get("group_id")}:
             return
@@ -14467,6 +14493,8 @@ def trace_event_text(e):
         return f"txn {e['transactional_id']}: {event_text(e)} appended"
     if e["kind"] == "group":
         return f"group {e['group_id']}: {event_text(e)}, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}"
+    if e["kind"] == "member":                  # KIP-848: a partition is revoked before another member gets it
+        return f"group {e['group_id']}: member {trace_text(e['member_id'])} {event_text(e)}"
     return event_text(e)
 
 
@@ -14737,7 +14765,7 @@ class Broker:
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
         self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
-        self.consumer_groups = ConsumerGroups(config, self.groups, self.logs)
+        self.consumer_groups = ConsumerGroups(config, self.groups, self.logs, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
                                            self.producer_ids, self.purgatory.notify, self.journal)
         self.tracer = Tracer.open(config, self.logs, self.producer_states, self.txns, self.journal)

@@ -7787,6 +7787,27 @@ def test_console_trace_and_describe_transactions_list_the_same_partitions(traced
     assert kafka == shown == trace == sorted([offsets, "orders-0", "orders-1"])
 
 
+def test_consumer_group_trace_shows_a_partition_revoked_before_it_moves(traced):
+    """--trace group: the group's new epochs and each member's reconciliation
+    step, so a learner sees t-2 revoked by a before b gets it."""
+    broker, lines = traced("group", **{"group.consumer.assignment.interval.ms": 0})
+    with RawClient(broker.port) as c:
+        c.create_topic("t", 3)
+        a = cg_heartbeat(c, "a", 0, ["t"], [])
+        b = cg_heartbeat(c, "b", 0, ["t"], [])
+        a = cg_heartbeat(c, "a", a.member_epoch)
+        cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
+        cg_heartbeat(c, "b", b.member_epoch, owned=[])
+        assert wait_until(lambda: any("member b at epoch 3 (stable)" in x for x in lines()))
+    in_order(lines(), r"^\u2022 group g: generation 2: Stable, 1 members, protocol uniform, leader -$",
+             r"^\u2022 group g: member a at epoch 2 \(stable\): assigned \[t-0, t-1, t-2\]$",
+             r"^\u2022 group g: generation 3: Reconciling, 2 members",
+             r"^\u2022 group g: member b at epoch 3 \(unreleased\): assigned \[\]$",
+             r"^\u2022 group g: member a at epoch 2 \(unrevoked\): assigned \[t-0, t-1\], revoking \[t-2\]$",
+             r"^\u2022 group g: member a at epoch 3 \(stable\): assigned \[t-0, t-1\]$",
+             r"^\u2022 group g: member b at epoch 3 \(stable\): assigned \[t-2\]$")
+
+
 def test_trace_filters_by_kind_and_by_id(traced):
     broker, lines = traced("group", ids="g-seen")
     with RawClient(broker.port) as c:
