@@ -5738,6 +5738,16 @@ def read_assignment(data):
     return rows, _read_bytes(r, False)
 
 
+def consumer_assignment(data):
+    """A consumer member's assignment (ConsumerProtocolAssignment) as
+    [{"topic", "partitions"}]; None when the bytes are not that (another
+    protocol type, or nothing yet)."""
+    try:
+        return [{"topic": t, "partitions": ps} for t, ps in read_assignment(data)[0]]
+    except (ProtocolError, ValueError):
+        return None
+
+
 def assignment_bytes(version, rows):
     """[(topic, [partitions])] as ConsumerProtocolAssignment of `version`, no user data."""
     out = [I16.pack(version), I32.pack(len(rows))]
@@ -12574,16 +12584,6 @@ def offset_rows(offsets):
             for g, entries in sorted(offsets.items()) for (t, p), e in sorted(entries.items())]
 
 
-def consumer_assignment(data):
-    """A consumer member's assignment (ConsumerProtocolAssignment) as
-    [{"topic", "partitions"}]; None when the bytes are not that (another
-    protocol type, or nothing yet)."""
-    try:
-        return [{"topic": t, "partitions": ps} for t, ps in read_assignment(data)[0]]
-    except (ProtocolError, ValueError):
-        return None
-
-
 CONFIG_SOURCE_NAMES = {SOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG", SOURCE_DYNAMIC_BROKER: "DYNAMIC_BROKER_CONFIG",
                        SOURCE_DYNAMIC_DEFAULT: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                        SOURCE_STATIC: "STATIC_BROKER_CONFIG", SOURCE_DEFAULT: "DEFAULT_CONFIG"}
@@ -12831,9 +12831,18 @@ class ConsoleViews:
                 "protocol": g.protocol_name, "generation_id": g.generation, "leader": g.leader,
                 "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                              "client_host": m.client_host, "assignment": consumer_assignment(m.assignment)
-                             if g.kind == "classic" else self.assigned_rows(m.assigned)}
+                             if g.kind == "classic" else self.assigned_rows(m.assigned),
+                             **(self.reconciliation(g, m) if g.kind == "consumer" else {})}
                             for m in g.members.values()],
+                **({"group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch} if g.kind == "consumer"
+                   else {}),
                 "offsets": offsets, "offsets_total": total, "pending_offsets": pending}
+
+    def reconciliation(self, g, m):
+        """A consumer group member's epoch, step, target and what it must give up (KIP-848)."""
+        return {"member_epoch": m.epoch, "step": ("stable", "revoking", "waiting for partitions")[m.state],
+                "protocol": "classic" if m.classic else "consumer", "revoking": self.assigned_rows(m.revoking),
+                "target": self.assigned_rows(g.target.get(m.member_id, {}))}
 
     def assigned_rows(self, assigned):
         """A consumer-protocol member's partitions (by topic id) as [{"topic", "partitions"}]."""
@@ -13266,14 +13275,20 @@ def page_groups(d):
 
 
 def page_group(d):
+    modern = "group_epoch" in d                 # KIP-848: epochs, and each member's way to its target
     facts = tag("dl", [tag("dt", "State"), tag("dd", d["group_state"]),
                        tag("dt", "Protocol"), tag("dd", f"{d['protocol_type']} / {d['protocol']}"),
-                       tag("dt", "Generation"), tag("dd", str(d["generation_id"])),
+                       tag("dt", "Group epoch, assignment epoch" if modern else "Generation"),
+                       tag("dd", f"{d['group_epoch']}, {d['assignment_epoch']}" if modern else str(d["generation_id"])),
                        tag("dt", "Leader"), tag("dd", d["leader"] or "\u2014")], class_="facts")
-    members = table("Members", ["Member", "Instance", "Client id", "Host", "Assignment"], [
-        [m["member_id"], m["group_instance_id"] or "\u2014", m["client_id"], m["client_host"],
-         "\u2014" if m["assignment"] is None else "; ".join(
-             f"{a['topic']} {a['partitions']}" for a in m["assignment"]) or "none"] for m in d["members"]])
+
+    def rows(assignment):
+        return "\u2014" if assignment is None else "; ".join(f"{a['topic']} {a['partitions']}" for a in assignment) or "none"
+    extra = ["Epoch", "Step", "Revoking", "Target"] if modern else []
+    members = table("Members", ["Member", "Instance", "Client id", "Host", "Assignment"] + extra, [
+        [m["member_id"], m["group_instance_id"] or "\u2014", m["client_id"], m["client_host"], rows(m["assignment"])]
+        + ([m["member_epoch"], f"{m['step']} ({m['protocol']} protocol)", rows(m["revoking"]), rows(m["target"])]
+           if modern else []) for m in d["members"]], numeric={"Epoch"})
     offsets = table("Committed offsets", ["Partition", "Committed", "Offsets behind", "Offsets behind the LSO",
                                           "Records to read", "Metadata"], [
         [link(f"{o['topic']}-{o['partition']}", "topics", o["topic"], o["partition"], offset=o["committed_offset"]),

@@ -6807,6 +6807,27 @@ def test_console_browser_decodes_what_librdkafka_compresses(console, codec):
     assert "value 2 value 2" in page
 
 
+def test_console_group_page_shows_a_consumer_group_reconciling(start_broker):
+    """A KIP-848 group's page: its epochs, each member's epoch and step, what it
+    is revoking and its target (a learner sees t-2 leave a before b gets it)."""
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "group.consumer.assignment.interval.ms": 0})
+    with RawClient(broker.port) as c:
+        c.create_topic("t", 3)
+        a = cg_heartbeat(c, "a", 0, ["t"], [])
+        cg_heartbeat(c, "b", 0, ["t"], [])
+        cg_heartbeat(c, "a", a.member_epoch)                   # a is asked to give up t-2
+    status, _, body = http_get(broker.console.port, "/api/group?id=g")
+    d = json.loads(body)
+    assert status == 200 and (d["group_epoch"], d["assignment_epoch"], d["group_state"]) == (3, 3, "Reconciling")
+    members = {m["member_id"]: m for m in d["members"]}
+    assert (members["a"]["member_epoch"], members["a"]["step"]) == (2, "revoking")
+    assert members["a"]["revoking"] == [{"topic": "t", "partitions": [2]}]
+    assert members["a"]["target"] == [{"topic": "t", "partitions": [0, 1]}]
+    assert (members["b"]["step"], members["b"]["target"]) == ("waiting for partitions", [{"topic": "t", "partitions": [2]}])
+    page = http_get(broker.console.port, "/group?id=g")[2].decode()
+    assert "Group epoch, assignment epoch" in page and "revoking (consumer protocol)" in page
+
+
 def test_console_groups_show_offsets_with_both_lags_and_staged_ones(console):
     """A group with committed offsets behind the HW and the LSO, and an open
     transaction's staged offsets for it; its id is a script, shown as text."""
