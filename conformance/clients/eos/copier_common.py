@@ -4,6 +4,7 @@ Every copier, in any language, follows the same contract:
 
     copier --bootstrap H:P --input IN --output OUT --group G --txn-id T
            --attempt A --status FILE [--abort-rate 0.125] [--max-batch 200] [--seed S]
+           [--group-protocol classic|consumer]
 
 * It reads IN in consumer group G (read_committed, no auto commit) and, for every input
   record, writes one record to OUT inside a transaction of transactional.id T that also
@@ -17,6 +18,11 @@ Every copier, in any language, follows the same contract:
    "committed": {"<attempt>.<seq>": n_records}, "aborted": {"<attempt>.<seq>": n_records},
    "last_error"}. "committed" lists only transactions whose commit the client confirmed,
   "aborted" only the on-purpose aborts the client confirmed.
+* --group-protocol consumer (the runner's *-consumer rows): the consumer joins G with
+  KIP-848's consumer group protocol (group.protocol=consumer: ConsumerGroupHeartbeat, the
+  broker assigns) instead of the classic JoinGroup/SyncGroup; the client's
+  group-metadata then carries the member id and member epoch into TxnOffsetCommit.
+  Only the copiers that have such a row take it (confluent, java).
 * It runs until killed (the runner sends SIGTERM once the group's committed offsets cover
   the whole input).
 * Secure modes (the runner's --secure and --auth): the environment variable EOS_SECURITY
@@ -71,6 +77,7 @@ def parse_args(argv=None):
     ap.add_argument("--abort-rate", type=float, default=0.125)
     ap.add_argument("--max-batch", type=int, default=200)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     return ap.parse_args(argv)
 
 

@@ -11,10 +11,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 T = 30  # seconds for each blocking transactional call
 
 
-def dbg(conf):
-    """EOS_RDKAFKA_DEBUG=eos,protocol,... turns on librdkafka debug logs (to the copier log)."""
-    if os.environ.get("EOS_RDKAFKA_DEBUG"):
-        conf["debug"] = os.environ["EOS_RDKAFKA_DEBUG"]
+def dbg(conf, var="EOS_RDKAFKA_DEBUG"):
+    """EOS_RDKAFKA_DEBUG=eos,protocol,... turns on librdkafka debug logs of the producer (to the
+    copier log), EOS_RDKAFKA_CONSUMER_DEBUG=cgrp,protocol,... those of the consumer."""
+    if os.environ.get(var):
+        conf["debug"] = os.environ[var]
     return conf
 
 
@@ -26,18 +27,27 @@ def secure():
 
 def main():
     a = parse_args()
-    st = Status(a, "confluent", "confluent-kafka %s / librdkafka %s"
-                % (confluent_kafka.__version__, confluent_kafka.libversion()[0]))
-    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group,
+    kip848 = a.group_protocol == "consumer"
+    st = Status(a, "confluent-consumer" if kip848 else "confluent", "confluent-kafka %s / librdkafka %s%s"
+                % (confluent_kafka.__version__, confluent_kafka.libversion()[0],
+                   ", group.protocol=consumer" if kip848 else ""))
+    if kip848:
+        # KIP-848: the broker owns the session, the heartbeat interval and the assignor;
+        # librdkafka refuses session.timeout.ms, heartbeat.interval.ms,
+        # partition.assignment.strategy and group.protocol.type with group.protocol=consumer.
+        group = {"group.protocol": "consumer"}
+    else:
+        group = {"session.timeout.ms": 10000}
+    consumer = Consumer(dbg({"bootstrap.servers": a.bootstrap, "group.id": a.group,
                          "client.id": "eos-confluent-c%d" % a.attempt,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                         "auto.offset.reset": "earliest", **group,
                          "enable.partition.eof": False,
                          # librdkafka >= 2.10 re-bootstraps when every broker is down and then
                          # can hang send_offsets_to_transaction()/the group forever
                          # (confluentinc/librdkafka#5511); a single broker that restarts
                          # needs no re-bootstrap.
-                         "metadata.recovery.strategy": "none", **secure()})
+                         "metadata.recovery.strategy": "none", **secure()}, "EOS_RDKAFKA_CONSUMER_DEBUG"))
     consumer.subscribe([a.input])
 
     def new_producer():

@@ -13,7 +13,8 @@ group's committed offsets (OffsetFetch with require_stable) and
   fault=broker: kills the broker with SIGKILL at ~20% and ~55% progress and restarts it
                 on the same port and data directory;
   fault=client: kills the copier with SIGKILL at ~40% and starts a new one (attempt 2),
-                which must pick up from the committed offsets;
+                which must pick up from the committed offsets (a *-consumer row, a KIP-848
+                group, waits for the killed member's 45 s session to end first);
 and stops the copier (SIGTERM) once the committed offsets cover the whole input. Then
 conformance/clients/verify.py checks the output. Exit 1 if any job fails.
 
@@ -58,7 +59,7 @@ CLIENTS_DIR = os.path.dirname(HERE)
 
 CACHE = os.path.join(os.environ.get("DOZE_KAFKA_CACHE", os.path.expanduser("~/.cache/doze-kafka")), "eos")
 ALL_CLIENTS = ["confluent", "kafka-python", "aiokafka", "kafkajs", "franz-go", "sarama", "java",
-               "streams", "spring", "flink"]
+               "confluent-consumer", "java-consumer", "streams", "spring", "flink"]
 ALL_FAULTS = ["none", "broker", "client"]
 SECURE_FAULTS = ALL_FAULTS + ["noacl"]
 IN, OUT = "eos-in", "eos-out"
@@ -133,6 +134,12 @@ CLIENTS = {
     "java": (_java_build, lambda: "kafka-clients " + _pinned(os.path.join(JAVA_DIR, "pom.xml"),
                                                             r"<kafka.version>([^<]+)</kafka.version>")),
 }
+# The same copiers in a KIP-848 group (group.protocol=consumer: ConsumerGroupHeartbeat, the
+# broker's assignor, TxnOffsetCommit with the member epoch): client "<name>-consumer".
+KIP848 = ["--group-protocol", "consumer"]
+for _name in ("confluent", "java"):
+    CLIENTS[_name + "-consumer"] = ((lambda cmd: lambda: cmd() + KIP848)(CLIENTS[_name][0]),
+                                    (lambda ver: lambda: ver() + ", group.protocol=consumer")(CLIENTS[_name][1]))
 
 
 # --------------------------------------------------------------------------- brokers
@@ -242,7 +249,10 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
            "commits": 0, "aborts": 0, "result": "FAIL", "seconds": 0.0, "notes": [], "dir": jdir,
            "broker": broker_cls.name, "auth": mode or "plaintext"}
     sec = Security(jdir, mode) if mode else None
-    broker = broker_cls(jdir, sec.settings if sec else None)
+    settings = dict(sec.settings) if sec else {}
+    if args.doze_trace and broker_cls is Doze:       # doze's protocol trace, into broker.log
+        settings["doze.trace"] = args.doze_trace
+    broker = broker_cls(jdir, settings or None)
     copier = None
     t_start = time.time()
     try:
@@ -351,6 +361,7 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
             row["version"] = sts[0]["version"]
         row["copy_seconds"] = round(time.time() - t0, 1)
         res = verify_mod.verify(broker.bootstrap, IN, OUT, sts)
+        row["dups"], row["lost"] = res.get("duplicated", "?"), res.get("missing", "?")
         with open(os.path.join(jdir, "verify.json"), "w") as f:
             json.dump(res, f, indent=1)
         if not res["ok"]:
@@ -431,8 +442,9 @@ def run_external(client, fault, kafka, root, secure=False):
 
 
 def print_table(rows, out=sys.stdout):
-    cols = ["client", "version", "auth", "fault", "inputs", "commits", "aborts", "result", "seconds", "notes"]
-    cells = [[str(r[c]) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
+    cols = ["client", "version", "auth", "fault", "inputs", "commits", "aborts", "dups", "lost", "result", "seconds",
+            "notes"]
+    cells = [[str(r.get(c, "-")) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
     w = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)), file=out)
     print("  ".join("-" * w[i] for i in range(len(cols))), file=out)
@@ -452,6 +464,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep broker data of passing jobs")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--doze-trace", metavar="KINDS", help="doze's protocol trace (doze.trace: txn, group, all) "
+                    "into each job's broker.log")
     ap.add_argument("--secure", action="store_true", help="copiers over SASL_SSL with exactly their ACLs; "
                     "adds the noacl fault (see the top of this file)")
     ap.add_argument("--auth", help="authentication modes to run each copier in, with fault none "

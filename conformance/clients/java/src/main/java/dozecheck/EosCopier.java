@@ -25,6 +25,13 @@ import org.apache.kafka.common.utils.AppInfoParser;
  *
  *   java -cp ... dozecheck.EosCopier --bootstrap H:P --input IN --output OUT --group G
  *        --txn-id T --attempt A --status FILE [--abort-rate 0.125] [--max-batch 200] [--seed S]
+ *        [--group-protocol classic|consumer]
+ *
+ * --group-protocol consumer (the runner's client "java-consumer"): the KafkaConsumer joins with
+ * KIP-848's protocol (group.protocol=consumer, the AsyncKafkaConsumer: ConsumerGroupHeartbeat,
+ * the broker assigns); groupMetadata() then carries the member id and member epoch that
+ * sendOffsetsToTransaction puts in TxnOffsetCommit. session.timeout.ms and heartbeat.interval.ms
+ * are the broker's then (kafka-clients refuses them with group.protocol=consumer).
  *
  * Runs until killed. SIGUSR1 prints the stacks of all threads (the runner sends it to a hung copier).
  */
@@ -150,14 +157,23 @@ public class EosCopier {
         txnId = Main.need(o, "txn-id");
         attempt = Integer.parseInt(o.getOrDefault("attempt", "1"));
         maxBatch = Integer.parseInt(o.getOrDefault("max-batch", "200"));
-        st = new Status(o, "java", "kafka-clients " + AppInfoParser.getVersion());
+        String protocol = o.getOrDefault("group-protocol", "classic");
+        if (!protocol.equals("classic") && !protocol.equals("consumer"))
+            throw new IllegalArgumentException("--group-protocol classic|consumer, not " + protocol);
+        boolean kip848 = protocol.equals("consumer");
+        st = new Status(o, kip848 ? "java-consumer" : "java", "kafka-clients " + AppInfoParser.getVersion()
+                        + (kip848 ? ", group.protocol=consumer" : ""));
         Properties c = clientProps("eos-java-c");
         c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
         c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
-        c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        if (kip848) {
+            c.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        } else {
+            c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+            c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        }
         c.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "120000");
         c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(maxBatch));
         c.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
