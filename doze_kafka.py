@@ -38,7 +38,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §7 storage: every change to the disk through one layer (Files), what happens
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
-     index, partition logs, meta.db, the topics (made and removed in steps)
+     index, partition logs, meta.db, the topics (made and removed in steps),
+     producer ids handed out from blocks reserved in meta.db
   §8 coordinators: where Kafka keeps their state (a partition of
      __transaction_state or __consumer_offsets, found by the id's hash), the
      journal, producer state (idempotence, the LSO), the group coordinator
@@ -3682,6 +3683,25 @@ class LogManager:
             self.remove_some()
 
 
+class ProducerIdManager:
+    """Hands out producer ids from blocks reserved in meta.db."""
+
+    def __init__(self, store):
+        self.store = store
+        self.next_id = self.block_end = 0
+
+    def new_id(self):
+        if self.next_id >= self.block_end:
+            try:
+                self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            except StoreFailed:           # Kafka's RPCProducerIdManager without a block: retriable
+                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                 "Producer ID block is full. Waiting for next block") from None
+            self.block_end = self.next_id + PRODUCER_ID_BLOCK
+        self.next_id += 1
+        return self.next_id - 1
+
+
 ###############################################################################
 # 8. COORDINATORS -- producer state, classic groups, transactions
 ###############################################################################
@@ -4066,25 +4086,6 @@ class ProducerStates:
             table.expire(now_ms, self.config["producer.id.expiration.ms"])
 
 
-class ProducerIdManager:
-    """Hands out producer ids from blocks reserved in meta.db."""
-
-    def __init__(self, store):
-        self.store = store
-        self.next_id = self.block_end = 0
-
-    def new_id(self):
-        if self.next_id >= self.block_end:
-            try:
-                self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
-            except StoreFailed:           # Kafka's RPCProducerIdManager without a block: retriable
-                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                                 "Producer ID block is full. Waiting for next block") from None
-            self.block_end = self.next_id + PRODUCER_ID_BLOCK
-        self.next_id += 1
-        return self.next_id - 1
-
-
 # --- GroupCoordinator: the classic consumer-group protocol ----------------------
 # A consumer group (KIP-62 and before) rebalances in two rounds. JoinGroup:
 # every member says which assignment protocols it supports; the coordinator
@@ -4148,6 +4149,13 @@ class GroupMember:
 
     def assign(self, assignment, deadline_ms):
         self.assignment, self.deadline_ms = assignment, deadline_ms    # a downgrade's (ConsumerGroups)
+
+    def interrupted(self):
+        """Its parked JoinGroup or SyncGroup answers REBALANCE_IN_PROGRESS (an upgrade's)."""
+        if self.awaiting_join:
+            self.join_result = Msg(error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=self.member_id, leader="")
+        if self.awaiting_sync:
+            self.sync_result = Msg(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
 
     def to_json(self):
         return {"member_id": self.member_id, "instance_id": self.instance_id,
@@ -4760,18 +4768,15 @@ class GroupCoordinator:
 #
 # Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
 # markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
-# gets CONCURRENT_TRANSACTIONS. doze answers after step 3, so a client sees
-# CONCURRENT_TRANSACTIONS only while a marker cannot be written or flushed,
-# and a read_committed consumer told of a commit by the producer finds it.
-# doze.transaction.answer.after=decision answers as Kafka does, after step 1,
-# and doze.transaction.markers.delay.ms then holds the markers back a while:
-# the window, which Kafka has and doze closes, made visible (the demo's step 9).
+# gets CONCURRENT_TRANSACTIONS. doze answers after step 3: CONCURRENT_TRANSACTIONS
+# only while a marker cannot be written, and a reader told of a commit finds it.
+# doze.transaction.answer.after=decision answers as Kafka (the demo's step 9;
+# doze.transaction.markers.delay.ms holds the markers back: the window shown).
 # Likewise InitProducerId on an open transaction: Kafka starts the abort and
 # answers CONCURRENT_TRANSACTIONS (the client retries); doze finishes the
 # abort first and answers success (Sarama treats that error as fatal).
-# The transaction timeout counts from the transaction's last change (Kafka:
-# from its start). Produce checks each transactional batch with the
-# coordinator directly, as KIP-890 part 1's verification does.
+# Produce checks each transactional batch with the coordinator directly, as
+# KIP-890 part 1's verification does.
 
 S = TxnState
 VALID_PREVIOUS = {                       # new state <- states it may be entered from
@@ -5672,7 +5677,7 @@ class ConsumerGroup:
         for cm in classic.members.values():
             try:
                 sub = read_subscription(cm.metadata(classic.protocol_name))
-                rows, user_data = read_assignment(cm.assignment)
+                rows, user_data = read_assignment(cm.assignment) if cm.assignment else ([], None)   # none yet: empty
             except ProtocolError:
                 raise ValueError("the embedded consumer protocol is malformed") from None
             if user_data:
@@ -6119,7 +6124,10 @@ class ConsumerGroups:
         if why:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {classic.group_id} to "
                              f"consumer group because {why}.")
+        for m in classic.members.values():             # its parked JoinGroup and SyncGroup give up
+            m.interrupted()
         self.coordinator.register(g)
+        self.coordinator.notify(("group", g.group_id))
         return g
 
     def _member_for(self, g, member_id, req):

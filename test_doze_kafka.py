@@ -2637,6 +2637,30 @@ def test_consumer_group_epochs_and_assignments_survive_a_restart(tmp_path):
             assert [(g.group_id, g.group_type, g.group_state) for g in listed] == [("g", "consumer", "Stable")]
 
 
+def test_classic_group_upgraded_by_a_consumer_member_answers_a_parked_join_rebalance_in_progress(tmp_path):
+    """A classic group mid-rebalance (a JoinGroup parked for the others) meets
+    its first ConsumerGroupHeartbeat: it becomes a consumer group and the
+    parked JoinGroup is answered REBALANCE_IN_PROGRESS (Kafka's
+    convertToConsumerGroup), so the classic member rejoins the new group."""
+    subscription = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)      # v0: [t], no user data
+    assignment = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">iii", 2, 0, 1) + struct.pack(">i", -1)
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c, RawClient(b.port) as other:
+        c.create_topic("t", 2)
+        a = join(c, "g", protocols=(("range", subscription),))
+        assert receive(c, ApiKey.SYNC_GROUP, send_sync(c, "g", a.generation_id, a.member_id,
+                                                         {a.member_id: assignment})).error_code == 0
+        parked = send_join(other, "g", member_id="", protocols=(("range", subscription),), version=3)
+        assert b.wait_until(lambda b: b.look(lambda v: v.group("g"))["group_state"] == "PreparingRebalance")
+        m = cg_heartbeat(c, "m", 0, ["t"], [])
+        assert m.error_code == 0 and m.member_epoch == a.generation_id + 1
+        assert receive(other, ApiKey.JOIN_GROUP, parked).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        described = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                           include_authorized_operations=False).groups[0]
+        types = {x.member_id: x.member_type for x in described.members}
+        assert types[a.member_id] == 0 and types["m"] == 1 and sorted(types.values()) == [0, 0, 1]  # the parked too
+
+
 def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
     t1, t2 = b"\x01" * 16, b"\x02" * 16
     counts = {t1: 7, t2: 3}
