@@ -2661,6 +2661,27 @@ def test_classic_group_upgraded_by_a_consumer_member_answers_a_parked_join_rebal
         assert types[a.member_id] == 0 and types["m"] == 1 and sorted(types.values()) == [0, 0, 1]  # the parked too
 
 
+def test_consumer_group_follows_its_topics_growing_and_going(tmp_path):
+    """Partitions added to a subscribed topic, and a subscribed topic deleted,
+    move the assignment at the next heartbeat (Kafka's metadata hash)."""
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("t", 2)
+        c.create_topic("u", 1)
+        a = cg_heartbeat(c, "a", 0, ["t", "u"], [])
+        assert (a.member_epoch, sorted(len(t.partitions) for t in a.assignment.topic_partitions)) == (2, [1, 2])
+        grown = c.call(ApiKey.CREATE_PARTITIONS, 3, topics=[Msg(name="t", count=4, assignments=None)],
+                       timeout_ms=5000, validate_only=False)
+        assert grown.results[0].error_code == 0
+        a = cg_heartbeat(c, "a", a.member_epoch)
+        assert a.member_epoch == 3 and sorted(len(t.partitions) for t in a.assignment.topic_partitions) == [1, 4]
+        c.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=["u"])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))      # still reports u-0: revoke it first
+        assert a.member_epoch == 3 and [len(t.partitions) for t in a.assignment.topic_partitions] == [4]
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
+        assert (a.member_epoch, a.assignment) == (4, None)                 # u-0 given up: the new epoch
+
+
 def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
     t1, t2 = b"\x01" * 16, b"\x02" * 16
     counts = {t1: 7, t2: 3}
