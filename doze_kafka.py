@@ -5295,11 +5295,15 @@ TIMELINE_MIX = 0x9E3779B97F4A7C15                # Kafka's BaseHashTable: -70460
 
 
 def timeline_order(keys, table_len):
-    """Member ids in the order Kafka's TimelineHashMap (the group's members)
-    iterates them: by the top bits of hashCode * the mixing constant, then
-    insertion order."""
+    """Member ids (in insertion order) in the order Kafka's TimelineHashMap
+    (the group's members) iterates them: by slot -- the top bits of hashCode
+    times the mixing constant -- and within a slot newest first (its chains
+    are walked from their last entry; checked against Kafka 4.3.1's own class
+    by conformance/kafka/member_order.py)."""
     bits = table_len.bit_length() - 1
-    return sorted(keys, key=lambda k: ((java_string_hash(k) * TIMELINE_MIX) & (2 ** 64 - 1)) >> (64 - bits))
+    age = {k: i for i, k in enumerate(keys)}
+    return sorted(age, key=lambda k: (((java_string_hash(k) * TIMELINE_MIX) & (2 ** 64 - 1)) >> (64 - bits),
+                                      -age[k]))
 
 
 class ConsumerMember:

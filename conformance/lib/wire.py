@@ -25,8 +25,10 @@ class WireProxy:
     and the connection's later requests wait behind it. What it returns is the
     request's note. on_answer(note, frame) is called with each answer frame (its
     correlation id first) whose request's note is not None, before the answer goes
-    back. Either may be left out. An exception in either closes the connection
-    (and is printed by its thread); so does either side closing.
+    back; if it returns bytes, they go back instead of the frame (a changed
+    answer, its correlation id first). Either may be left out. An exception in
+    either closes the connection (and is printed by its thread); so does either
+    side closing.
 
     port: where the proxy listens, a free one if left out (a broker that must
     advertise it is started first with a port from free_port(), given here).
@@ -88,7 +90,9 @@ class WireProxy:
                 else:
                     note = notes.pop(_SIZE.unpack_from(frame, 0)[0], None)
                     if note is not None and self.on_answer:
-                        self.on_answer(note, frame)
+                        changed = self.on_answer(note, frame)
+                        if changed is not None:                # the answer the client gets instead
+                            frame, size = changed, _SIZE.pack(len(changed))
                 dest.sendall(size + frame)
         except OSError:                                       # recv_exactly's Closed is one
             pass

@@ -4,6 +4,7 @@
     python3 conformance/peers/franz_go.py                      # whole pkg/kgo, fresh doze
     python3 conformance/peers/franz_go.py --run 'TestTxnEtl|TestGroupETL'
     python3 conformance/peers/franz_go.py --bootstrap 127.0.0.1:9330   # a broker you started
+    python3 conformance/peers/franz_go.py --no-848             # as a broker without KIP-848
 
 franz-go comes from the Go module proxy (`go mod download
 github.com/twmb/franz-go@v1.22.3`) and is copied, writable, to
@@ -13,7 +14,10 @@ The test binary is built first (`go test -c`), then run through
 Kafka: KGO_SEEDS=<broker>, KGO_TEST_RF=1. The doze it starts has a second
 listener, SASL_PLAINTEXT with SCRAM-SHA-512 and a user made by
 `--add-scram`, named in KGO_TEST_SCRAM_SEEDS and KGO_TEST_SCRAM, so that
-franz-go's SCRAM tests (a login, then bad credentials) run too. Results per top-level test (pass,
+franz-go's SCRAM tests (a login, then bad credentials) run too. Its KIP-848
+tests run as on Kafka 4.3.1 (the broker's ApiVersions has
+ConsumerGroupHeartbeat v1); --no-848 hides KIP-848 from them (they skip
+themselves, as on a broker without it). Results per top-level test (pass,
 fail, skip, timeout; seconds; whether it talks to the broker or only to
 in-process code) go to OUT/franz-go.{md,json}, the full output to
 OUT/franz-go.out.
@@ -23,16 +27,53 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
-from lib import free_port, run_bounded  # noqa: E402
+from lib import WireProxy, free_port, run_bounded  # noqa: E402
 from common import Broker, cache_root, out_dir, write_results  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # doze_kafka.py
+import doze_kafka as dk  # noqa: E402
 
 MODULE = "github.com/twmb/franz-go"
 DEFAULT_VERSION = "v1.22.3"
+# franz-go's tests of KIP-848 consumer groups (ServerSideBalancer) run when the
+# broker's ApiVersions, as the tests' admin client first asks it (helpers_test.go's
+# adm(), through a seed), has ConsumerGroupHeartbeat v1; doze's has. --no-848
+# puts a proxy before the seed (KGO_SEEDS) that takes ConsumerGroupHeartbeat and
+# ConsumerGroupDescribe out of ApiVersions answers: the tests skip themselves as
+# on a broker without KIP-848 (doze before Issue 35). Everything after the
+# bootstrap goes to the broker's advertised listener, not through the proxy
+# (which reaches 127.0.0.1:<the broker's port>, so --bootstrap must be local).
+# (go test -skip cannot do it: TestGroupETL and TestTxnEtl free a semaphore slot
+# inside each subtest's function, which a -skip'd subtest never runs.)
+HIDDEN_848 = (68, 69)                      # ConsumerGroupHeartbeat, ConsumerGroupDescribe
+
+
+def without_apis(frame, version, hidden=HIDDEN_848):
+    """An ApiVersions answer frame (without its size) without the entries of the
+    hidden API keys, read and written by doze's own codec; None for an error answer."""
+    spec = dk.HANDLERS[dk.ApiKey.API_VERSIONS][0]
+    correlation_id, msg = dk.decode_response(spec, version, frame)
+    if msg.error_code:
+        return None
+    msg.api_keys = [k for k in msg.api_keys if k.api_key not in hidden]
+    return b"".join(bytes(chunk) for chunk in dk.encode_response(spec, version, correlation_id, msg))[4:]
+
+
+def seed_without_848(bootstrap):
+    """A WireProxy before bootstrap (127.0.0.1:port) whose ApiVersions answers lack KIP-848."""
+    def on_request(frame):
+        key, version = struct.unpack_from(">hh", frame, 0)
+        return version if key == 18 else None
+
+    return WireProxy(int(bootstrap.rsplit(":", 1)[1]), on_request=on_request,
+                     on_answer=lambda version, frame: without_apis(frame, version))
+
+
 # What in a test's body shows it talks to the broker in KGO_SEEDS.
 BROKER_MARKERS = re.compile(r"\b(adm\(\)|newTestClient|tmpTopic|getSeedBrokers|testClientOpts|"
                             r"newTestConsumer|testConsumer\{)")
@@ -42,6 +83,7 @@ def ensure_source(version):
     dest = os.path.join(cache_root(), f"franz-go-{version}")
     if os.path.isfile(os.path.join(dest, "go.mod")):
         return dest
+    os.makedirs(cache_root(), exist_ok=True)
     env = dict(os.environ, GOFLAGS="-mod=mod")
     out = subprocess.run(["go", "mod", "download", "-json", f"{MODULE}@{version}"], env=env,
                          check=True, capture_output=True, text=True, cwd=cache_root()).stdout
@@ -109,6 +151,9 @@ def main(argv=None):
     ap.add_argument("--records", type=int, help="KGO_TEST_RECORDS (franz-go's default: 500000)")
     ap.add_argument("--timeout", type=int, default=1800, help="whole run, seconds (go test -timeout)")
     ap.add_argument("--parallel", type=int, default=0, help="go test -parallel (default GOMAXPROCS)")
+    ap.add_argument("--no-848", action="store_true",
+                    help="the tests see no KIP-848 in the seed's ApiVersions (a proxy takes "
+                    "ConsumerGroupHeartbeat and ConsumerGroupDescribe out): its tests skip themselves")
     ap.add_argument("--doze-log-level", help="e.g. DEBUG: doze logs every request and answer")
     ap.add_argument("--override", action="append", default=[], help="doze setting NAME=VALUE")
     ap.add_argument("--out", help="results directory (default: a new temp dir)")
@@ -136,7 +181,8 @@ def main(argv=None):
         scram = {"KGO_TEST_SCRAM_SEEDS": f"127.0.0.1:{port}", "KGO_TEST_SCRAM": "franz:franz-secret:512"}
     with Broker(a.bootstrap, overrides, a.doze_log_level, keep_dir=os.path.join(out, "doze"),
                 extra_args=extra) as b:
-        env = dict(os.environ, KGO_SEEDS=b.bootstrap, KGO_TEST_RF="1", **scram)
+        proxy = seed_without_848(b.bootstrap) if a.no_848 else None
+        env = dict(os.environ, KGO_SEEDS=proxy.bootstrap if proxy else b.bootstrap, KGO_TEST_RF="1", **scram)
         if a.records:
             env["KGO_TEST_RECORDS"] = str(a.records)
         cmd = ["go", "tool", "test2json", "-t", binary, "-test.v", "-test.count=1",
@@ -146,9 +192,13 @@ def main(argv=None):
         if a.parallel:
             cmd.append(f"-test.parallel={a.parallel}")
         events = os.path.join(out, "franz-go.events.json")
-        with open(events, "w") as ef:
-            rc, secs = run_bounded(cmd, a.timeout + 120, cwd=pkg, env=env, stdout=ef,
-                                   stderr=subprocess.STDOUT)
+        try:
+            with open(events, "w") as ef:
+                rc, secs = run_bounded(cmd, a.timeout + 120, cwd=pkg, env=env, stdout=ef,
+                                       stderr=subprocess.STDOUT)
+        finally:
+            if proxy:
+                proxy.close()
         alive = b.alive()
         broker = b.bootstrap
 
@@ -173,13 +223,16 @@ def main(argv=None):
                      "subtests": t["sub"]})
     summary = write_results(out, "franz-go", rows, {
         "suite": f"{MODULE}@{a.version} pkg/kgo", "broker": broker, "run": a.run,
-        "records": a.records, "rc": rc, "seconds": round(secs, 1), "broker_alive_at_end": alive})
+        "records": a.records, "no_848": a.no_848, "rc": rc, "seconds": round(secs, 1), "broker_alive_at_end": alive})
     brows = [r for r in rows if r["kind"] == "broker"]
     bsum = {}
     for r in brows:
         bsum[r["result"]] = bsum.get(r["result"], 0) + 1
+    k848 = [(r["test"], r["result"]) for r in rows if "848" in r["test"]] + \
+        [(f"{r['test']}/{s}", v["result"]) for r in rows for s, v in r["subtests"].items() if "848" in s]
     print(f"franz-go pkg/kgo against {broker}: {summary} in {secs:.0f} s (rc {rc}); "
-          f"broker tests: {bsum}; doze alive at end: {alive}")
+          f"broker tests: {bsum}; " + ("outside broker" if a.bootstrap else f"doze alive at end: {alive}"))
+    print("KIP-848 tests: " + (", ".join(f"{n} {r}" for n, r in k848) or "none ran"))
     print(open(os.path.join(out, "franz-go.md")).read())
     return 0 if rc == 0 else 1
 
