@@ -56,10 +56,10 @@ HIDDEN_848 = (68, 69)                      # ConsumerGroupHeartbeat, ConsumerGro
 def without_apis(frame, version, hidden=HIDDEN_848):
     """An ApiVersions answer frame (without its size) without the entries of the
     hidden API keys, read and written by doze's own codec; None for an error answer."""
+    if struct.unpack_from(">h", frame, 4)[0]:
+        return None                           # an error answer (UNSUPPORTED_VERSION comes as v0): left alone
     spec = dk.HANDLERS[dk.ApiKey.API_VERSIONS][0]
     correlation_id, msg = dk.decode_response(spec, version, frame)
-    if msg.error_code:
-        return None
     msg.api_keys = [k for k in msg.api_keys if k.api_key not in hidden]
     return b"".join(bytes(chunk) for chunk in dk.encode_response(spec, version, correlation_id, msg))[4:]
 
