@@ -2,8 +2,8 @@
 """A rolling change of a consumer group from the classic protocol to KIP-848's, under load.
 
     python3 conformance/clients/rolling_848.py [--kafka] [--records 20000] [--rate 400]
-        [--assignor cooperative-sticky|range] [--kill STEP] [--kill-new] [--pause 5]
-        [--keep] [--json FILE]
+        [--assignor range|roundrobin|cooperative-sticky] [--order close-first|start-first]
+        [--kill STEP] [--kill-new] [--pause 5] [--keep] [--json FILE]
 
 One run, on a fresh broker (doze, or with --kafka a real Apache Kafka 4.3.1; both
 from conformance/brokers.py, group.initial.rebalance.delay.ms=0 on both, every
@@ -22,13 +22,20 @@ group.consumer.heartbeat.interval.ms 5000, group.consumer.session.timeout.ms 450
    group.protocol=consumer member of the same group, is started; the step ends when
    the group has settled: every partition held by exactly one live member, n_i
    holding at least one; then --pause seconds more;
+   (--order start-first: n_i starts first, the group settles with four members,
+   --pause, then ci is closed and the group settles again: a surge, in which the
+   classic members must give up partitions to the newcomer);
 4. after the third step the producer finishes, the members read to the end (the
    group's committed offsets reach the high watermarks), and are closed.
 
 --kill STEP: at that step the classic member is killed (SIGKILL to its process)
-instead of closed; the group waits for its session (10 s) to end. --kill-new: after
-the third step, new member n1 is killed too and n4 started; its partitions come back
-after the KIP-848 session timeout (45 s, the broker's minimum).
+instead of closed, in the middle of a batch: SIGUSR1 first makes it stop after
+logging its next batch and before committing it, so that batch is processed and
+never committed (its records must come again, as "uncommitted" duplicates); the
+group waits for the member's session (10 s) to end. --kill-new: after the third
+step, new member n1 is killed too (the same way) and n4 started; its partitions
+come back after the KIP-848 session timeout (45 s, the broker's minimum). Give
+these a lower --rate (200) so that the producer still writes at the last kill.
 
 Every consumer writes an event log (JSON lines, flushed per line): assign, revoke,
 lost, each batch with its (partition, offset, number) records once processed, each
@@ -106,9 +113,11 @@ def run_producer(a):
 
 
 def run_consumer(a):
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
     stop = [False]
+    hold = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    signal.signal(signal.SIGUSR1, lambda *_: hold.__setitem__(0, True))
     log = open(a.out, "a", buffering=1)
 
     def ev(kind, **kw):
@@ -130,8 +139,9 @@ def run_consumer(a):
         recs = []
         for m in msgs:
             if m.error():
-                ev("error", err=str(m.error()), fatal=m.error().fatal())
-                if m.error().fatal():
+                fatal = m.error().fatal() or m.error().code() == KafkaError._FATAL
+                ev("error", err=str(m.error()), fatal=fatal)
+                if fatal:
                     stop[0] = "fatal"
             else:
                 recs.append([m.partition(), m.offset(), int(m.value())])
@@ -140,6 +150,9 @@ def run_consumer(a):
         time.sleep(a.work_ms / 1000)            # the work
         batch += 1
         ev("batch", b=batch, recs=recs)
+        if hold[0]:                             # processed, not committed: the parent kills us here
+            ev("holding", b=batch)
+            time.sleep(60)
         high = {}
         for p, o, _n in recs:
             high[p] = max(high.get(p, -1), o + 1)
@@ -158,12 +171,29 @@ def run_consumer(a):
 
 # --------------------------------------------------------------------------- the parent
 
+def kill_mid_batch(member, limit_s=10.0):
+    """SIGUSR1 (the member stops after logging its next batch, before committing it),
+    then SIGKILL: a batch processed and never committed. -> what happened."""
+    member.child.proc.send_signal(signal.SIGUSR1)
+    t_end = time.monotonic() + limit_s
+    while time.monotonic() < t_end and not any(e["ev"] == "holding" for e in member.events):
+        time.sleep(0.05)
+        member.read()
+    held = [e for e in member.events if e["ev"] == "holding"]
+    member.child.kill9()
+    member.killed = True
+    if held:
+        n = len(next(e for e in member.events if e["ev"] == "batch" and e["b"] == held[0]["b"])["recs"])
+        return f"killed (SIGKILL) holding batch {held[0]['b']} of {n} records processed, not committed"
+    return f"killed (SIGKILL) between batches (no batch in {limit_s:g} s)"
+
+
 class Member:
     def __init__(self, name, protocol, workdir, a, bootstrap):
         self.name, self.protocol = name, protocol
         self.log = os.path.join(workdir, name + ".jsonl")
         self.events, self._pos = [], 0
-        self.owned, self.gone, self.killed = set(), False, False
+        self.owned, self.gone, self.killed, self.stopping = set(), False, False, False
         self.child = Child([sys.executable, os.path.abspath(__file__), "--role", "consumer", "--bootstrap",
                             bootstrap, "--protocol", protocol, "--name", name, "--out", self.log,
                             "--assignor", a.assignor, "--work-ms", str(a.work_ms)],
@@ -213,12 +243,13 @@ def layout(members):
 
 
 def describe_group(bootstrap):
-    """Group type and members' protocols, as the broker describes them (confluent admin)."""
+    """The group's type and state and its members' client ids, as the broker describes them."""
     from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})       # held until the answer comes
     try:
-        d = AdminClient({"bootstrap.servers": bootstrap}).describe_consumer_groups([GROUP])[GROUP].result(10)
-        kinds = collections.Counter(str(getattr(m, "member_type", "?")).split(".")[-1] for m in d.members)
-        return f"{str(getattr(d, 'type', '?')).split('.')[-1]}/{str(d.state).split('.')[-1]} members={dict(kinds)}"
+        d = admin.describe_consumer_groups([GROUP])[GROUP].result(10)
+        return (f"{str(d.type).split('.')[-1]} {str(d.state).split('.')[-1]} "
+                f"[{' '.join(sorted(m.client_id for m in d.members))}]")
     except Exception as e:           # an answer for the report, not a failure
         return f"describe failed: {e!r}"
 
@@ -259,9 +290,10 @@ def analyse(members, produced):
             for p in e["parts"]:
                 assigned[(e["who"], p)].append(e["t"])
 
+    held = {(e["who"], e["b"]) for e in events if e["ev"] == "holding"}   # batches a kill left uncommitted
     seen = set(number.values())
     lost = sorted(set(range(produced["sent"])) - {f[0] for f in produced["failed"]} - seen)
-    dup_uncommitted = dup_after = 0
+    dup_uncommitted = dup_after = dup_held = 0
     after_examples = []
     for (p, o), rs in reads.items():
         for t_r, who, _b in rs[1:]:
@@ -275,6 +307,7 @@ def analyse(members, produced):
                                           f"{c[0]:.3f}, re-read by {who} at {t_r:.3f} (assigned {t_a:.3f})")
             else:
                 dup_uncommitted += 1
+                dup_held += (rs[0][1], rs[0][2]) in held
     back = []
     high = {}
     for t, who, b, offs in commits:
@@ -287,7 +320,8 @@ def analyse(members, produced):
     return {"produced": produced["acked"], "sent": produced["sent"], "delivery_failed": len(produced["failed"]),
             "reads": sum(len(r) for r in reads.values()), "distinct": len(seen), "lost": len(lost),
             "lost_examples": lost[:10], "duplicates": dup_uncommitted + dup_after,
-            "dup_uncommitted": dup_uncommitted, "dup_after_commit": dup_after,
+            "dup_uncommitted": dup_uncommitted, "dup_after_commit": dup_after, "dup_held_at_kill": dup_held,
+            "held_batch_records": sum(len(e["recs"]) for e in events if e["ev"] == "batch" and (e["who"], e["b"]) in held),
             "after_examples": after_examples, "same_number_two_offsets": dup_numbers,
             "commits": len(commits), "commit_failures": commit_fail, "commits_back": back[:10],
             "commits_back_count": len(back)}
@@ -310,12 +344,15 @@ def main():
     ap.add_argument("--kafka", action="store_true", help="a real Kafka 4.3.1 instead of doze")
     ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--rate", type=float, default=400.0, help="records per second")
-    ap.add_argument("--assignor", default="cooperative-sticky", help="the classic members' strategy")
+    ap.add_argument("--assignor", default="range",
+                    help="the classic members' partition.assignment.strategy (range, roundrobin, cooperative-sticky)")
     ap.add_argument("--warmup", type=float, default=8.0, help="s the classic group runs before step 1")
     ap.add_argument("--pause", type=float, default=5.0, help="s after a step's group settled")
     ap.add_argument("--settle-timeout", type=float, default=90.0)
     ap.add_argument("--kill", type=int, default=0, metavar="STEP", help="kill -9 the classic member at this step")
     ap.add_argument("--kill-new", action="store_true", help="then kill -9 new member n1 and start n4")
+    ap.add_argument("--order", default="close-first", choices=["close-first", "start-first"],
+                    help="a step closes the old member then starts the new one, or the other way round")
     ap.add_argument("--work-ms", type=float, default=20.0, help="a batch's processing time")
     ap.add_argument("--timeout", type=float, default=600.0, help="the whole run's limit (s)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -343,7 +380,7 @@ def main():
     def say(msg):
         print(f"[{time.time() - t_start:7.2f}] {msg}", flush=True)
 
-    members, producer, failures, steps = [], None, [], []
+    members, producer, failures, steps, joins = [], None, [], [], []
     try:
         broker.start()
         say(f"{broker.name} at {broker.bootstrap}, work directory {workdir}")
@@ -363,14 +400,20 @@ def main():
                     say(failures[-1])
                     return None
                 for m in members:
-                    if not m.gone and not m.killed and not m.child.alive():
-                        failures.append(f"{m.name} exited by itself (rc {m.child.proc.returncode}); see its .stderr")
+                    if not m.stopping and not m.killed and not m.child.alive():
+                        m.read()
+                        last = [e["err"] for e in m.events if e["ev"] == "error"][-1:]
+                        failures.append(f"{m.name} exited by itself (rc {m.child.proc.returncode}) {last}")
                         say(failures[-1])
                         m.killed = True
+                        if m in newcomers:
+                            return None
                 time.sleep(0.1)
-            took = time.time() - t0
-            say(f"{what}: settled in {took:.2f} s: {layout(members)}; {describe_group(broker.bootstrap)}")
-            return took
+            t_settled = time.time()
+            lay = layout(members)
+            say(f"{what}: settled {t_settled - t0:.2f} s after the new member started: {lay}; "
+                f"{describe_group(broker.bootstrap)}")
+            return t_settled
 
         for i in (1, 2, 3):
             members.append(Member(f"c{i}", "classic", workdir, a, broker.bootstrap))
@@ -379,33 +422,46 @@ def main():
         time.sleep(a.warmup)
         for i in (1, 2, 3):
             old = members[i - 1]
+            if a.order == "start-first":             # a surge: the new member joins, then the old one goes
+                new = Member(f"n{i}", "consumer", workdir, a, broker.bootstrap)
+                members.append(new)
+                say(f"step {i}: {new.name} (group.protocol=consumer) started beside {old.name}")
+                t_in = time.time()
+                took = wait_settled([new], f"step {i}, {new.name} in")
+                joins.append(None if took is None else round(took - t_in, 2))
+                if took is None:
+                    steps.append(None)
+                    continue
+                time.sleep(a.pause)
             t0 = time.time()
             if a.kill == i:
-                old.child.kill9()
-                old.killed = True
-                how = "killed (SIGKILL)"
+                how = kill_mid_batch(old)
             else:
+                old.stopping = True
                 if not old.child.stop(30):
                     failures.append(f"{old.name} did not close within 30 s (killed)")
                     old.killed = True
                 old.read()
                 how = f"closed in {time.time() - t0:.2f} s"
-            new = Member(f"n{i}", "consumer", workdir, a, broker.bootstrap)
-            members.append(new)
-            say(f"step {i}: {old.name} {how}; {new.name} (group.protocol=consumer) started")
-            took = wait_settled([new], f"step {i}")
-            steps.append(None if took is None else round(time.time() - t0, 2))
+            if a.order == "start-first":
+                say(f"step {i}: {old.name} {how}")
+                took = wait_settled([], f"step {i}, {old.name} out")
+            else:
+                new = Member(f"n{i}", "consumer", workdir, a, broker.bootstrap)
+                members.append(new)
+                say(f"step {i}: {old.name} {how}; {new.name} (group.protocol=consumer) started")
+                took = wait_settled([new], f"step {i}")
+            steps.append(None if took is None else round(took - t0, 2))
             time.sleep(a.pause)
         if a.kill_new:
             old = members[3]
-            old.child.kill9()
-            old.killed = True
+            how = kill_mid_batch(old)
             t0 = time.time()
             new = Member("n4", "consumer", workdir, a, broker.bootstrap)
             members.append(new)
-            say(f"step 4: {old.name} killed (SIGKILL); n4 started")
+            say(f"step 4: {old.name} {how}; n4 started")
             took = wait_settled([new], "step 4")
-            steps.append(None if took is None else round(time.time() - t0, 2))
+            steps.append(None if took is None else round(took - t0, 2))
 
         # to the end: the producer done, the committed offsets at the high watermarks
         while producer.alive() and time.monotonic() < deadline:
@@ -427,6 +483,7 @@ def main():
             time.sleep(1)
         for m in members:
             if not m.gone and not m.killed:
+                m.stopping = True
                 m.child.stop(30)
         for m in members:
             m.read()
@@ -443,18 +500,18 @@ def main():
         failures.append(f"lost {v['lost']}: {v['lost_examples']}")
     if v["dup_after_commit"]:
         failures.append(f"{v['dup_after_commit']} re-reads after their commit was acknowledged: {v['after_examples']}")
-    if None in steps:
+    if None in steps or None in joins:
         failures.append("a step never settled")
     v["broker_log_errors"] = broker_log_errors(broker, workdir)
-    v.update(broker=broker.name, assignor=a.assignor, kill=a.kill, kill_new=a.kill_new, steps_s=steps,
+    v.update(broker=broker.name, assignor=a.assignor, order=a.order, kill=a.kill, kill_new=a.kill_new, steps_s=steps, joins_s=joins,
              failures=failures, workdir=workdir, seconds=round(time.time() - t_start, 1))
     for line in v["after_examples"] + v["commits_back"] + v["broker_log_errors"]:
         print("  " + line)
-    print(f"VERDICT broker={broker.name} assignor={a.assignor} kill={a.kill or '-'}{'+new' if a.kill_new else ''} "
+    print(f"VERDICT broker={broker.name} assignor={a.assignor} order={a.order} kill={a.kill or '-'}{'+new' if a.kill_new else ''} "
           f"produced={v['produced']} distinct={v['distinct']} lost={v['lost']} reads={v['reads']} "
-          f"duplicates={v['duplicates']} (uncommitted-at-handover {v['dup_uncommitted']}, after-commit "
-          f"{v['dup_after_commit']}) commits={v['commits']} failed-commits={v['commit_failures']} "
-          f"commits-back={v['commits_back_count']} steps_s={steps} "
+          f"duplicates={v['duplicates']} (uncommitted-at-handover {v['dup_uncommitted']}, of them from batches a kill "
+          f"held {v['dup_held_at_kill']} of {v['held_batch_records']}; after-commit {v['dup_after_commit']}) commits={v['commits']} failed-commits={v['commit_failures']} "
+          f"commits-back={v['commits_back_count']} steps_s={steps}{' joins_s=%s' % joins if joins else ''} "
           f"{'PASS' if not failures else 'FAIL: ' + '; '.join(failures)}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
