@@ -6126,6 +6126,7 @@ class ConsumerGroups:
             except ValueError as e:
                 why = str(e)
         if why:
+            log.warning("cannot upgrade classic group %s to a consumer group: %s", classic.group_id, why)
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {classic.group_id} to "
                              f"consumer group because {why}.")
         for m in classic.members.values():             # its parked JoinGroup and SyncGroup give up

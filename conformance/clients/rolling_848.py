@@ -12,8 +12,9 @@ group.consumer.heartbeat.interval.ms 5000, group.consumer.session.timeout.ms 450
 
 1. a topic of 6 partitions; a producer process writes --records numbered records
    (key and value: the number) at --rate records/s, idempotent, acks=all;
-2. three consumer processes c1-c3, group.protocol=classic (--assignor,
-   session.timeout.ms 10000, librdkafka's heartbeat.interval.ms 3000), consume in
+2. three consumer processes c1-c3, group.protocol=classic (--assignor, range by
+   default: with librdkafka's cooperative-sticky both brokers refuse the online
+   upgrade, GROUP_ID_NOT_FOUND, fatal to the new member; session.timeout.ms 10000, librdkafka's heartbeat.interval.ms 3000), consume in
    one group: each batch (up to 100 records) is processed (logged, then 20 ms of
    "work"), then its offsets (the highest offset + 1 of each partition in the
    batch) are committed synchronously;
