@@ -15634,11 +15634,12 @@ CONTROL_ROUTES = {
 # A project's conftest.py says `pytest_plugins = ["doze_kafka"]` and its tests
 # take `doze_broker` (one broker for the whole session, reset before each
 # test: a few milliseconds) or `fresh_doze_broker` (one of the test's own).
-# They exist only when pytest has loaded this module: doze itself never
-# imports pytest (§1 imports nothing else), so this import is here, guarded.
+# They exist only when pytest has loaded this module, and they use the pytest
+# already loaded (sys.modules): doze itself never imports pytest or anything
+# beyond the standard library (§1).
 
 if "pytest" in sys.modules:
-    import pytest
+    pytest = sys.modules["pytest"]
 
     @pytest.fixture(scope="session")
     def doze_session_broker():
