@@ -3717,9 +3717,10 @@ class ProducerIdManager:
 
 def java_string_hash(text):
     """Java's String.hashCode (over UTF-16 code units), as Kafka hashes an id."""
+    units = text.encode("utf-16-be")
     h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    for unit in struct.unpack(f">{len(units) // 2}H", units):
+        h = (31 * h + unit) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
@@ -6663,23 +6664,10 @@ class ScramServer:
 
 def java_hash_order(names, presized=False):
     """names (in insertion order) in the order a java.util.HashMap<String, _>
-    or HashSet iterates them, which Kafka's answers inherit: by bucket of
-    String.hashCode (over UTF-16 code units) spread as HashMap.hash does, then
-    insertion order. A map grows from 16 buckets; presized: a HashSet made from
-    a collection (`new HashSet<>(c)`), its table sized for them at once
+    or HashSet iterates them, which Kafka's answers inherit (java_map_order by
+    String.hashCode); presized: a HashSet made from a collection
     (SaslHandshake's mechanisms: `new ArrayList<>(new HashSet<>(enabled))`)."""
-    names = list(dict.fromkeys(names))
-    capacity, n = 16, len(names)
-    while capacity < int(n / 0.75) + 1 if presized else n > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(name):
-        units = name.encode("utf-16-be")
-        h = 0
-        for unit in struct.unpack(f">{len(units) // 2}H", units):
-            h = (31 * h + unit) & 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-    return sorted(names, key=bucket)         # sorted is stable: insertion order within a bucket
+    return java_map_order(names, java_string_hash_u, presized)
 
 
 class SaslSession:
