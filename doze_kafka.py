@@ -5528,9 +5528,11 @@ class ConsumerGroup:
     def protocol_name(self):
         return self.assignor()
 
-    def assignor(self, default="uniform"):
-        """The server assignor most members name (Kafka: ties to the first in its map), else the default."""
-        votes = collections.Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
+    def assignor(self, default="uniform", member=None):
+        """The server assignor most members name (Kafka: ties to the first in its map), else the default;
+        `member`, a heartbeating member as it is now, counted instead of its stored self."""
+        members = {**self.members, **({member.member_id: member} if member is not None else {})}
+        votes = collections.Counter(m.server_assignor for m in members.values() if m.server_assignor)
         if not votes:
             return default
         top = max(votes.values())
@@ -6220,7 +6222,7 @@ class ConsumerGroups:
         order = java_map_order(specs, java_string_hash_u)
         subscriptions = {mid: self.subscribed_ids(g, x) for mid, x in specs.items()}
         partitions = {t.topic_id: t.partitions for t in self.logs.topics.values()}
-        if _assignor_with(g, m, self.config["group.consumer.assignors"][0]) == "range":
+        if g.assignor(self.config["group.consumer.assignors"][0], m) == "range":
             ids = {mid: x.instance_id for mid, x in specs.items() if x.instance_id}
             g.assigned_to(range_assign(order, subscriptions, g.target, partitions, ids), now)
         else:
@@ -6424,16 +6426,6 @@ class ConsumerGroups:
                                                                                   names)),
                                 member_type=0 if m.classic else 1)
                             for m in g.ordered()])
-
-
-def _assignor_with(g, m, default):
-    """The assignor most members name, the heartbeating member counted as it is now."""
-    votes = collections.Counter(x.server_assignor for x in list(g.members.values()) + [m]
-                                if x.server_assignor and (x is m or x.member_id != m.member_id))
-    if not votes:
-        return default
-    top = max(votes.values())
-    return next(a for a in java_map_order(votes, java_string_hash_u) if votes[a] == top)
 
 
 def check_member_epoch(m, req):
