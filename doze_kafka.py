@@ -6070,19 +6070,8 @@ class ConsumerGroups:
         regex = self._regex_change(g, old, m)
         if replaced is not None:
             g.replace(replaced.member_id, m.member_id)
-        subscription_changed = m.subscription() != old.subscription()
-        names_changed = set(m.subscribed_names) != set(old.subscribed_names)
-        epochs = (g.group_epoch, g.assignment_epoch)
-        if g.seen(self._fingerprint(g, m)) or names_changed or regex == "resolved":
-            g.bump()
-        self._maybe_assign(g, m, now)
         owned = None if req.topic_partitions is None else {t.topic_id: set(t.partitions) for t in req.topic_partitions}
-        before = (m.epoch, m.state, m.assigned, m.revoking)
-        m.reconcile(g, g.assignment_epoch, g.target.get(m.member_id, {}), owned, subscription_changed,
-                    self.subscribed_ids(g, m))
-        m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
-        g.put(m)
-        self._save(g, epochs, old, m)
+        self._save(g, self._reconciled(g, old, m, owned, regex == "resolved"), old, m)
         if g.resolution_due(now, list(self.logs.topics), self.config["group.consumer.regex.refresh.interval.ms"]):
             self.timers.call_later(0, self._resolve, g)     # Kafka resolves in the background
         full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
@@ -6252,18 +6241,20 @@ class ConsumerGroups:
         m = old.joined_classic(req, sub, client_id, client_host)
         ids = {n: t.topic_id for n, t in self.logs.topics.items()}
         owned = {ids[t]: set(ps) for t, ps in sub["owned"].items() if t in ids}
-        epochs = (g.group_epoch, g.assignment_epoch)
-        self._reconciled(g, old, m, owned)
+        epochs = self._reconciled(g, old, m, owned)
         m.due(self.now_ms() + m.rebalance_timeout_ms)            # its SyncGroup, by then
         self._save(g, epochs, old, m)
         return Msg(member_id=m.member_id, generation_id=m.epoch, protocol_type="consumer", protocol_name=names[0],
                    leader="", members=[])
 
-    def _reconciled(self, g, old, m, owned):
-        """A member's heartbeat steps, whichever protocol it came by: the epoch,
-        the target, the reconciliation, the timers; then it is the group's."""
+    def _reconciled(self, g, old, m, owned, regex_resolved=False):
+        """A member's heartbeat steps, whichever protocol it came by: the epoch
+        (raised by new names, a regex the group has resolved, or the subscribed
+        topics' metadata), the target, the reconciliation, the timers; then it
+        is the group's. -> the group's epochs before."""
         now = self.now_ms()
-        if g.seen(self._fingerprint(g, m)) or set(m.subscribed_names) != set(old.subscribed_names):
+        epochs = (g.group_epoch, g.assignment_epoch)
+        if g.seen(self._fingerprint(g, m)) or set(m.subscribed_names) != set(old.subscribed_names) or regex_resolved:
             g.bump()
         self._maybe_assign(g, m, now)
         before = (m.epoch, m.state, m.assigned, m.revoking)
@@ -6271,6 +6262,7 @@ class ConsumerGroups:
                     m.subscription() != old.subscription(), self.subscribed_ids(g, m))
         m.heard(now, self.setting(g.group_id, "consumer.session.timeout.ms"), before)
         g.put(m)
+        return epochs
 
     def classic_member(self, g, member_id, instance_id, generation):
         """SyncGroup's and Heartbeat's checks of a classic member in a consumer group."""
@@ -15930,7 +15922,7 @@ class Demo:
         state_partition = transaction_state_partition(self.broker.config, "demo-tx")
         r = self.c.init("demo-tx")
         self.pid, self.epoch = r.producer_id, r.producer_epoch
-        self.explain(f"FindCoordinator: " + ("COORDINATOR_NOT_AVAILABLE first (Kafka makes __transaction_state on "
+        self.explain("FindCoordinator: " + ("COORDINATOR_NOT_AVAILABLE first (Kafka makes __transaction_state on "
                                              "the first FindCoordinator that needs it; the client asks again), "
                                              "then " if asked > 1 else "") +
                      f"node {found.node_id}. demo-tx maps to __transaction_state-{state_partition}"
