@@ -896,21 +896,30 @@ def error_for_version(api_key, version, code):
     return code if version >= first_version else fallback
 
 
+def remade(node, edit):
+    """A copy of a message (its structs and lists; values shared), edit(copy)
+    applied to each struct once its own fields are copied: how what shows a
+    message (the trace, the log) changes it without touching the original."""
+    if isinstance(node, list):
+        return [remade(x, edit) for x in node]
+    if not isinstance(node, types.SimpleNamespace):
+        return node
+    out = types.SimpleNamespace(**{k: remade(v, edit) for k, v in vars(node).items()})
+    edit(out)
+    return out
+
+
 def errors_as_sent(api_key, version, msg):
     """A copy of an answer with every error code as the encoder will send it to
     this version (for what shows an answer: the trace); msg itself if none changes."""
     if not any(key == api_key for key, _ in OLDER_CLIENTS_GET):
         return msg
 
-    def fixed(node):
-        if isinstance(node, list):
-            return [fixed(x) for x in node]
-        if not isinstance(node, types.SimpleNamespace):
-            return node
-        return types.SimpleNamespace(**{k: error_for_version(api_key, version, ErrorCode(v))
-                                        if k.endswith("error_code") and v else fixed(v)
-                                        for k, v in vars(node).items()})
-    return fixed(msg)
+    def fix(out):
+        for k, v in vars(out).items():
+            if k.endswith("error_code") and v:
+                setattr(out, k, error_for_version(api_key, version, ErrorCode(v)))
+    return remade(msg, fix)
 
 
 def where(e):
@@ -11132,12 +11141,7 @@ def loggable(api_key, msg):
     if fields is None and api_key not in CONFIG_APIS:
         return msg
 
-    def hide(node):
-        if isinstance(node, list):
-            return [hide(x) for x in node]
-        if not isinstance(node, types.SimpleNamespace):
-            return node
-        out = types.SimpleNamespace(**{k: hide(v) for k, v in vars(node).items()})
+    def hide(out):
         for name in fields or ():
             if getattr(out, name, None) is not None:
                 setattr(out, name, f"<hidden: {len(getattr(out, name))} bytes>")
@@ -11145,8 +11149,7 @@ def loggable(api_key, msg):
                 getattr(out, "value", None) is not None and out.name not in KAFKA_TOPIC_CONFIGS \
                 and broker_config_sensitive(out.name):
             out.value = "[hidden]"
-        return out
-    return hide(msg)
+    return remade(msg, hide)
 
 
 # --- Faults: a chosen error, a late or a lost answer, on purpose ------------------
