@@ -4246,6 +4246,7 @@ class GroupCoordinator:
         self.groups = {}
         self.configs = store.group_configs()     # group id -> {config name: text} (GROUP resources)
         self.next_tick_s = None                  # when the deadlines are next swept (schedule)
+        self.consumer_rows = []                  # meta.db's consumer groups, read once, for ConsumerGroups
         self._load()
 
     def now_ms(self):
@@ -4254,8 +4255,9 @@ class GroupCoordinator:
     def _load(self):
         now = self.now_ms()
         for group_id, row, offsets in self.store.load_groups():
-            if row and row.get("type") == "consumer":
-                continue                         # a consumer group: ConsumerGroups loads it
+            if row and row.get("type") == "consumer":   # a consumer group: ConsumerGroups takes it
+                self.consumer_rows.append((group_id, row, offsets))
+                continue
             g = self.groups[group_id] = Group(group_id)
             g.offsets = offsets
             if row:
@@ -6033,11 +6035,11 @@ class ConsumerGroups:
     def _load(self):
         """The consumer groups meta.db holds, into the coordinator's registry; session timers start again."""
         now = self.now_ms()
-        for group_id, row, offsets in self.coordinator.store.load_groups():
-            if row and row.get("type") == "consumer":
-                g = ConsumerGroup.from_json(group_id, row, offsets)
-                g.restarted(now + self.config["group.consumer.session.timeout.ms"])
-                self.coordinator.register(g)
+        for group_id, row, offsets in self.coordinator.consumer_rows:       # read with the classic ones
+            g = ConsumerGroup.from_json(group_id, row, offsets)
+            g.restarted(now + self.config["group.consumer.session.timeout.ms"])
+            self.coordinator.register(g)
+        self.coordinator.consumer_rows.clear()
 
     def now_ms(self):
         return int(self.clock() * 1000)
