@@ -64,10 +64,10 @@ def main(argv=None):
         return helper(a.helper, a.groups)
     from dozeproc import DozeProcess
     from realkafka import RealKafka
-    from tools_compare import VENV_PYTHON, timeline_order
+    from tools_compare import timeline_order, venv_python
 
     def run(bootstrap):
-        p = subprocess.run([VENV_PYTHON, os.path.abspath(__file__), "--helper", bootstrap, "--groups",
+        p = subprocess.run([venv_python(), os.path.abspath(__file__), "--helper", bootstrap, "--groups",
                             str(a.groups)], capture_output=True, text=True, timeout=60 + 40 * a.groups)
         return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
 

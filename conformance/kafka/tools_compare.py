@@ -22,8 +22,8 @@ partitions, every record consumed and committed and one more produced to
 each partition (lag 1); {"do": "stop-members"} closes them (they leave). The
 members' ids (random) are replaced by <member-1> and so on before comparing;
 G's member rows must come in the order Kafka's TimelineHashMap gives each
-broker's own ids (timeline_order), and are then compared sorted. Without the
-venv the sequence is skipped.
+broker's own ids (timeline_order), and are then compared sorted. The venv
+with confluent-kafka is conformance/needs.py's, made when missing.
 """
 import json
 import subprocess
@@ -39,8 +39,13 @@ from dozeproc import DozeProcess  # noqa: E402
 from realkafka import RealKafka, run_tool  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENV_PYTHON = os.environ.get("DOZE_KAFKA_PYTHON") or os.path.join(
-    os.environ.get("DOZE_KAFKA_CACHE") or os.path.expanduser("~/.cache/doze-kafka"), "eos", "venv", "bin", "python")
+
+
+def venv_python():
+    """The python with confluent-kafka for group_members.py: $DOZE_KAFKA_PYTHON, else
+    conformance/needs.py's venv, made now when missing."""
+    import needs
+    return os.environ.get("DOZE_KAFKA_PYTHON") or needs.ensure()
 
 SETTINGS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "group.initial.rebalance.delay.ms": "0"}
@@ -181,7 +186,7 @@ class Members:
 
     def start(self, brokers):
         for b in brokers:
-            self.procs[b] = subprocess.Popen([VENV_PYTHON, os.path.join(HERE, "group_members.py"),
+            self.procs[b] = subprocess.Popen([venv_python(), os.path.join(HERE, "group_members.py"),
                                               "--bootstrap", b.bootstrap, *MEMBER_ARGS],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for b, p in self.procs.items():
@@ -235,9 +240,6 @@ def run_all(kafka, doze, names, show, members):
     diffs = 0
     for name in names:
         print(f"== {name}")
-        if name == "groups" and not os.path.exists(VENV_PYTHON):
-            print(f"   skipped: no {VENV_PYTHON} (confluent-kafka; python3 conformance/needs.py makes it)")
-            continue
         for cmd in SEQUENCES[name]:
             if isinstance(cmd, dict):
                 print(f"--    {cmd['do']}")
