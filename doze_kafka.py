@@ -14,7 +14,7 @@ DeleteRecords, configs, consumer groups of both protocols (the classic one and
 KIP-848's) with committed offsets, and the classic exactly-once protocol of KIP-98 -- idempotent and
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits. Exact APIs and
-versions: the HANDLERS table (filled by @api in §11-§14), or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table (filled by @api in §12-§15), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), the
@@ -43,42 +43,44 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §8 coordinators: where Kafka keeps their state (a partition of
      __transaction_state or __consumer_offsets, found by the id's hash), the
      journal, producer state (idempotence, the LSO), the group coordinator
-     (the classic protocol), the transaction coordinator (doze's timing of
-     EndTxn's answer, and Kafka's)
+     (the classic protocol)
   §9 the consumer group protocol (KIP-848): consumer groups beside the classic
      ones in the same registry, the server-side assignors (uniform, range, in
      Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
      reconciliation, session and rebalance timeouts, offsets with epochs)
-  §10 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
+  §10 transactions: the transaction coordinator, the classic protocol (KIP-98)
+     and version 2 (KIP-890: an epoch per transaction), doze's timing of
+     EndTxn's answer, and Kafka's
+  §11 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
-  §11 requests and the data path: how an API is declared (@api), what a
+  §12 requests and the data path: how an API is declared (@api), what a
      handler may touch (RequestContext), requests that wait (Park, Purgatory)
      or run in steps (in_steps); Produce, Fetch, ListOffsets, Metadata, ...
-  §12 group and transaction apis: the coordinators' protocols
-  §13 config resources: what DescribeConfigs shows and AlterConfigs changes
-  §14 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
-  §15 connections: frames in and answers out in order, TLS on the loop (PEM
+  §13 group and transaction apis: the coordinators' protocols
+  §14 config resources: what DescribeConfigs shows and AlterConfigs changes
+  §15 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
+  §16 connections: frames in and answers out in order, TLS on the loop (PEM
      stores, client certificates' principals), the faults a test asks for
      (Faults), the Dispatcher (request -> handler -> response), the limits and
      back-pressure, the listeners
-  §16 console: what it shows: HTML and JSON twins of the transactions (each
+  §17 console: what it shows: HTML and JSON twins of the transactions (each
      drawn as its state machine, its steps to the millisecond), producers,
      LSOs, topics, groups and the coordinators' events the broker holds, as
      each viewer's ACLs let it see them
-  §17 console: http, login and its listener: its safety, its login against
+  §18 console: http, login and its listener: its safety, its login against
      the broker's SASL users, the stylesheet and the small script it serves
-  §18 the loop: the protocol trace (--trace: each request and answer, and the
+  §19 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
-  §19 embedding doze: running() for tests and what a test does to the broker
+  §20 embedding doze: running() for tests and what a test does to the broker
      (Embedded: faults, a FaultyDisk, a MovableClock, restarts, resets, its
      state without a consumer), the control endpoint for other languages,
      the pytest fixtures, and a small Client
-  §20 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+  §21 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (FindCoordinator and InitProducerId, idempotence, a transaction with a
      group's offsets, commit, abort, fencing, the timeout, a crash between
      decision and markers, Kafka's timing), then a lab of what goes wrong (a
      zombie mid-transaction, a hanging transaction, a late EndTxn)
-  §21 cli
+  §22 cli
   §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
@@ -98,10 +100,10 @@ transaction works, step by step"), then read each step's code:
   11 a hanging one      verify_producer (transaction.partition.verification.enable),
                         handle_describe_producers, handle_write_txn_markers -> ProducerStateTable.check_marker
   12 a late EndTxn      handle_end_txn (KAFKA-17754), held by a test's fault (Faults, hold_ms)
-Hostile input and overload: §4's Reader, §6's check_records, §15's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §16's Limits comment.
 Failing disks and crashes: §7's "When the disk fails", LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
-and .sync, coordinator_store; §18's GroupCommit and §15's Connection.push.
+and .sync, coordinator_store; §19's GroupCommit and §16's Connection.push.
 """
 
 ###############################################################################
@@ -248,19 +250,19 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
-    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §16)
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §17)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
-    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §18)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §19)
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
     "doze.coordinator.waits.for.topic": True,  # doze's own: the first FindCoordinator waits while the internal
                                                # topic is made (Kafka's COORDINATOR_NOT_AVAILABLE); running(): no
     "doze.transaction.answer.after": "markers",  # doze's own: EndTxn answered once its markers are durable;
-                                               # "decision": once PrepareCommit is, as Kafka answers (§8)
+                                               # "decision": once PrepareCommit is, as Kafka answers (§10)
     "doze.transaction.markers.delay.ms": 0,    # doze's own: with "decision", the markers wait this long (Kafka's
                                                # WriteTxnMarkers to each leader, made long enough to see)
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§10, §15)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§11, §16)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -863,7 +865,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below the handlers (§11-§14);
+    """A protocol-level failure. Raised anywhere below the handlers (§12-§15);
     a handler (or the Dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2937,7 +2939,7 @@ class StoreFailed(KafkaError):
     do when their log refuses an append: NOT_COORDINATOR."""
 
 
-# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §10's Authorizer decides with them.
+# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §11's Authorizer decides with them.
 Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
@@ -3712,7 +3714,7 @@ class ProducerIdManager:
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, classic groups, transactions
+# 8. COORDINATORS -- producer state, classic groups
 ###############################################################################
 # A coordinator is the broker-side owner of one kind of client state. In real
 # Kafka it is chosen by hashing the id onto a partition of an internal topic
@@ -4751,503 +4753,6 @@ class GroupCoordinator:
             if not g.offsets and not g.members:
                 self.store.delete_group(g.group_id)
                 del self.groups[g.group_id]
-
-
-# --- TransactionCoordinator: KIP-98 transactions, the classic protocol ----------
-# A transactional producer (KIP-98) owns a transactional id. InitProducerId
-# makes it the owner, fencing any older holder by raising the epoch.
-# AddPartitionsToTxn tells the coordinator which partitions the transaction
-# will write; AddOffsetsToTxn and TxnOffsetCommit stage consumer offsets in
-# it; EndTxn decides. Ending is a two-phase commit: the decision is made
-# durable first (PrepareCommit/PrepareAbort), then a COMMIT or ABORT marker --
-# a control batch with the producer's id and epoch -- goes to every partition
-# the transaction wrote, then the transaction is complete.
-#
-# Crash ordering for EndTxn in doze, all in the loop's group commit of the pass
-# that received it (Broker._group_commit):
-#   1. meta.db: state := PREPARE_COMMIT / PREPARE_ABORT, fsynced  -- the decision is durable
-#   2. logs:    a marker on every partition of the transaction; group commit fsyncs them
-#   3. meta.db: the staged offsets become committed offsets, and
-#               state := COMPLETE_COMMIT / COMPLETE_ABORT, in one sqlite transaction
-#               (SYNC_LATER: not waited for)
-#   4. answer EndTxn
-# Recovery: a transaction found in PREPARE_* on start is carried out again
-# from step 2 (a second marker for a finished transaction is harmless: it
-# closes nothing). One found ONGOING is left open, its timeout restarted.
-# Step 3 may be lost in a power cut after the answer: then it is redone. Nothing
-# the producer does next can slip in between: its next request's answer waits
-# for an fsync of meta.db, which makes step 3 durable too.
-#
-# Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
-# markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
-# gets CONCURRENT_TRANSACTIONS. doze answers after step 3: CONCURRENT_TRANSACTIONS
-# only while a marker cannot be written, and a reader told of a commit finds it.
-# doze.transaction.answer.after=decision answers as Kafka (the demo's step 9;
-# doze.transaction.markers.delay.ms holds the markers back: the window shown).
-# Likewise InitProducerId on an open transaction: Kafka starts the abort and
-# answers CONCURRENT_TRANSACTIONS (the client retries); doze finishes the
-# abort first and answers success (Sarama treats that error as fatal).
-# Produce checks each transactional batch with the coordinator directly, as
-# KIP-890 part 1's verification does.
-
-S = TxnState
-VALID_PREVIOUS = {                       # new state <- states it may be entered from
-    S.EMPTY:               {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
-    S.ONGOING:             {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
-    S.PREPARE_COMMIT:      {S.ONGOING},
-    S.PREPARE_ABORT:       {S.ONGOING, S.PREPARE_EPOCH_FENCE},
-    S.COMPLETE_COMMIT:     {S.PREPARE_COMMIT},
-    S.COMPLETE_ABORT:      {S.PREPARE_ABORT},
-    S.DEAD:                {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
-    S.PREPARE_EPOCH_FENCE: {S.ONGOING},
-}
-DECIDED = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
-EPOCH_EXHAUSTED = 32766                  # Short.MAX_VALUE - 1: one more fence must fit
-TXN_ANSWER_WAIT_MS = 5000                # then CONCURRENT_TRANSACTIONS, and the client retries
-TXN_TICK_S = 0.1
-
-
-class TransactionMetadata:
-    """One transactional id: Kafka's TransactionMetadata, minus the pending state
-    (doze's decided transactions are the PREPARE_* states themselves)."""
-
-    def __init__(self, transactional_id, producer_id, producer_epoch, timeout_ms, now_ms):
-        self.transactional_id = transactional_id
-        self.producer_id = producer_id
-        self.previous_producer_id = -1
-        self.producer_epoch = producer_epoch
-        self.last_producer_epoch = -1         # in memory only, as in Kafka: KIP-360 retries
-        self.timeout_ms = timeout_ms
-        self.state = TxnState.EMPTY
-        self.partitions = set()               # {(topic, partition)}
-        self.groups = set()                   # groups added by AddOffsetsToTxn
-        self.offsets = {}                     # group -> {(topic, partition): OffsetEntry}, staged
-        self.txn_start_ms = -1
-        self.last_update_ms = now_ms
-        self.markers_needed = set()           # partitions still owed a marker
-        self.decided_at = 0                   # meta.db's commit count once the decision was stored
-        self.marker_offsets = {}              # (topic, partition) -> offset of its marker
-        self.markers_due_ms = 0               # not written before (doze.transaction.markers.delay.ms)
-        self.marker_error = None              # the last marker write the disk refused (logged once)
-        # In memory only, for the console: the recent transitions (journal
-        # events), and the last decided transaction's markers and offsets.
-        self.history = collections.deque(maxlen=TXN_HISTORY)
-        self.last_decision = None             # {"commit", "at_ms", "markers": {tp: offset}, "offsets": {group: {tp: entry}}}
-
-    def row(self, **changes):
-        """The meta.db row for this metadata with `changes` applied."""
-        d = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-             "previous_producer_id": self.previous_producer_id,
-             "producer_epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
-             "state": self.state, "partitions": self.partitions, "groups": self.groups,
-             "offsets": self.offsets, "txn_start_ms": self.txn_start_ms,
-             "last_update_ms": self.last_update_ms}
-        unknown = set(changes) - set(d) - {"last_producer_epoch"}
-        assert not unknown, unknown
-        d.update(changes)
-        return d
-
-    def adopt(self, row):
-        for name, value in row.items():
-            setattr(self, name, value)
-
-
-class TransactionCoordinator:
-    """Transactional ids and their transactions. Knows nothing of sockets;
-    waiters are woken through notify(("txn", transactional_id))."""
-
-    def __init__(self, config, store, logs, groups, producer_states, producer_ids, notify, journal=None):
-        self.config = config
-        self.store = store
-        self.logs = logs
-        self.groups = groups
-        self.journal = journal or Journal(config.clock)
-        self.producer_states = producer_states    # ProducerStates
-        self.producer_ids = producer_ids
-        self.notify = notify
-        self.clock = config.clock
-        self.txns = {}                            # transactional id -> TransactionMetadata
-        self.completing = set()                   # ids in PREPARE_* being carried out
-        self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
-        self.answer_after = config["doze.transaction.answer.after"]
-        if self.answer_after not in ("markers", "decision"):
-            raise ValueError(f"doze.transaction.answer.after: {self.answer_after!r}: markers (doze's way: the "
-                             f"answer once the markers are durable) or decision (Kafka's: once PrepareCommit is)")
-
-    def now_ms(self):
-        return int(self.clock() * 1000)
-
-    # --- storage ---
-    def load(self):
-        """Read meta.db; carry out stored decisions (the walkthrough's step 8: a
-        crash between decision and markers). Open transactions keep their start:
-        their timeout runs on from it."""
-        now = self.now_ms()
-        for row in self.store.load_txns():
-            meta = TransactionMetadata(row["transactional_id"], row["producer_id"],
-                                       row["producer_epoch"], row["timeout_ms"], now)
-            meta.adopt(row)
-            self.txns[meta.transactional_id] = meta
-            self._index_staged(meta)
-            if meta.state in DECIDED:
-                log.info("transaction %s was decided (%s) before a restart; carrying it out",
-                         meta.transactional_id, meta.state.value)
-                self._journal_transition(meta, meta.state, "read back from meta.db after a restart: "
-                                                           "the decision is carried out")
-                self._write_markers(meta)
-
-    def _save(self, meta, cause=None, **changes):
-        """Store the changed metadata, then adopt it: the state in memory never
-        runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR.
-        A new state, epoch or partition is journaled with its cause (each is a
-        record Kafka appends to the id's __transaction_state partition)."""
-        if "state" in changes and changes["state"] != meta.state \
-                and meta.state not in VALID_PREVIOUS[changes["state"]]:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
-                             f"{meta.state.value} -> {changes['state'].value}")
-        row = meta.row(**changes)
-        with coordinator_store():
-            self.store.save_txn(row)
-        before = (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups)
-        meta.adopt(row)
-        self.txns[meta.transactional_id] = meta
-        if before != (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups):
-            self._journal_transition(meta, before[0], cause)
-
-    def _journal_transition(self, meta, before, cause, to=None):
-        """A "txn" event: from `before` to meta's state (or `to`), with its cause,
-        and the __transaction_state partition Kafka would append it to."""
-        names = self.partition_names(meta)
-        event = self.journal.record(
-            "txn", transactional_id=meta.transactional_id, from_state=before.value,
-            to_state=(to or meta.state).value,
-            cause=cause, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-            partitions=names[:20], partition_count=len(names),
-            coordinator=f"{TRANSACTION_STATE}-{transaction_state_partition(self.config, meta.transactional_id)}")
-        meta.history.append(event)
-
-    def partition_names(self, meta):
-        """Its partitions as Kafka lists them: those AddPartitionsToTxn added and,
-        for each group AddOffsetsToTxn added, that group's __consumer_offsets partition."""
-        tps = meta.partitions | {(CONSUMER_OFFSETS, offsets_partition(self.config, g)) for g in meta.groups}
-        return [f"{t}-{p}" for t, p in sorted(tps)]
-
-    def _index_staged(self, meta):
-        for group, offsets in meta.offsets.items():
-            for tp in offsets:
-                self.staged.setdefault(group, {}).setdefault(tp, set()).add(meta.transactional_id)
-
-    def _unindex_staged(self, meta):
-        for group, offsets in meta.offsets.items():
-            for tp in offsets:
-                ids = self.staged.get(group, {}).get(tp)
-                if ids:
-                    ids.discard(meta.transactional_id)
-                    if not ids:
-                        del self.staged[group][tp]
-
-    def staged_partitions(self, group_id):
-        """Partitions with offsets staged in an undecided transaction (KIP-447's
-        require_stable makes OffsetFetch answer UNSTABLE_OFFSET_COMMIT for these)."""
-        return set(self.staged.get(group_id, {}))
-
-    # --- checks every transactional call makes ---
-    def for_producer(self, transactional_id, producer_id, producer_epoch):
-        """The transaction of (id, producer id, epoch), or the error Kafka gives."""
-        if not transactional_id:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                             f"{transactional_id!r} is not bound to producer id {producer_id}")
-        if producer_epoch != meta.producer_epoch:
-            raise KafkaError(ErrorCode.PRODUCER_FENCED,
-                             f"epoch {producer_epoch}; the current one is {meta.producer_epoch}")
-        return meta
-
-    # --- InitProducerId ---
-    def init_producer(self, transactional_id, timeout_ms, producer_id, producer_epoch):
-        """-> (meta, then): `then()` builds the answer; when meta is not None the
-        answer waits until meta's fence-abort is complete."""
-        if (producer_id == -1) != (producer_epoch == -1):
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "producer id and epoch must both be set")
-        if transactional_id == "":
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-        if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
-            raise KafkaError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
-                             f"{timeout_ms} ms; transaction.max.timeout.ms is "
-                             f"{self.config['transaction.max.timeout.ms']}")
-        meta = self.txns.get(transactional_id)
-        if meta is None:                      # a new id: epoch -1 until the first bump
-            meta = TransactionMetadata(transactional_id, self.producer_ids.new_id(), -1,
-                                       timeout_ms, self.now_ms())
-        if meta.state in DECIDED:
-            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
-        if producer_id != -1 and not (meta.producer_epoch == -1 or producer_id == meta.producer_id or (
-                producer_id == meta.previous_producer_id and producer_epoch >= EPOCH_EXHAUSTED)):
-            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"producer id {producer_id} is not current")
-        if meta.state == TxnState.ONGOING:
-            # Fence the old owner and abort its transaction; answer once that is done,
-            # with the epoch a retry would get from Kafka (old epoch + 2).
-            self._fence_and_abort(meta, "a new InitProducerId")
-            return meta, lambda: self._bump(meta, timeout_ms, -1, -1)
-        return None, lambda: self._bump(meta, timeout_ms, producer_id, producer_epoch)
-
-    def _bump(self, meta, timeout_ms, producer_id, producer_epoch):
-        """Empty/Complete*: a new epoch (or, at exhaustion, a new producer id)."""
-        now = self.now_ms()
-        new = {"state": TxnState.EMPTY, "timeout_ms": timeout_ms, "partitions": set(),
-               "groups": set(), "offsets": {}, "txn_start_ms": -1, "last_update_ms": now}
-        epoch, last = meta.producer_epoch, meta.last_producer_epoch
-        if epoch >= EPOCH_EXHAUSTED and producer_epoch in (-1, epoch):
-            new.update(previous_producer_id=meta.producer_id, producer_id=self.producer_ids.new_id(),
-                       producer_epoch=0, last_producer_epoch=producer_epoch)
-        elif producer_epoch == -1 or epoch == -1 or producer_epoch == epoch:
-            new.update(producer_epoch=epoch + 1,
-                       last_producer_epoch=epoch if producer_epoch != -1 else -1)
-        elif producer_epoch == last:
-            pass                                  # KIP-360: a retry of a bump that succeeded
-        else:
-            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} is not current")
-        self._save(meta, "InitProducerId", **new)
-        return Msg(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
-
-    def _fence_and_abort(self, meta, why):
-        """Raise the epoch (fencing the producer) and abort its open transaction."""
-        log.info("transaction %s: aborting its open transaction (%s); epoch %d -> %d",
-                 meta.transactional_id, why, meta.producer_epoch, meta.producer_epoch + 1)
-        self._save(meta, f"fenced: {why}", state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
-                   last_producer_epoch=-1, last_update_ms=self.now_ms())
-        self._write_markers(meta)
-
-    # --- AddPartitionsToTxn, AddOffsetsToTxn ---
-    def add_partitions(self, meta, tps=(), group=None):
-        """Enter the transaction (or stay in it), durably. Callers have run for_producer."""
-        if meta.state in DECIDED:
-            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
-        tps = set(tps)
-        if meta.state == TxnState.ONGOING and tps <= meta.partitions and \
-                (group is None or group in meta.groups):
-            return                                 # a retry: nothing to write
-        now = self.now_ms()
-        self._save(meta, "AddOffsetsToTxn" if group else "AddPartitionsToTxn",
-                   state=TxnState.ONGOING, partitions=meta.partitions | tps,
-                   groups=meta.groups | ({group} if group else set()), last_update_ms=now,
-                   txn_start_ms=now if meta.state != TxnState.ONGOING else meta.txn_start_ms)
-
-    # --- TxnOffsetCommit ---
-    def check_offsets_added(self, meta, group, version):
-        """KIP-890 part 1's verification for TxnOffsetCommit."""
-        if meta.state in DECIDED:
-            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
-        if meta.state != TxnState.ONGOING or group not in meta.groups:
-            raise KafkaError(ErrorCode.TRANSACTION_ABORTABLE if version >= 4 else ErrorCode.INVALID_TXN_STATE,
-                             f"group {group} was not added to the transaction")
-
-    def stage_offsets(self, meta, group, offsets):
-        staged = {g: dict(o) for g, o in meta.offsets.items()}
-        staged.setdefault(group, {}).update(offsets)
-        self._save(meta, offsets=staged, last_update_ms=self.now_ms())
-        self._index_staged(meta)
-
-    # --- EndTxn ---
-    def end_txn(self, meta, commit):
-        """-> True when the answer must wait for the markers, or raises."""
-        if meta.state in DECIDED:
-            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                             f"{meta.state.value}: the decision is being carried out")
-        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        if meta.state == done:
-            return False                             # a retry of the same decision
-        if meta.state != TxnState.ONGOING:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
-                             f"cannot {'commit' if commit else 'abort'} in state {meta.state.value}")
-        self._save(meta, f"EndTxn ({'commit' if commit else 'abort'})",
-                   state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-                   last_update_ms=self.now_ms())
-        self._write_markers(meta, self.config["doze.transaction.markers.delay.ms"]
-                            if self.answer_after == "decision" else 0)
-        return self.answer_after == "markers"
-
-    def outcome(self, meta, commit):
-        """For a waiting EndTxn: its answer, or None while the markers are not durable."""
-        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        return Msg() if meta.state == done else None
-
-    # --- markers ---
-    def _write_markers(self, meta, delay_ms=0):
-        """Owe a marker to each partition: progress() writes them once the
-        decision just stored is durable (a marker on disk before its decision
-        would be a commit that a power cut could turn into an abort), and
-        not before delay_ms (doze.transaction.markers.delay.ms) has passed."""
-        meta.markers_needed = set(meta.partitions)
-        meta.marker_offsets = {}
-        meta.decided_at = self.store.commits
-        meta.markers_due_ms = self.now_ms() + delay_ms
-        self.completing.add(meta.transactional_id)
-        if delay_ms:
-            self.timers.call_later(delay_ms / 1000, self.progress)
-
-    def _append_markers(self, meta):
-        """Up to PARTITIONS_PER_STEP markers a call: a transaction over thousands
-        of partitions writes the rest in the next passes (progress, after each
-        group commit), so no pass holds the loop long."""
-        commit = meta.state == TxnState.PREPARE_COMMIT
-        for tp in sorted(meta.markers_needed)[:PARTITIONS_PER_STEP]:
-            plog = self.logs.logs.get(tp)
-            if plog is None:                       # the topic was deleted meanwhile
-                meta.markers_needed.discard(tp)
-                continue
-            if plog.offline:                       # retried after a restart (Kafka: until it is back)
-                continue
-            now = self.now_ms()
-            batch = bytearray(build_control_batch(meta.producer_id, meta.producer_epoch, commit, now))
-            try:
-                base = self.logs.append(plog, batch, read_batch_header(batch))
-            except KafkaError as e:                # no room, or the partition just went offline
-                if meta.marker_error != e.detail:
-                    log.error("transaction %s: the %s marker for %s-%d could not be written (%s); "
-                              "the decision stands, retrying", meta.transactional_id,
-                              "COMMIT" if commit else "ABORT", tp[0], tp[1], e.detail)
-                meta.marker_error = e.detail
-                continue
-            self.producer_states.of(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
-                                                 base, now)
-            meta.markers_needed.discard(tp)
-            meta.marker_offsets[tp] = base
-            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
-                                offset=base, control="COMMIT" if commit else "ABORT",
-                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
-
-    def progress(self):
-        """In the group commit: make the decisions durable, write their markers;
-        after the logs' fsync, finish every decided transaction whose markers
-        are all durable; retry markers that could not be written."""
-        if any(self.txns[t].decided_at > self.store.synced for t in self.completing):
-            try:
-                self.store.sync()
-            except StoreFailed:
-                return                         # logged; no marker without its durable decision
-        for transactional_id in sorted(self.completing):
-            meta = self.txns[transactional_id]
-            if meta.markers_due_ms > self.now_ms():
-                continue                       # held back (doze.transaction.markers.delay.ms)
-            if meta.markers_needed:
-                self._append_markers(meta)
-            if meta.markers_needed or any(
-                    tp in self.logs.logs and self.logs.logs[tp].high_watermark <= offset
-                    for tp, offset in meta.marker_offsets.items()):
-                continue
-            self._complete(meta)
-
-    def _complete(self, meta):
-        """Step 3: committed offsets and the Complete state in one meta.db transaction."""
-        commit = meta.state == TxnState.PREPARE_COMMIT
-        offsets = meta.offsets if commit else {}
-        row = meta.row(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                       partitions=set(), groups=set(), offsets={}, last_update_ms=self.now_ms())
-        try:
-            self.store.complete_txn(row, offsets)
-        except StoreFailed:                     # logged by the store; the next group commit retries
-            return
-        for group, entries in offsets.items():
-            self.groups.apply_committed(group, entries)
-        self._unindex_staged(meta)
-        self._offsets_marker(meta, commit)
-        meta.last_decision = {"commit": commit, "markers": meta.marker_offsets, "offsets": meta.offsets,
-                              "at_ms": row["last_update_ms"]}
-        before = meta.state
-        meta.adopt(row)
-        self._journal_transition(meta, before, "markers durable")
-        meta.markers_needed, meta.marker_offsets = set(), {}
-        self.completing.discard(meta.transactional_id)
-        self.notify(("txn", meta.transactional_id))
-
-    def _offsets_marker(self, meta, commit):
-        """Kafka writes the COMMIT or ABORT marker into each added group's
-        __consumer_offsets partition too, and that marker is what publishes (or
-        drops) the staged offsets. doze keeps offsets in meta.db: the sqlite
-        transaction of step 3 stands in for it, journaled as what it stands for."""
-        for group in sorted(meta.groups):
-            tp = (CONSUMER_OFFSETS, offsets_partition(self.config, group))
-            meta.marker_offsets[tp] = None
-            done = "became its committed offsets" if commit else "were dropped"
-            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
-                                offset=None, control="COMMIT" if commit else "ABORT", group=group,
-                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
-                                stand_in=f"doze writes none: {group}'s staged offsets {done} in meta.db, "
-                                         f"in the same sqlite transaction as the Complete state")
-
-    # --- the produce path ---
-    def check_produce(self, transactional_id, producer_id, producer_epoch, tp):
-        """Is this transactional batch allowed? (KIP-890 part 1 verification,
-        with Kafka's mapping of the answers to Produce v<=10 errors.)"""
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if producer_epoch != meta.producer_epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, "fenced by a newer epoch")
-        if meta.state in DECIDED:
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has "
-                             "been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS")
-        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Partition was not added to the transaction")
-
-    def check_not_decided(self, transactional_id):
-        """A transaction already decided takes no more data, even on a partition
-        where it is open (Kafka checks only partitions it has not verified: the
-        KAFKA-17754 window). NOT_ENOUGH_REPLICAS makes the client retry."""
-        meta = self.txns.get(transactional_id)
-        if meta is not None and meta.state in DECIDED:
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "the transaction is being ended")
-
-    # --- its chores on the loop: timeouts (every TXN_TICK_S), expired ids ---
-    def schedule(self, timers):
-        """Start the chores on the loop's timers."""
-        self.timers = timers
-        timers.call_later(TXN_TICK_S, self._tick)
-        timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
-                          self._expire_ids)
-
-    def _tick(self):
-        self.timers.call_later(TXN_TICK_S, self._tick)
-        try:
-            self.tick()
-        except KafkaError as e:                 # meta.db refused a change (NOT_COORDINATOR)
-            log.error("transaction timeouts: %s; will try again", e.detail)
-
-    def _expire_ids(self):
-        self.timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
-                               self._expire_ids)
-        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
-            self.expire_ids()
-
-    def tick(self):
-        """Time out transactions open longer than their transaction.timeout.ms
-        since they began, as Kafka's TransactionStateManager.timedOutTransactions
-        (the start is stored, so a restart does not reset it; the walkthrough's
-        step 7), and retry unfinished decisions."""
-        now = self.now_ms()
-        for meta in list(self.txns.values()):
-            start = meta.txn_start_ms if meta.txn_start_ms >= 0 else meta.last_update_ms
-            if meta.state == TxnState.ONGOING and now - start > meta.timeout_ms:
-                try:
-                    self._fence_and_abort(meta, f"timed out after {meta.timeout_ms} ms")
-                except KafkaError:
-                    pass                          # meta.db unwritable now: next tick
-        if self.completing:
-            self.progress()
-
-    def expire_ids(self):
-        """transactional.id.expiration.ms: forget ids idle that long with nothing open."""
-        limit = self.now_ms() - self.config["transactional.id.expiration.ms"]
-        for meta in list(self.txns.values()):
-            if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
-                    and meta.last_update_ms < limit:
-                self.store.delete_txn(meta.transactional_id)
-                del self.txns[meta.transactional_id]
-                self._journal_transition(meta, meta.state, "transactional.id.expiration.ms", TxnState.DEAD)
-
 
 ###############################################################################
 # 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
@@ -6480,7 +5985,506 @@ def named_rows(assigned, names):
 
 
 ###############################################################################
-# 10. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+###############################################################################
+# --- TransactionCoordinator: KIP-98 transactions, the classic protocol ----------
+# A transactional producer (KIP-98) owns a transactional id. InitProducerId
+# makes it the owner, fencing any older holder by raising the epoch.
+# AddPartitionsToTxn tells the coordinator which partitions the transaction
+# will write; AddOffsetsToTxn and TxnOffsetCommit stage consumer offsets in
+# it; EndTxn decides. Ending is a two-phase commit: the decision is made
+# durable first (PrepareCommit/PrepareAbort), then a COMMIT or ABORT marker --
+# a control batch with the producer's id and epoch -- goes to every partition
+# the transaction wrote, then the transaction is complete.
+#
+# Crash ordering for EndTxn in doze, all in the loop's group commit of the pass
+# that received it (Broker._group_commit):
+#   1. meta.db: state := PREPARE_COMMIT / PREPARE_ABORT, fsynced  -- the decision is durable
+#   2. logs:    a marker on every partition of the transaction; group commit fsyncs them
+#   3. meta.db: the staged offsets become committed offsets, and
+#               state := COMPLETE_COMMIT / COMPLETE_ABORT, in one sqlite transaction
+#               (SYNC_LATER: not waited for)
+#   4. answer EndTxn
+# Recovery: a transaction found in PREPARE_* on start is carried out again
+# from step 2 (a second marker for a finished transaction is harmless: it
+# closes nothing). One found ONGOING is left open, its timeout restarted.
+# Step 3 may be lost in a power cut after the answer: then it is redone. Nothing
+# the producer does next can slip in between: its next request's answer waits
+# for an fsync of meta.db, which makes step 3 durable too.
+#
+# Kafka vs doze: Kafka answers EndTxn once step 1 is durable and writes the
+# markers afterwards (WriteTxnMarkers to each leader); meanwhile the same id
+# gets CONCURRENT_TRANSACTIONS. doze answers after step 3: CONCURRENT_TRANSACTIONS
+# only while a marker cannot be written, and a reader told of a commit finds it.
+# doze.transaction.answer.after=decision answers as Kafka (the demo's step 9;
+# doze.transaction.markers.delay.ms holds the markers back: the window shown).
+# Likewise InitProducerId on an open transaction: Kafka starts the abort and
+# answers CONCURRENT_TRANSACTIONS (the client retries); doze finishes the
+# abort first and answers success (Sarama treats that error as fatal).
+# Produce checks each transactional batch with the coordinator directly, as
+# KIP-890 part 1's verification does.
+
+S = TxnState
+VALID_PREVIOUS = {                       # new state <- states it may be entered from
+    S.EMPTY:               {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.ONGOING:             {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.PREPARE_COMMIT:      {S.ONGOING},
+    S.PREPARE_ABORT:       {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+    S.COMPLETE_COMMIT:     {S.PREPARE_COMMIT},
+    S.COMPLETE_ABORT:      {S.PREPARE_ABORT},
+    S.DEAD:                {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
+    S.PREPARE_EPOCH_FENCE: {S.ONGOING},
+}
+DECIDED = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
+EPOCH_EXHAUSTED = 32766                  # Short.MAX_VALUE - 1: one more fence must fit
+TXN_ANSWER_WAIT_MS = 5000                # then CONCURRENT_TRANSACTIONS, and the client retries
+TXN_TICK_S = 0.1
+
+
+class TransactionMetadata:
+    """One transactional id: Kafka's TransactionMetadata, minus the pending state
+    (doze's decided transactions are the PREPARE_* states themselves)."""
+
+    def __init__(self, transactional_id, producer_id, producer_epoch, timeout_ms, now_ms):
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.previous_producer_id = -1
+        self.producer_epoch = producer_epoch
+        self.last_producer_epoch = -1         # in memory only, as in Kafka: KIP-360 retries
+        self.timeout_ms = timeout_ms
+        self.state = TxnState.EMPTY
+        self.partitions = set()               # {(topic, partition)}
+        self.groups = set()                   # groups added by AddOffsetsToTxn
+        self.offsets = {}                     # group -> {(topic, partition): OffsetEntry}, staged
+        self.txn_start_ms = -1
+        self.last_update_ms = now_ms
+        self.markers_needed = set()           # partitions still owed a marker
+        self.decided_at = 0                   # meta.db's commit count once the decision was stored
+        self.marker_offsets = {}              # (topic, partition) -> offset of its marker
+        self.markers_due_ms = 0               # not written before (doze.transaction.markers.delay.ms)
+        self.marker_error = None              # the last marker write the disk refused (logged once)
+        # In memory only, for the console: the recent transitions (journal
+        # events), and the last decided transaction's markers and offsets.
+        self.history = collections.deque(maxlen=TXN_HISTORY)
+        self.last_decision = None             # {"commit", "at_ms", "markers": {tp: offset}, "offsets": {group: {tp: entry}}}
+
+    def row(self, **changes):
+        """The meta.db row for this metadata with `changes` applied."""
+        d = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+             "previous_producer_id": self.previous_producer_id,
+             "producer_epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
+             "state": self.state, "partitions": self.partitions, "groups": self.groups,
+             "offsets": self.offsets, "txn_start_ms": self.txn_start_ms,
+             "last_update_ms": self.last_update_ms}
+        unknown = set(changes) - set(d) - {"last_producer_epoch"}
+        assert not unknown, unknown
+        d.update(changes)
+        return d
+
+    def adopt(self, row):
+        for name, value in row.items():
+            setattr(self, name, value)
+
+
+class TransactionCoordinator:
+    """Transactional ids and their transactions. Knows nothing of sockets;
+    waiters are woken through notify(("txn", transactional_id))."""
+
+    def __init__(self, config, store, logs, groups, producer_states, producer_ids, notify, journal=None):
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.groups = groups
+        self.journal = journal or Journal(config.clock)
+        self.producer_states = producer_states    # ProducerStates
+        self.producer_ids = producer_ids
+        self.notify = notify
+        self.clock = config.clock
+        self.txns = {}                            # transactional id -> TransactionMetadata
+        self.completing = set()                   # ids in PREPARE_* being carried out
+        self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
+        self.answer_after = config["doze.transaction.answer.after"]
+        if self.answer_after not in ("markers", "decision"):
+            raise ValueError(f"doze.transaction.answer.after: {self.answer_after!r}: markers (doze's way: the "
+                             f"answer once the markers are durable) or decision (Kafka's: once PrepareCommit is)")
+
+    def now_ms(self):
+        return int(self.clock() * 1000)
+
+    # --- storage ---
+    def load(self):
+        """Read meta.db; carry out stored decisions (the walkthrough's step 8: a
+        crash between decision and markers). Open transactions keep their start:
+        their timeout runs on from it."""
+        now = self.now_ms()
+        for row in self.store.load_txns():
+            meta = TransactionMetadata(row["transactional_id"], row["producer_id"],
+                                       row["producer_epoch"], row["timeout_ms"], now)
+            meta.adopt(row)
+            self.txns[meta.transactional_id] = meta
+            self._index_staged(meta)
+            if meta.state in DECIDED:
+                log.info("transaction %s was decided (%s) before a restart; carrying it out",
+                         meta.transactional_id, meta.state.value)
+                self._journal_transition(meta, meta.state, "read back from meta.db after a restart: "
+                                                           "the decision is carried out")
+                self._write_markers(meta)
+
+    def _save(self, meta, cause=None, **changes):
+        """Store the changed metadata, then adopt it: the state in memory never
+        runs ahead of meta.db. A failed write changes nothing: NOT_COORDINATOR.
+        A new state, epoch or partition is journaled with its cause (each is a
+        record Kafka appends to the id's __transaction_state partition)."""
+        if "state" in changes and changes["state"] != meta.state \
+                and meta.state not in VALID_PREVIOUS[changes["state"]]:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"{meta.state.value} -> {changes['state'].value}")
+        row = meta.row(**changes)
+        with coordinator_store():
+            self.store.save_txn(row)
+        before = (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups)
+        meta.adopt(row)
+        self.txns[meta.transactional_id] = meta
+        if before != (meta.state, meta.producer_id, meta.producer_epoch, meta.partitions, meta.groups):
+            self._journal_transition(meta, before[0], cause)
+
+    def _journal_transition(self, meta, before, cause, to=None):
+        """A "txn" event: from `before` to meta's state (or `to`), with its cause,
+        and the __transaction_state partition Kafka would append it to."""
+        names = self.partition_names(meta)
+        event = self.journal.record(
+            "txn", transactional_id=meta.transactional_id, from_state=before.value,
+            to_state=(to or meta.state).value,
+            cause=cause, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            partitions=names[:20], partition_count=len(names),
+            coordinator=f"{TRANSACTION_STATE}-{transaction_state_partition(self.config, meta.transactional_id)}")
+        meta.history.append(event)
+
+    def partition_names(self, meta):
+        """Its partitions as Kafka lists them: those AddPartitionsToTxn added and,
+        for each group AddOffsetsToTxn added, that group's __consumer_offsets partition."""
+        tps = meta.partitions | {(CONSUMER_OFFSETS, offsets_partition(self.config, g)) for g in meta.groups}
+        return [f"{t}-{p}" for t, p in sorted(tps)]
+
+    def _index_staged(self, meta):
+        for group, offsets in meta.offsets.items():
+            for tp in offsets:
+                self.staged.setdefault(group, {}).setdefault(tp, set()).add(meta.transactional_id)
+
+    def _unindex_staged(self, meta):
+        for group, offsets in meta.offsets.items():
+            for tp in offsets:
+                ids = self.staged.get(group, {}).get(tp)
+                if ids:
+                    ids.discard(meta.transactional_id)
+                    if not ids:
+                        del self.staged[group][tp]
+
+    def staged_partitions(self, group_id):
+        """Partitions with offsets staged in an undecided transaction (KIP-447's
+        require_stable makes OffsetFetch answer UNSTABLE_OFFSET_COMMIT for these)."""
+        return set(self.staged.get(group_id, {}))
+
+    # --- checks every transactional call makes ---
+    def for_producer(self, transactional_id, producer_id, producer_epoch):
+        """The transaction of (id, producer id, epoch), or the error Kafka gives."""
+        if not transactional_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"{transactional_id!r} is not bound to producer id {producer_id}")
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"epoch {producer_epoch}; the current one is {meta.producer_epoch}")
+        return meta
+
+    # --- InitProducerId ---
+    def init_producer(self, transactional_id, timeout_ms, producer_id, producer_epoch):
+        """-> (meta, then): `then()` builds the answer; when meta is not None the
+        answer waits until meta's fence-abort is complete."""
+        if (producer_id == -1) != (producer_epoch == -1):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "producer id and epoch must both be set")
+        if transactional_id == "":
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
+            raise KafkaError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                             f"{timeout_ms} ms; transaction.max.timeout.ms is "
+                             f"{self.config['transaction.max.timeout.ms']}")
+        meta = self.txns.get(transactional_id)
+        if meta is None:                      # a new id: epoch -1 until the first bump
+            meta = TransactionMetadata(transactional_id, self.producer_ids.new_id(), -1,
+                                       timeout_ms, self.now_ms())
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        if producer_id != -1 and not (meta.producer_epoch == -1 or producer_id == meta.producer_id or (
+                producer_id == meta.previous_producer_id and producer_epoch >= EPOCH_EXHAUSTED)):
+            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"producer id {producer_id} is not current")
+        if meta.state == TxnState.ONGOING:
+            # Fence the old owner and abort its transaction; answer once that is done,
+            # with the epoch a retry would get from Kafka (old epoch + 2).
+            self._fence_and_abort(meta, "a new InitProducerId")
+            return meta, lambda: self._bump(meta, timeout_ms, -1, -1)
+        return None, lambda: self._bump(meta, timeout_ms, producer_id, producer_epoch)
+
+    def _bump(self, meta, timeout_ms, producer_id, producer_epoch):
+        """Empty/Complete*: a new epoch (or, at exhaustion, a new producer id)."""
+        now = self.now_ms()
+        new = {"state": TxnState.EMPTY, "timeout_ms": timeout_ms, "partitions": set(),
+               "groups": set(), "offsets": {}, "txn_start_ms": -1, "last_update_ms": now}
+        epoch, last = meta.producer_epoch, meta.last_producer_epoch
+        if epoch >= EPOCH_EXHAUSTED and producer_epoch in (-1, epoch):
+            new.update(previous_producer_id=meta.producer_id, producer_id=self.producer_ids.new_id(),
+                       producer_epoch=0, last_producer_epoch=producer_epoch)
+        elif producer_epoch == -1 or epoch == -1 or producer_epoch == epoch:
+            new.update(producer_epoch=epoch + 1,
+                       last_producer_epoch=epoch if producer_epoch != -1 else -1)
+        elif producer_epoch == last:
+            pass                                  # KIP-360: a retry of a bump that succeeded
+        else:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} is not current")
+        self._save(meta, "InitProducerId", **new)
+        return Msg(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+
+    def _fence_and_abort(self, meta, why):
+        """Raise the epoch (fencing the producer) and abort its open transaction."""
+        log.info("transaction %s: aborting its open transaction (%s); epoch %d -> %d",
+                 meta.transactional_id, why, meta.producer_epoch, meta.producer_epoch + 1)
+        self._save(meta, f"fenced: {why}", state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
+                   last_producer_epoch=-1, last_update_ms=self.now_ms())
+        self._write_markers(meta)
+
+    # --- AddPartitionsToTxn, AddOffsetsToTxn ---
+    def add_partitions(self, meta, tps=(), group=None):
+        """Enter the transaction (or stay in it), durably. Callers have run for_producer."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        tps = set(tps)
+        if meta.state == TxnState.ONGOING and tps <= meta.partitions and \
+                (group is None or group in meta.groups):
+            return                                 # a retry: nothing to write
+        now = self.now_ms()
+        self._save(meta, "AddOffsetsToTxn" if group else "AddPartitionsToTxn",
+                   state=TxnState.ONGOING, partitions=meta.partitions | tps,
+                   groups=meta.groups | ({group} if group else set()), last_update_ms=now,
+                   txn_start_ms=now if meta.state != TxnState.ONGOING else meta.txn_start_ms)
+
+    # --- TxnOffsetCommit ---
+    def check_offsets_added(self, meta, group, version):
+        """KIP-890 part 1's verification for TxnOffsetCommit."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        if meta.state != TxnState.ONGOING or group not in meta.groups:
+            raise KafkaError(ErrorCode.TRANSACTION_ABORTABLE if version >= 4 else ErrorCode.INVALID_TXN_STATE,
+                             f"group {group} was not added to the transaction")
+
+    def stage_offsets(self, meta, group, offsets):
+        staged = {g: dict(o) for g, o in meta.offsets.items()}
+        staged.setdefault(group, {}).update(offsets)
+        self._save(meta, offsets=staged, last_update_ms=self.now_ms())
+        self._index_staged(meta)
+
+    # --- EndTxn ---
+    def end_txn(self, meta, commit):
+        """-> True when the answer must wait for the markers, or raises."""
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                             f"{meta.state.value}: the decision is being carried out")
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if meta.state == done:
+            return False                             # a retry of the same decision
+        if meta.state != TxnState.ONGOING:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"cannot {'commit' if commit else 'abort'} in state {meta.state.value}")
+        self._save(meta, f"EndTxn ({'commit' if commit else 'abort'})",
+                   state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                   last_update_ms=self.now_ms())
+        self._write_markers(meta, self.config["doze.transaction.markers.delay.ms"]
+                            if self.answer_after == "decision" else 0)
+        return self.answer_after == "markers"
+
+    def outcome(self, meta, commit):
+        """For a waiting EndTxn: its answer, or None while the markers are not durable."""
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        return Msg() if meta.state == done else None
+
+    # --- markers ---
+    def _write_markers(self, meta, delay_ms=0):
+        """Owe a marker to each partition: progress() writes them once the
+        decision just stored is durable (a marker on disk before its decision
+        would be a commit that a power cut could turn into an abort), and
+        not before delay_ms (doze.transaction.markers.delay.ms) has passed."""
+        meta.markers_needed = set(meta.partitions)
+        meta.marker_offsets = {}
+        meta.decided_at = self.store.commits
+        meta.markers_due_ms = self.now_ms() + delay_ms
+        self.completing.add(meta.transactional_id)
+        if delay_ms:
+            self.timers.call_later(delay_ms / 1000, self.progress)
+
+    def _append_markers(self, meta):
+        """Up to PARTITIONS_PER_STEP markers a call: a transaction over thousands
+        of partitions writes the rest in the next passes (progress, after each
+        group commit), so no pass holds the loop long."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        for tp in sorted(meta.markers_needed)[:PARTITIONS_PER_STEP]:
+            plog = self.logs.logs.get(tp)
+            if plog is None:                       # the topic was deleted meanwhile
+                meta.markers_needed.discard(tp)
+                continue
+            if plog.offline:                       # retried after a restart (Kafka: until it is back)
+                continue
+            now = self.now_ms()
+            batch = bytearray(build_control_batch(meta.producer_id, meta.producer_epoch, commit, now))
+            try:
+                base = self.logs.append(plog, batch, read_batch_header(batch))
+            except KafkaError as e:                # no room, or the partition just went offline
+                if meta.marker_error != e.detail:
+                    log.error("transaction %s: the %s marker for %s-%d could not be written (%s); "
+                              "the decision stands, retrying", meta.transactional_id,
+                              "COMMIT" if commit else "ABORT", tp[0], tp[1], e.detail)
+                meta.marker_error = e.detail
+                continue
+            self.producer_states.of(tp).apply_marker(meta.producer_id, meta.producer_epoch, commit,
+                                                 base, now)
+            meta.markers_needed.discard(tp)
+            meta.marker_offsets[tp] = base
+            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
+                                offset=base, control="COMMIT" if commit else "ABORT",
+                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+
+    def progress(self):
+        """In the group commit: make the decisions durable, write their markers;
+        after the logs' fsync, finish every decided transaction whose markers
+        are all durable; retry markers that could not be written."""
+        if any(self.txns[t].decided_at > self.store.synced for t in self.completing):
+            try:
+                self.store.sync()
+            except StoreFailed:
+                return                         # logged; no marker without its durable decision
+        for transactional_id in sorted(self.completing):
+            meta = self.txns[transactional_id]
+            if meta.markers_due_ms > self.now_ms():
+                continue                       # held back (doze.transaction.markers.delay.ms)
+            if meta.markers_needed:
+                self._append_markers(meta)
+            if meta.markers_needed or any(
+                    tp in self.logs.logs and self.logs.logs[tp].high_watermark <= offset
+                    for tp, offset in meta.marker_offsets.items()):
+                continue
+            self._complete(meta)
+
+    def _complete(self, meta):
+        """Step 3: committed offsets and the Complete state in one meta.db transaction."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        offsets = meta.offsets if commit else {}
+        row = meta.row(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                       partitions=set(), groups=set(), offsets={}, last_update_ms=self.now_ms())
+        try:
+            self.store.complete_txn(row, offsets)
+        except StoreFailed:                     # logged by the store; the next group commit retries
+            return
+        for group, entries in offsets.items():
+            self.groups.apply_committed(group, entries)
+        self._unindex_staged(meta)
+        self._offsets_marker(meta, commit)
+        meta.last_decision = {"commit": commit, "markers": meta.marker_offsets, "offsets": meta.offsets,
+                              "at_ms": row["last_update_ms"]}
+        before = meta.state
+        meta.adopt(row)
+        self._journal_transition(meta, before, "markers durable")
+        meta.markers_needed, meta.marker_offsets = set(), {}
+        self.completing.discard(meta.transactional_id)
+        self.notify(("txn", meta.transactional_id))
+
+    def _offsets_marker(self, meta, commit):
+        """Kafka writes the COMMIT or ABORT marker into each added group's
+        __consumer_offsets partition too, and that marker is what publishes (or
+        drops) the staged offsets. doze keeps offsets in meta.db: the sqlite
+        transaction of step 3 stands in for it, journaled as what it stands for."""
+        for group in sorted(meta.groups):
+            tp = (CONSUMER_OFFSETS, offsets_partition(self.config, group))
+            meta.marker_offsets[tp] = None
+            done = "became its committed offsets" if commit else "were dropped"
+            self.journal.record("marker", transactional_id=meta.transactional_id, topic=tp[0], partition=tp[1],
+                                offset=None, control="COMMIT" if commit else "ABORT", group=group,
+                                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                stand_in=f"doze writes none: {group}'s staged offsets {done} in meta.db, "
+                                         f"in the same sqlite transaction as the Complete state")
+
+    # --- the produce path ---
+    def check_produce(self, transactional_id, producer_id, producer_epoch, tp):
+        """Is this transactional batch allowed? (KIP-890 part 1 verification,
+        with Kafka's mapping of the answers to Produce v<=10 errors.)"""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != meta.producer_epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, "fenced by a newer epoch")
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has "
+                             "been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS")
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Partition was not added to the transaction")
+
+    def check_not_decided(self, transactional_id):
+        """A transaction already decided takes no more data, even on a partition
+        where it is open (Kafka checks only partitions it has not verified: the
+        KAFKA-17754 window). NOT_ENOUGH_REPLICAS makes the client retry."""
+        meta = self.txns.get(transactional_id)
+        if meta is not None and meta.state in DECIDED:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "the transaction is being ended")
+
+    # --- its chores on the loop: timeouts (every TXN_TICK_S), expired ids ---
+    def schedule(self, timers):
+        """Start the chores on the loop's timers."""
+        self.timers = timers
+        timers.call_later(TXN_TICK_S, self._tick)
+        timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                          self._expire_ids)
+
+    def _tick(self):
+        self.timers.call_later(TXN_TICK_S, self._tick)
+        try:
+            self.tick()
+        except KafkaError as e:                 # meta.db refused a change (NOT_COORDINATOR)
+            log.error("transaction timeouts: %s; will try again", e.detail)
+
+    def _expire_ids(self):
+        self.timers.call_later(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000,
+                               self._expire_ids)
+        with contextlib.suppress(StoreFailed):       # logged by the store; tried again next time
+            self.expire_ids()
+
+    def tick(self):
+        """Time out transactions open longer than their transaction.timeout.ms
+        since they began, as Kafka's TransactionStateManager.timedOutTransactions
+        (the start is stored, so a restart does not reset it; the walkthrough's
+        step 7), and retry unfinished decisions."""
+        now = self.now_ms()
+        for meta in list(self.txns.values()):
+            start = meta.txn_start_ms if meta.txn_start_ms >= 0 else meta.last_update_ms
+            if meta.state == TxnState.ONGOING and now - start > meta.timeout_ms:
+                try:
+                    self._fence_and_abort(meta, f"timed out after {meta.timeout_ms} ms")
+                except KafkaError:
+                    pass                          # meta.db unwritable now: next tick
+        if self.completing:
+            self.progress()
+
+    def expire_ids(self):
+        """transactional.id.expiration.ms: forget ids idle that long with nothing open."""
+        limit = self.now_ms() - self.config["transactional.id.expiration.ms"]
+        for meta in list(self.txns.values()):
+            if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
+                    and meta.last_update_ms < limit:
+                self.store.delete_txn(meta.transactional_id)
+                del self.txns[meta.transactional_id]
+                self._journal_transition(meta, meta.state, "transactional.id.expiration.ms", TxnState.DEAD)
+
+
+###############################################################################
+# 11. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 # A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
 # SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
@@ -6975,7 +6979,7 @@ def acl_filter_matches(f, acl):
 
 
 ###############################################################################
-# 11. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 12. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -7291,7 +7295,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §15).
+    connection of a client that sends one (see §16).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -8071,11 +8075,11 @@ def partitions_page(topic, indexes, node_id, operations):
 
 
 ###############################################################################
-# 12. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 13. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 # The handlers of the APIs a consumer group and a transactional producer
 # speak. Each checks authorization and the request's shape, then hands the
-# step to its coordinator (§8: GroupCoordinator, TransactionCoordinator),
+# step to its coordinator (§8 GroupCoordinator, §10 TransactionCoordinator),
 # which knows nothing of sockets; a request that must wait (a JoinGroup until
 # the group's members are in, an EndTxn until its markers are durable) is a
 # Park its coordinator wakes.
@@ -9287,7 +9291,7 @@ def describe_consumer_group(ctx, group_id, include_operations):
 
 
 ###############################################################################
-# 13. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 14. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
 # or "" for the cluster-wide default), type 32 a group (KIP-848's group
@@ -9665,13 +9669,13 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
 
 
 ###############################################################################
-# 14. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 15. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 # The handlers an administrator's tools speak (kafka-topics, kafka-configs,
 # kafka-acls, the AdminClient), and the two SASL steps of a connection, in
 # API-key order. Topics are made and removed by LogManager (§7) in steps;
-# configs are read and changed through the config resources (§13); ACLs go
-# to the Authorizer and SCRAM credentials to meta.db (§10).
+# configs are read and changed through the config resources (§14); ACLs go
+# to the Authorizer and SCRAM credentials to meta.db (§11).
 
 # --- SaslHandshake (17) ---------------------------------------------------------
 
@@ -9685,7 +9689,7 @@ SaslHandshake  key=17  versions=0-1  flexible=none
 """)
 def handle_sasl_handshake(ctx, req):
     """SaslHandshake: the mechanism a SASL connection will authenticate with.
-    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §10).
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §11).
 
     Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
     with the enabled ones after the failure delay, then the connection closes),
@@ -10554,7 +10558,7 @@ def scram_alteration_error(ctx, op, kind):
 
 
 ###############################################################################
-# 15. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 16. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -11904,7 +11908,7 @@ def parse_connection_overrides(text):
 
 
 ###############################################################################
-# 16. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 17. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 # doze.console.listener=HOST:PORT serves a small web console on the broker's
 # own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
@@ -13454,7 +13458,7 @@ def browser_pages(d):
 
 
 ###############################################################################
-# 17. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 18. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 # The console's sockets: its stylesheet and script, each HTTP connection (one
 # request, then closed), its login against the broker's own SASL users, and
@@ -14164,7 +14168,7 @@ class Console:
         return status, "text/html; charset=utf-8", page_message(title, text, who).encode(), ()
 
     def control_answer(self, method, path, query, headers, body, ip):
-        """/control: the control endpoint's, when the command line serves one (§19)."""
+        """/control: the control endpoint's, when the command line serves one (§20)."""
         if self.broker.control is None:
             return http_response(404, "application/json; charset=utf-8", json.dumps(
                 {"error": "the control endpoint is off: start doze with --control"}).encode())
@@ -14230,7 +14234,7 @@ def safe_next(path):
 
 
 ###############################################################################
-# 18. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 19. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
@@ -14747,8 +14751,8 @@ class Broker:
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
-        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§15)
-        self.control = control              # the control endpoint (§19) the console serves, if asked
+        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§16)
+        self.control = control              # the control endpoint (§20) the console serves, if asked
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
@@ -14910,7 +14914,7 @@ class Broker:
 
 
 ###############################################################################
-# 19. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 20. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 # running() starts a broker on its own thread, on an ephemeral port in a
 # temporary directory, with settings a test wants, and gives the test what it
@@ -15205,8 +15209,8 @@ class FaultyDisk(Files):
 # --- Embedded: the broker a test holds ---------------------------------------------
 # running() gives a test an Embedded: the Broker (every attribute of the
 # Broker reads through it: bootstrap, port, run_in_loop, ...), and what a test
-# does to it -- its faults (§15), its disk, its clock, a restart, its state
-# read without a consumer (the console's views, §16, as a superuser sees
+# does to it -- its faults (§16), its disk, its clock, a restart, its state
+# read without a consumer (the console's views, §17, as a superuser sees
 # them), a reset. A restart keeps the ports, the data directory, the faults,
 # the disk and the clock.
 
@@ -15705,7 +15709,7 @@ class Client:
 
 
 ###############################################################################
-# 20. DEMO -- the transaction protocol step by step, on a broker in this process
+# 21. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 # python3 doze_kafka.py demo starts a broker (with its console and the txn
 # trace) and walks through the classic transaction protocol with a small
@@ -16320,7 +16324,7 @@ def walkthrough(said):
 
 
 ###############################################################################
-# 21. CLI
+# 22. CLI
 ###############################################################################
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -6,7 +6,7 @@ The sections are numbered and titled as doze_kafka.py's chapters are, so
 "§7" means storage in both files, and a test stands in the section
 of the chapter whose code it is mainly about. A section opens with the helpers
 only it uses (section 0 holds those many sections use), then its tests. After
-§21, lettered sections hold what belongs to no one chapter:
+§22, lettered sections hold what belongs to no one chapter:
 
   0. Fixtures                  start_broker, RawClient, make_batch, FakeClock, loop_passes, wait_until;
                                Txn and the other clients' verbs; the SASL clients
@@ -17,19 +17,21 @@ only it uses (section 0 holds those many sections use), then its tests. After
   5. Schemas                   parser errors carry line numbers; every API round-trips at every version
   6. Record batches            CRC-32C check value and reference; batch validation
   7. Storage                   append/read, index, roll, retention, log start, torn tail; failing disks
-  8. Coordinators              producer state; the group and transaction coordinators, no sockets
-  9. Security                  SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
-  10. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
-  11. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
-  12. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
-  13. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
-  14. Connections              pipelining, bad input, TLS, dispatch, limits, listeners
-  15. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
-  16. Console: HTTP, login     its safety, login and sessions, event streams, its limits
-  17. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
-  18. Embedding doze           running()
-  19. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
-  20. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
+  8. Coordinators              producer state; the group coordinator, no sockets
+  9. Consumer group protocol   KIP-848: assignors, reconciliation, conversions
+  10. Transactions             the transaction coordinator, no sockets
+  11. Security                 SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
+  12. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
+  13. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
+  14. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+  15. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
+  16. Connections              pipelining, bad input, TLS, dispatch, limits, listeners, faults
+  17. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
+  18. Console: HTTP, login     its safety, login and sessions, event streams, its limits
+  19. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
+  20. Embedding doze           running(), Embedded, the control endpoint, the fixtures
+  21. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
+  22. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
   B. Scenarios                 kill -9, restart, torn tails, power cuts, a crash at every point
   C. Conformance               Kafka 4.3.1's recordings replayed; conformance/fuzz.py, bounded
   D. The book                  doze_kafka.py's shape, measured by conformance/book.py
@@ -2086,7 +2088,7 @@ def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(star
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, classic groups, transactions
+# 8. COORDINATORS -- producer state, classic groups
 ###############################################################################
 
 def idem_header(seq, count=1, producer_id=7, epoch=0):
@@ -2120,7 +2122,7 @@ class Coordinators:
         self.closed = False
 
     def group_commit(self):
-        """GroupCommit.run's steps (§18): meta.db's fsync; the markers of the
+        """GroupCommit.run's steps (§19): meta.db's fsync; the markers of the
         decisions now durable; the logs' fsync, which moves high watermarks;
         then the decisions whose markers are all durable are completed."""
         self.store.sync()
@@ -2133,7 +2135,7 @@ class Coordinators:
 
     def produce(self, meta, tp, values, seq=0):
         """A transactional batch of meta's producer, appended as Produce appends
-        one (§11's produce_partition and verify_producer) -> its base offset."""
+        one (§12's produce_partition and verify_producer) -> its base offset."""
         self.txns.check_produce(meta.transactional_id, meta.producer_id, meta.producer_epoch, tp)
         batch = bytearray(make_batch(values, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
                                      base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL))
@@ -2199,19 +2201,6 @@ def stable_member(groups, group_id):
                             [Msg(member_id=m.member_id, assignment=b"all")])
     assert synced.error_code == 0 and groups.get(group_id).state == doze.GroupState.STABLE
     return m
-
-
-def begin(c, transactional_id, tps, group=None, timeout_ms=60000):
-    """InitProducerId, then AddPartitionsToTxn (and AddOffsetsToTxn for group) -> the Ongoing transaction."""
-    meta, then = c.txns.init_producer(transactional_id, timeout_ms, -1, -1)
-    assert meta is None
-    answer = then()
-    meta = c.txns.for_producer(transactional_id, answer.producer_id, answer.producer_epoch)
-    c.txns.add_partitions(meta, tps)
-    if group:
-        c.txns.add_partitions(meta, group=group)
-    assert meta.state == doze.TxnState.ONGOING
-    return meta
 
 
 # --- Producer state (idempotence), no sockets --------------------------------------
@@ -2411,6 +2400,166 @@ def test_coordinators_group_offsets_commit_checks_and_retention(coordinators):
     assert [g for g, _, _ in c.store.load_groups()] == ["live"]
 
 
+###############################################################################
+# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+###############################################################################
+# Kafka 4.3.1's answers, step by step, are the recordings replayed in section C
+# (consumer-group-*); these tests add what a recording cannot: the clock, a
+# restart, and the assignors' balance.
+
+def cg_heartbeat(c, member, epoch, topics=None, owned=None, group="g", **more):
+    """One ConsumerGroupHeartbeat v1 -> its answer."""
+    return c.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=epoch,
+                  rebalance_timeout_ms=more.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1),
+                  subscribed_topic_names=topics, topic_partitions=owned, **more)
+
+
+def partitions_of(answer):
+    return None if answer.assignment is None else sorted(p for t in answer.assignment.topic_partitions
+                                                         for p in t.partitions)
+
+
+def owning(answer):
+    """What a member reports it owns after taking its assignment."""
+    return [Msg(topic_id=t.topic_id, partitions=t.partitions) for t in answer.assignment.topic_partitions]
+
+
+def test_consumer_group_member_missing_its_session_timeout_is_fenced_and_its_partitions_move(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("orders", 4)
+        a = cg_heartbeat(c, "a", 0, ["orders"], [])
+        bb = cg_heartbeat(c, "b", 0, ["orders"], [])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))           # a revokes two
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
+        bb = cg_heartbeat(c, "b", bb.member_epoch, owned=[])
+        got = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False)
+        assert {m.member_id: [p for t in m.assignment.topic_partitions for p in t.partitions]
+                for m in got.groups[0].members} == {"a": [0, 1], "b": [2, 3]}
+        b.advance(30000)
+        a = cg_heartbeat(c, "a", a.member_epoch)                            # a stays alive
+        b.advance(15001)                                                 # b: 45 s without a heartbeat
+        group = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                       include_authorized_operations=False).groups[0]
+        assert [m.member_id for m in group.members] == ["a"] and group.group_epoch == 4
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=[])
+        assert (a.member_epoch, partitions_of(a)) == (4, [0, 1, 2, 3])
+
+
+def test_consumer_group_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("orders", 2)
+        a = cg_heartbeat(c, "a", 0, ["orders"], [], rebalance_timeout_ms=5000)
+        cg_heartbeat(c, "b", 0, ["orders"], [])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=[Msg(topic_id=t.topic_id, partitions=[0, 1])
+                                                     for t in a.assignment.topic_partitions])
+        assert partitions_of(a) == [0]                                   # asked to give one up
+        b.advance(5001)
+        assert cg_heartbeat(c, "a", a.member_epoch).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_consumer_group_epochs_and_assignments_survive_a_restart(tmp_path):
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b:
+        with RawClient(b.port) as c:
+            c.create_topic("orders", 3)
+            a = cg_heartbeat(c, "a", 0, ["orders"], [], instance_id="app-1")
+            before = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                            include_authorized_operations=False).groups[0]
+        b.restart("kill")
+        with RawClient(b.port) as c:
+            after = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                           include_authorized_operations=False).groups[0]
+            assert after == before
+            steady = cg_heartbeat(c, "a", a.member_epoch, instance_id="app-1")
+            assert (steady.error_code, steady.member_epoch, steady.assignment) == (0, a.member_epoch, None)
+            listed = c.call(ApiKey.LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups
+            assert [(g.group_id, g.group_type, g.group_state) for g in listed] == [("g", "consumer", "Stable")]
+
+
+def test_classic_group_upgraded_by_a_consumer_member_answers_a_parked_join_rebalance_in_progress(tmp_path):
+    """A classic group mid-rebalance (a JoinGroup parked for the others) meets
+    its first ConsumerGroupHeartbeat: it becomes a consumer group and the
+    parked JoinGroup is answered REBALANCE_IN_PROGRESS (Kafka's
+    convertToConsumerGroup), so the classic member rejoins the new group."""
+    subscription = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)      # v0: [t], no user data
+    assignment = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">iii", 2, 0, 1) + struct.pack(">i", -1)
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c, RawClient(b.port) as other:
+        c.create_topic("t", 2)
+        a = join(c, "g", protocols=(("range", subscription),))
+        assert receive(c, ApiKey.SYNC_GROUP, send_sync(c, "g", a.generation_id, a.member_id,
+                                                         {a.member_id: assignment})).error_code == 0
+        parked = send_join(other, "g", member_id="", protocols=(("range", subscription),), version=3)
+        assert b.wait_until(lambda b: b.look(lambda v: v.group("g"))["group_state"] == "PreparingRebalance")
+        m = cg_heartbeat(c, "m", 0, ["t"], [])
+        assert m.error_code == 0 and m.member_epoch == a.generation_id + 1
+        assert receive(other, ApiKey.JOIN_GROUP, parked).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        described = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                           include_authorized_operations=False).groups[0]
+        types = {x.member_id: x.member_type for x in described.members}
+        assert types[a.member_id] == 0 and types["m"] == 1 and sorted(types.values()) == [0, 0, 1]  # the parked too
+
+
+def test_consumer_group_follows_its_topics_growing_and_going(tmp_path):
+    """Partitions added to a subscribed topic, and a subscribed topic deleted,
+    move the assignment at the next heartbeat (Kafka's metadata hash)."""
+    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
+            RawClient(b.port) as c:
+        c.create_topic("t", 2)
+        c.create_topic("u", 1)
+        a = cg_heartbeat(c, "a", 0, ["t", "u"], [])
+        assert (a.member_epoch, sorted(len(t.partitions) for t in a.assignment.topic_partitions)) == (2, [1, 2])
+        grown = c.call(ApiKey.CREATE_PARTITIONS, 3, topics=[Msg(name="t", count=4, assignments=None)],
+                       timeout_ms=5000, validate_only=False)
+        assert grown.results[0].error_code == 0
+        a = cg_heartbeat(c, "a", a.member_epoch)
+        assert a.member_epoch == 3 and sorted(len(t.partitions) for t in a.assignment.topic_partitions) == [1, 4]
+        c.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=["u"])
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))      # still reports u-0: revoke it first
+        assert a.member_epoch == 3 and [len(t.partitions) for t in a.assignment.topic_partitions] == [4]
+        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
+        assert (a.member_epoch, a.assignment) == (4, None)                 # u-0 given up: the new epoch
+
+
+def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
+    t1, t2 = b"\x01" * 16, b"\x02" * 16
+    counts = {t1: 7, t2: 3}
+    members = ["m1", "m2", "m3"]
+    subs = {m: [t1, t2] for m in members}
+    first = doze.uniform_assign(members, subs, {}, counts)
+    sizes = sorted(sum(len(ps) for ps in a.values()) for a in first.values())
+    assert sizes == [3, 3, 4] and set().union(*({(t, p) for t, ps in a.items() for p in ps}
+                                                 for a in first.values())) == {(t, p) for t in counts
+                                                                                for p in range(counts[t])}
+    again = doze.uniform_assign(members + ["m4"], {**subs, "m4": [t1, t2]}, first, counts)
+    kept = sum(len(again[m].get(t, set()) & first[m].get(t, set())) for m in members for t in counts)
+    assert sorted(sum(len(ps) for ps in a.values()) for a in again.values()) == [2, 2, 3, 3] and kept >= 8
+    mixed = doze.uniform_assign(members, {"m1": [t1], "m2": [t1, t2], "m3": [t2]}, {}, counts)
+    assert all(t in ({"m1": [t1], "m2": [t1, t2], "m3": [t2]}[m]) for m, a in mixed.items() for t in a)
+    assert sorted(sum(len(ps) for ps in a.values()) for a in mixed.values()) in ([3, 3, 4], [3, 4, 3])
+    ranges = doze.range_assign(members, subs, {}, counts, {"m3": "app-0"})
+    assert ranges["m3"] == {t1: {0, 1, 2}, t2: {0}}                    # a static member sorts first
+    assert (ranges["m1"], ranges["m2"]) == ({t1: {3, 4}, t2: {1}}, {t1: {5, 6}, t2: {2}})
+
+
+###############################################################################
+# 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+###############################################################################
+
+def begin(c, transactional_id, tps, group=None, timeout_ms=60000):
+    """InitProducerId, then AddPartitionsToTxn (and AddOffsetsToTxn for group) -> the Ongoing transaction."""
+    meta, then = c.txns.init_producer(transactional_id, timeout_ms, -1, -1)
+    assert meta is None
+    answer = then()
+    meta = c.txns.for_producer(transactional_id, answer.producer_id, answer.producer_epoch)
+    c.txns.add_partitions(meta, tps)
+    if group:
+        c.txns.add_partitions(meta, group=group)
+    assert meta.state == doze.TxnState.ONGOING
+    return meta
+
+
 def test_coordinators_txn_commit_writes_its_markers_in_the_group_commit_and_moves_the_lso(coordinators):
     c = coordinators()
     new_topic(c.logs, "t", partitions=2)
@@ -2561,150 +2710,7 @@ def test_coordinators_txn_load_after_a_restart_keeps_an_open_transaction_and_its
 
 
 ###############################################################################
-# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
-###############################################################################
-# Kafka 4.3.1's answers, step by step, are the recordings replayed in section C
-# (consumer-group-*); these tests add what a recording cannot: the clock, a
-# restart, and the assignors' balance.
-
-def cg_heartbeat(c, member, epoch, topics=None, owned=None, group="g", **more):
-    """One ConsumerGroupHeartbeat v1 -> its answer."""
-    return c.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=epoch,
-                  rebalance_timeout_ms=more.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1),
-                  subscribed_topic_names=topics, topic_partitions=owned, **more)
-
-
-def partitions_of(answer):
-    return None if answer.assignment is None else sorted(p for t in answer.assignment.topic_partitions
-                                                         for p in t.partitions)
-
-
-def owning(answer):
-    """What a member reports it owns after taking its assignment."""
-    return [Msg(topic_id=t.topic_id, partitions=t.partitions) for t in answer.assignment.topic_partitions]
-
-
-def test_consumer_group_member_missing_its_session_timeout_is_fenced_and_its_partitions_move(tmp_path):
-    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
-            RawClient(b.port) as c:
-        c.create_topic("orders", 4)
-        a = cg_heartbeat(c, "a", 0, ["orders"], [])
-        bb = cg_heartbeat(c, "b", 0, ["orders"], [])
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))           # a revokes two
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
-        bb = cg_heartbeat(c, "b", bb.member_epoch, owned=[])
-        got = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False)
-        assert {m.member_id: [p for t in m.assignment.topic_partitions for p in t.partitions]
-                for m in got.groups[0].members} == {"a": [0, 1], "b": [2, 3]}
-        b.advance(30000)
-        a = cg_heartbeat(c, "a", a.member_epoch)                            # a stays alive
-        b.advance(15001)                                                 # b: 45 s without a heartbeat
-        group = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
-                       include_authorized_operations=False).groups[0]
-        assert [m.member_id for m in group.members] == ["a"] and group.group_epoch == 4
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=[])
-        assert (a.member_epoch, partitions_of(a)) == (4, [0, 1, 2, 3])
-
-
-def test_consumer_group_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced(tmp_path):
-    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
-            RawClient(b.port) as c:
-        c.create_topic("orders", 2)
-        a = cg_heartbeat(c, "a", 0, ["orders"], [], rebalance_timeout_ms=5000)
-        cg_heartbeat(c, "b", 0, ["orders"], [])
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=[Msg(topic_id=t.topic_id, partitions=[0, 1])
-                                                     for t in a.assignment.topic_partitions])
-        assert partitions_of(a) == [0]                                   # asked to give one up
-        b.advance(5001)
-        assert cg_heartbeat(c, "a", a.member_epoch).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-
-
-def test_consumer_group_epochs_and_assignments_survive_a_restart(tmp_path):
-    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b:
-        with RawClient(b.port) as c:
-            c.create_topic("orders", 3)
-            a = cg_heartbeat(c, "a", 0, ["orders"], [], instance_id="app-1")
-            before = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
-                            include_authorized_operations=False).groups[0]
-        b.restart("kill")
-        with RawClient(b.port) as c:
-            after = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
-                           include_authorized_operations=False).groups[0]
-            assert after == before
-            steady = cg_heartbeat(c, "a", a.member_epoch, instance_id="app-1")
-            assert (steady.error_code, steady.member_epoch, steady.assignment) == (0, a.member_epoch, None)
-            listed = c.call(ApiKey.LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups
-            assert [(g.group_id, g.group_type, g.group_state) for g in listed] == [("g", "consumer", "Stable")]
-
-
-def test_classic_group_upgraded_by_a_consumer_member_answers_a_parked_join_rebalance_in_progress(tmp_path):
-    """A classic group mid-rebalance (a JoinGroup parked for the others) meets
-    its first ConsumerGroupHeartbeat: it becomes a consumer group and the
-    parked JoinGroup is answered REBALANCE_IN_PROGRESS (Kafka's
-    convertToConsumerGroup), so the classic member rejoins the new group."""
-    subscription = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)      # v0: [t], no user data
-    assignment = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">iii", 2, 0, 1) + struct.pack(">i", -1)
-    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
-            RawClient(b.port) as c, RawClient(b.port) as other:
-        c.create_topic("t", 2)
-        a = join(c, "g", protocols=(("range", subscription),))
-        assert receive(c, ApiKey.SYNC_GROUP, send_sync(c, "g", a.generation_id, a.member_id,
-                                                         {a.member_id: assignment})).error_code == 0
-        parked = send_join(other, "g", member_id="", protocols=(("range", subscription),), version=3)
-        assert b.wait_until(lambda b: b.look(lambda v: v.group("g"))["group_state"] == "PreparingRebalance")
-        m = cg_heartbeat(c, "m", 0, ["t"], [])
-        assert m.error_code == 0 and m.member_epoch == a.generation_id + 1
-        assert receive(other, ApiKey.JOIN_GROUP, parked).error_code == ErrorCode.REBALANCE_IN_PROGRESS
-        described = c.call(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
-                           include_authorized_operations=False).groups[0]
-        types = {x.member_id: x.member_type for x in described.members}
-        assert types[a.member_id] == 0 and types["m"] == 1 and sorted(types.values()) == [0, 0, 1]  # the parked too
-
-
-def test_consumer_group_follows_its_topics_growing_and_going(tmp_path):
-    """Partitions added to a subscribed topic, and a subscribed topic deleted,
-    move the assignment at the next heartbeat (Kafka's metadata hash)."""
-    with doze.running({"group.consumer.assignment.interval.ms": 0}, data_dir=str(tmp_path)) as b, \
-            RawClient(b.port) as c:
-        c.create_topic("t", 2)
-        c.create_topic("u", 1)
-        a = cg_heartbeat(c, "a", 0, ["t", "u"], [])
-        assert (a.member_epoch, sorted(len(t.partitions) for t in a.assignment.topic_partitions)) == (2, [1, 2])
-        grown = c.call(ApiKey.CREATE_PARTITIONS, 3, topics=[Msg(name="t", count=4, assignments=None)],
-                       timeout_ms=5000, validate_only=False)
-        assert grown.results[0].error_code == 0
-        a = cg_heartbeat(c, "a", a.member_epoch)
-        assert a.member_epoch == 3 and sorted(len(t.partitions) for t in a.assignment.topic_partitions) == [1, 4]
-        c.call(ApiKey.DELETE_TOPICS, 5, timeout_ms=1000, topic_names=["u"])
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))      # still reports u-0: revoke it first
-        assert a.member_epoch == 3 and [len(t.partitions) for t in a.assignment.topic_partitions] == [4]
-        a = cg_heartbeat(c, "a", a.member_epoch, owned=owning(a))
-        assert (a.member_epoch, a.assignment) == (4, None)                 # u-0 given up: the new epoch
-
-
-def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
-    t1, t2 = b"\x01" * 16, b"\x02" * 16
-    counts = {t1: 7, t2: 3}
-    members = ["m1", "m2", "m3"]
-    subs = {m: [t1, t2] for m in members}
-    first = doze.uniform_assign(members, subs, {}, counts)
-    sizes = sorted(sum(len(ps) for ps in a.values()) for a in first.values())
-    assert sizes == [3, 3, 4] and set().union(*({(t, p) for t, ps in a.items() for p in ps}
-                                                 for a in first.values())) == {(t, p) for t in counts
-                                                                                for p in range(counts[t])}
-    again = doze.uniform_assign(members + ["m4"], {**subs, "m4": [t1, t2]}, first, counts)
-    kept = sum(len(again[m].get(t, set()) & first[m].get(t, set())) for m in members for t in counts)
-    assert sorted(sum(len(ps) for ps in a.values()) for a in again.values()) == [2, 2, 3, 3] and kept >= 8
-    mixed = doze.uniform_assign(members, {"m1": [t1], "m2": [t1, t2], "m3": [t2]}, {}, counts)
-    assert all(t in ({"m1": [t1], "m2": [t1, t2], "m3": [t2]}[m]) for m, a in mixed.items() for t in a)
-    assert sorted(sum(len(ps) for ps in a.values()) for a in mixed.values()) in ([3, 3, 4], [3, 4, 3])
-    ranges = doze.range_assign(members, subs, {}, counts, {"m3": "app-0"})
-    assert ranges["m3"] == {t1: {0, 1, 2}, t2: {0}}                    # a static member sorts first
-    assert (ranges["m1"], ranges["m2"]) == ({t1: {3, 4}, t2: {1}}, {t1: {5, 6}, t2: {2}})
-
-
-###############################################################################
-# 10. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 11. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 
 def principals(broker):
@@ -3490,7 +3496,7 @@ def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
 
 
 ###############################################################################
-# 11. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 12. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 
 @pytest.fixture
@@ -4201,7 +4207,7 @@ def test_describe_cluster_unknown_endpoint_type(client):
 
 
 ###############################################################################
-# 12. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 13. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 
 def heartbeat(client, group, generation, member_id, instance=None):
@@ -5001,7 +5007,7 @@ def test_write_txn_markers_aborts_a_hanging_transaction(client):
 
 
 ###############################################################################
-# 13. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 14. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 
 def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
@@ -5256,7 +5262,7 @@ def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker
 
 
 ###############################################################################
-# 14. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 15. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 
 def any_acl_filter(**kw):
@@ -5551,7 +5557,7 @@ def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
 
 
 ###############################################################################
-# 15. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 16. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 
 def raw_connection(broker):
@@ -6474,7 +6480,7 @@ def test_faults_close_and_probability_and_misuse():
 
 
 ###############################################################################
-# 16. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 17. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 
 def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
@@ -6701,7 +6707,7 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
     markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
                if e["kind"] == "marker"]
-    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §8
+    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §10
                                ("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
     ids = [e["id"] for e in cluster["recent_events"]]
     assert ids == sorted(ids, reverse=True)                            # newest first
@@ -7352,7 +7358,7 @@ def test_console_shows_offsets_stand_in_markers_and_the_coordinator(console):
 
 
 ###############################################################################
-# 17. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 18. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 
 def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
@@ -7754,7 +7760,7 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
 
 
 ###############################################################################
-# 18. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 19. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 
 @pytest.fixture
@@ -8069,7 +8075,7 @@ def test_trace_shows_an_error_as_the_requests_version_gets_it(traced):
 
 
 ###############################################################################
-# 19. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 20. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 
 def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
@@ -8358,7 +8364,7 @@ def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
 
 
 ###############################################################################
-# 20. DEMO -- the transaction protocol step by step, on a broker in this process
+# 21. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
@@ -8428,7 +8434,7 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
 
 
 ###############################################################################
-# 21. CLI
+# 22. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):
