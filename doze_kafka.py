@@ -260,6 +260,8 @@ BROKER_DEFAULTS = {
                                                # "decision": once PrepareCommit is, as Kafka answers (§10)
     "doze.transaction.markers.delay.ms": 0,    # doze's own: with "decision", the markers wait this long (Kafka's
                                                # WriteTxnMarkers to each leader, made long enough to see)
+    "doze.transaction.version": 1,             # doze's own: the transaction.version feature at start: 1 classic
+                                               # only; 2 KIP-890's version 2 besides (Kafka 4.x's default; §10)
 }
 
 TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§11, §16)
@@ -751,6 +753,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CLIENT_QUOTAS = 48
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -1138,6 +1141,10 @@ class Api:
     request: list = dataclasses.field(default_factory=list)
     response: list = dataclasses.field(default_factory=list)
     min_served: int = None        # versions below this are advertised but refused
+    classic_max: int = None       # the last version served without transaction version 2
+
+    def served_max(self, transaction_version):
+        return self.max_version if transaction_version >= 2 else self.classic_max
 
     def flexible(self, version):
         return self.flexible_from is not None and version >= self.flexible_from
@@ -5987,6 +5994,76 @@ def named_rows(assigned, names):
 ###############################################################################
 # 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
+# --- Features: which transaction protocol the cluster speaks (KIP-584) --------
+# Kafka finalizes each cluster-wide feature at a level, in its metadata log:
+# `kafka-storage format --feature` sets it, `kafka-features upgrade|downgrade`
+# (UpdateFeatures) changes it at run time, and every ApiVersions answer (v3+)
+# carries the levels with an epoch that only grows. doze finalizes one:
+# transaction.version. At 1 (doze's default) the classic protocol is the only
+# one: Produce up to v9, EndTxn and TxnOffsetCommit up to v4. At 2 (Kafka 4.x's
+# default) KIP-890's transaction version 2 is offered besides: Produce v12,
+# EndTxn v5, TxnOffsetCommit v5, and only together with the feature -- the
+# Java client and franz-go turn it on from the feature alone. Clients without
+# it (librdkafka, kafka-python, aiokafka, kafkajs, Sarama) go on with the
+# classic protocol on the same broker. The level and epoch live in meta.db.
+
+TRANSACTION_VERSION = "transaction.version"
+SUPPORTED_FEATURES = {TRANSACTION_VERSION: (0, 2)}      # name -> (min, max) level doze knows
+FEATURE_UPGRADE, FEATURE_SAFE_DOWNGRADE, FEATURE_UNSAFE_DOWNGRADE = 1, 2, 3   # UpdateFeatures' upgrade_type
+
+
+class Features:
+    """The finalized feature levels: what ApiVersions tells and UpdateFeatures changes."""
+
+    def __init__(self, config, store):
+        self.store = store
+        stored = store.get_setting("feature." + TRANSACTION_VERSION)
+        given = config["doze.transaction.version"]
+        level = given if "doze.transaction.version" in config.given or stored is None else int(stored)
+        if not SUPPORTED_FEATURES[TRANSACTION_VERSION][0] <= level <= SUPPORTED_FEATURES[TRANSACTION_VERSION][1]:
+            raise ValueError(f"doze.transaction.version: {level}: 0, 1 or 2")
+        self.levels = {TRANSACTION_VERSION: level}
+        self.epoch = int(store.get_setting("features.epoch", 0))
+        if stored is None or int(stored) != level:
+            self._store(level)
+
+    @property
+    def transaction_version(self):
+        return self.levels[TRANSACTION_VERSION]
+
+    def _store(self, level):
+        self.store.set_settings({"feature." + TRANSACTION_VERSION: level, "features.epoch": self.epoch + 1})
+        self.levels[TRANSACTION_VERSION] = level
+        self.epoch += 1
+
+    def supported(self):
+        return [Msg(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in SUPPORTED_FEATURES.items()]
+
+    def finalized(self):
+        return [Msg(name=n, max_version_level=level, min_version_level=level)
+                for n, level in self.levels.items() if level > 0]
+
+    def update(self, name, level, upgrade_type, validate_only):
+        """One of UpdateFeatures' changes -> None, or raises KafkaError."""
+        current = self.levels.get(name)
+        if current is None:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"Feature {name} is not supported by doze-kafka")
+        lo, hi = SUPPORTED_FEATURES[name]
+        if not lo <= level <= hi:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"Invalid update version {level} for feature {name}. The supported range is {lo}-{hi}")
+        if level < current and upgrade_type == FEATURE_UPGRADE:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"Can't downgrade the version of this feature without setting the upgrade "
+                             f"type to either safe or unsafe downgrade.")
+        if level > current and upgrade_type != FEATURE_UPGRADE:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"Can't downgrade to a newer version.")
+        if not validate_only and level != current:
+            self._store(level)
+            log.info("feature %s finalized at level %d (was %d)", name, level, current)
+
+
 # --- TransactionCoordinator: KIP-98 transactions, the classic protocol ----------
 # A transactional producer (KIP-98) owns a transactional id. InitProducerId
 # makes it the owner, fencing any older holder by raising the epoch.
@@ -6101,6 +6178,7 @@ class TransactionCoordinator:
         self.notify = notify
         self.clock = config.clock
         self.txns = {}                            # transactional id -> TransactionMetadata
+        self.features = Features(config, store)   # transaction.version
         self.completing = set()                   # ids in PREPARE_* being carried out
         self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
         self.answer_after = config["doze.transaction.answer.after"]
@@ -7028,10 +7106,13 @@ def storage_failed(ctx, results):
     return results
 
 
-def api(schema_text, min_served=None):
-    """Declare an API: its wire schema and the function that serves it."""
+def api(schema_text, min_served=None, classic_max=None):
+    """Declare an API: its wire schema and the function that serves it.
+    classic_max: the last version served while transaction.version is below 2
+    (the versions after it are transaction version 2's)."""
     spec = parse_api(schema_text)
     spec.min_served = spec.min_version if min_served is None else min_served
+    spec.classic_max = spec.max_version if classic_max is None else classic_max
 
     def register(handler):
         key = ApiKey(spec.key)
@@ -7262,7 +7343,7 @@ def by_topic(results, name="name", parts="partitions"):
 # --- Produce (0) ----------------------------------------------------------------
 
 @api("""
-Produce  key=0  versions=0-9  flexible=9+      # v0-2 advertised, refused (KAFKA-18659)
+Produce  key=0  versions=0-12  flexible=9+     # v0-2 advertised, refused (KAFKA-18659)
   request
     transactional_id  string? = null  v3+
     acks  int16
@@ -7285,8 +7366,16 @@ Produce  key=0  versions=0-9  flexible=9+      # v0-2 advertised, refused (KAFKA
           batch_index  int32
           batch_index_error_message  string? = null
         error_message  string? = null  v8+
+        current_leader  {}  v10+  tag=0        # KIP-951: sent with NOT_LEADER_OR_FOLLOWER, never here
+          leader_id  int32 = -1
+          leader_epoch  int32 = -1
     throttle_time_ms  int32 = 0  v1+
-""", min_served=3)
+    node_endpoints  []  v10+  tag=0
+      node_id  int32
+      host  string
+      port  int32
+      rack  string? = null
+""", min_served=3, classic_max=9)
 def handle_produce(ctx, req):
     """Produce: append one record batch per partition (KIP-98 format, magic 2).
 
@@ -7850,12 +7939,23 @@ ApiVersions  key=18  versions=0-4  flexible=3+
       min_version  int16
       max_version  int16
     throttle_time_ms  int32  v1+
+    supported_features  []  v3+  tag=0        # KIP-584: the features doze knows, their levels
+      name  string
+      min_version  int16
+      max_version  int16
+    finalized_features_epoch  int64 = -1  v3+  tag=1
+    finalized_features  []  v3+  tag=2        # the levels in force (transaction.version)
+      name  string
+      max_version_level  int16
+      min_version_level  int16
+    zk_migration_ready  bool = false  v3+  tag=3
 """)
 def handle_api_versions(ctx, req):
     """ApiVersions: which versions of which APIs doze speaks, built from HANDLERS.
 
-    No features are advertised -- in particular no `transaction.version`, so
-    every client uses the classic transaction protocol, not KIP-890's v2.
+    v3+ carries the finalized features (KIP-584): transaction.version 1 by
+    default, so every client uses the classic transaction protocol; at 2 the
+    versions of KIP-890's transaction version 2 are listed with it (§10's Features).
     A request version doze does not know is answered by the dispatcher with
     UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
 
@@ -7867,11 +7967,13 @@ def handle_api_versions(ctx, req):
         return Msg(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
     if ctx.conn.sasl is not None:
         ctx.conn.sasl.versions_answered()
-    return Msg(api_keys=api_versions_list())
+    features = ctx.txns.features
+    return Msg(api_keys=api_versions_list(features.transaction_version), supported_features=features.supported(),
+               finalized_features_epoch=features.epoch, finalized_features=features.finalized())
 
 
-def api_versions_list():
-    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.max_version)
+def api_versions_list(transaction_version):
+    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.served_max(transaction_version))
             for key, (spec, _) in sorted(HANDLERS.items())]
 
 
@@ -8760,7 +8862,7 @@ def handle_add_offsets_to_txn(ctx, req):
 # --- EndTxn (26) ----------------------------------------------------------------
 
 @api("""
-EndTxn  key=26  versions=0-4  flexible=3+      # v5 is KIP-890's transaction v2: not served
+EndTxn  key=26  versions=0-5  flexible=3+      # v5: transaction version 2 (KIP-890)
   request
     transactional_id  string
     producer_id  int64
@@ -8769,7 +8871,9 @@ EndTxn  key=26  versions=0-4  flexible=3+      # v5 is KIP-890's transaction v2:
   response
     throttle_time_ms  int32
     error_code  int16
-""")
+    producer_id  int64 = -1  v5+               # the id and epoch of the next transaction
+    producer_epoch  int16 = -1  v5+
+""", classic_max=4)
 def handle_end_txn(ctx, req):
     """EndTxn: the producer's last word on a transaction -- commit or abort.
     The walkthrough's steps 4 and 5 (and 8: the decision a restart carries out).
@@ -8863,7 +8967,7 @@ def write_marker(ctx, tp, m):
 # --- TxnOffsetCommit (28) -------------------------------------------------------
 
 @api("""
-TxnOffsetCommit  key=28  versions=0-4  flexible=3+     # v5 is transaction v2: not served
+TxnOffsetCommit  key=28  versions=0-5  flexible=3+     # v5: transaction version 2 (KIP-890)
   request
     transactional_id  string
     group_id  string
@@ -8886,7 +8990,7 @@ TxnOffsetCommit  key=28  versions=0-4  flexible=3+     # v5 is transaction v2: n
       partitions  []
         partition_index  int32
         error_code  int16
-""")
+""", classic_max=4)
 def handle_txn_offset_commit(ctx, req):
     """TxnOffsetCommit: stage consumer offsets in the transaction; they become
     the group's committed offsets only if it commits (KIP-98), checked against
@@ -10557,6 +10661,55 @@ def scram_alteration_error(ctx, op, kind):
     return None
 
 
+# --- UpdateFeatures (57) -------------------------------------------------------
+
+@api("""
+UpdateFeatures  key=57  versions=0-2  flexible=0+     # KIP-584: kafka-features upgrade / downgrade
+  request
+    timeout_ms  int32 = 60000
+    feature_updates  []
+      feature  string
+      max_version_level  int16
+      allow_downgrade  bool  v0-0
+      upgrade_type  int8 = 1  v1+              # 1 upgrade, 2 safe downgrade, 3 unsafe downgrade
+    validate_only  bool = false  v1+
+  response
+    throttle_time_ms  int32
+    error_code  int16
+    error_message  string?
+    results  []  v0-1
+      feature  string
+      error_code  int16
+      error_message  string?
+""")
+def handle_update_features(ctx, req):
+    """UpdateFeatures: finalize a feature at another level -- doze's one,
+    transaction.version (1 the classic protocol, 2 KIP-890's version 2 besides;
+    §10's Features). What `kafka-features upgrade|downgrade` sends.
+
+    Errors: CLUSTER_AUTHORIZATION_FAILED (ALTER on the cluster), INVALID_REQUEST
+    (a feature named twice), INVALID_UPDATE_VERSION (a feature or level doze
+    does not know, a downgrade not asked for as one).
+    """
+    ctx.check_cluster(AclOperation.ALTER)
+    names = [u.feature for u in req.feature_updates]
+    if len(set(names)) != len(names):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "the same feature more than once")
+    results = []
+    for u in req.feature_updates:
+        upgrade_type = u.upgrade_type if ctx.version >= 1 else \
+            FEATURE_SAFE_DOWNGRADE if u.allow_downgrade else FEATURE_UPGRADE
+        try:
+            ctx.txns.features.update(u.feature, u.max_version_level, upgrade_type, req.validate_only)
+            results.append(Msg(feature=u.feature, error_code=ErrorCode.NONE))
+        except KafkaError as e:
+            results.append(Msg(feature=u.feature, error_code=e.code, error_message=e.detail))
+    failed = next((r for r in results if r.error_code), None)
+    if ctx.version >= 2 and failed is not None:
+        return Msg(error_code=failed.error_code, error_message=failed.error_message)
+    return Msg(results=results)
+
+
 ###############################################################################
 # 16. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
@@ -11486,12 +11639,13 @@ class Dispatcher:
             conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
             return None
         spec, handler = entry
-        if not spec.min_served <= version <= spec.max_version:
+        served_max = spec.served_max(self.rooms.txns.features.transaction_version)
+        if not spec.min_served <= version <= served_max:
             if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
                 self._unsupported_api_versions(conn, r, correlation_id)
             else:
                 conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
-                                         f"v{spec.min_served}-v{spec.max_version})")
+                                         f"v{spec.min_served}-v{served_max})")
             return None
         try:
             if spec.flexible(version):
@@ -12954,13 +13108,13 @@ class ConsoleViews:
                                for plog in parts],
                 "partitions_total": total, "configs": configs}
 
-    @staticmethod
-    def apis():
+    def apis(self):                          # the versions served now: transaction.version decides some
+        level = self.broker.txns.features.transaction_version
         return {"apis": [{"api_key": key, "name": spec.name, "min_version": spec.min_served,
-                          "max_version": spec.max_version,
+                          "max_version": spec.served_max(level),
                           "flexible_from": next((v for v in range(spec.min_served, spec.max_version + 1)
                                                  if spec.flexible(v)), None)}
-                         for key, (spec, _) in sorted(HANDLERS.items())]}
+                         for key, (spec, _) in sorted(HANDLERS.items())], "transaction_version": level}
 
     def security(self):
         """The listeners' protocols and mechanisms; with DESCRIBE on the cluster
@@ -15686,7 +15840,7 @@ class Client:
     def send(self, api_key, version=None, /, **fields):
         """Send one request -> (its correlation id, its version)."""
         spec = HANDLERS[api_key][0]
-        version = spec.max_version if version is None else version
+        version = spec.classic_max if version is None else version        # the classic protocol unless asked
         self.next_correlation_id += 1
         self.sock.sendall(encode_request(spec, version, self.next_correlation_id, Msg(**fields), self.client_id))
         return self.next_correlation_id, version
@@ -16381,12 +16535,17 @@ def demo_main(argv):
 
 
 def render_apis():
-    """The APIs and versions served, one line each (what ApiVersions advertises)."""
+    """The APIs and versions served, one line each (what ApiVersions advertises
+    at transaction.version 1, and what version 2 adds)."""
     lines = []
     for key, (spec, handler) in sorted(HANDLERS.items()):
-        served = f"v{spec.min_served}-v{spec.max_version}"
-        note = f" (v{spec.min_version}-v{spec.min_served - 1} advertised, refused)" \
-            if spec.min_served > spec.min_version else ""
+        served = f"v{spec.min_served}-v{spec.classic_max}"
+        notes = [f"v{spec.min_version}-v{spec.min_served - 1} advertised, refused"] \
+            if spec.min_served > spec.min_version else []
+        if spec.classic_max < spec.max_version:
+            more = range(spec.classic_max + 1, spec.max_version + 1)
+            notes.append(f"v{more[0]}{f'-v{more[-1]}' if len(more) > 1 else ''} with transaction.version 2")
+        note = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"{int(key):3d}  {spec.name:29s} {served}{note}")
     return "\n".join(lines)
 

@@ -1,39 +1,151 @@
 #!/usr/bin/env python3
-"""doze side by side with Apache Kafka 4.3.1: one command, one table.
+"""doze side by side with Apache Kafka 4.3.1 and franz-go's kfake: one command, one table.
 
-    python3 conformance/bench/compare.py [--rounds 2] [--quick] [--only doze,kafka,kafka-fsync]
+    python3 conformance/bench/compare.py [--rounds 2] [--quick]
+                                         [--only doze,kafka,kafka-fsync,kfake,kfake-fsync]
                                          [--restart-gib 1] [--restart-only]
 
-Three brokers, alternated round by round so that the machine's drift hits
+Five brokers, alternated round by round so that the machine's drift hits
 each: doze as the command line starts it (every acknowledged write fsynced);
 Kafka with its defaults (no fsync: the page cache and replication are its
-durability); and Kafka with log.flush.interval.messages=1 (an fsync per
-append, as doze does). All come from conformance/brokers.py, the wrappers
-every check uses; group.initial.rebalance.delay.ms is 0 on all three.
+durability); Kafka with log.flush.interval.messages=1 (an fsync per append,
+as doze does); franz-go's kfake, one Go process with its data on disk
+(kfake.DataDir) and the page cache as its durability, like Kafka's default;
+and kfake with kfake.SyncWrites (an fsync per appended batch, and per write
+of its group and producer-id logs). doze and Kafka come from
+conformance/brokers.py, the wrappers every check uses, with
+group.initial.rebalance.delay.ms 0; kfake from the runner in
+conformance/bench/kfake/ (its main.go and go.mod), which this script builds
+from the Go module proxy into ${DOZE_KAFKA_CACHE:-~/.cache/doze-kafka}/bench/
+(kfake has no initial rebalance delay: it does not delay joins).
 
 The client is librdkafka (confluent-kafka) for every figure; producers that
 run "at once" are separate processes, so Python's GIL is not the limit.
 Every workload is bounded and stops by itself. Prints, per figure, each
-broker's median over the rounds with its spread (min-max), and the ratio
-doze/Kafka-default (and doze/Kafka-fsync). Higher is better for rates,
-lower for times and sizes: the "better" column says which broker wins.
+broker's median over the rounds with its spread (min-max), and the ratios
+doze/each other broker run. Higher is better for rates, lower for times and
+sizes: the "better" column says which broker wins. A figure a broker cannot
+give (an error, a refusal, a time-out) is recorded as "failed [n]" with its
+reason under the table, and the run goes on; the exit status is 1 only if
+doze failed one.
 """
 import argparse
+import hashlib
 import multiprocessing
 import os
+import shutil
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # conformance/
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))   # conformance/
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
+from lib import free_port  # noqa: E402
 
-BROKERS = {"doze": (Doze, {}), "kafka": (Kafka, {}), "kafka-fsync": (Kafka, {"log.flush.interval.messages": "1"})}
+
+# --- kfake: franz-go's fake cluster, built here from the Go module proxy ---------
+
+KFAKE_SRC = os.path.join(HERE, "kfake")              # main.go, go.mod, go.sum
+KFAKE_MODULE = "github.com/twmb/franz-go/pkg/kfake"
+
+
+def kfake_version():
+    with open(os.path.join(KFAKE_SRC, "go.mod")) as f:
+        for line in f:
+            words = line.split()
+            if KFAKE_MODULE in words:
+                return words[words.index(KFAKE_MODULE) + 1]
+    return "?"
+
+
+def kfake_binary():
+    """The runner built from conformance/bench/kfake (once per version of its
+    sources) -> its path under ${DOZE_KAFKA_CACHE:-~/.cache/doze-kafka}/bench/."""
+    digest = hashlib.sha256()
+    for n in ("go.mod", "go.sum", "main.go"):
+        with open(os.path.join(KFAKE_SRC, n), "rb") as f:
+            digest.update(f.read())
+    root = os.environ.get("DOZE_KAFKA_CACHE") or os.path.expanduser("~/.cache/doze-kafka")
+    path = os.path.join(root, "bench", f"kfake-{digest.hexdigest()[:12]}")
+    if not os.access(path, os.X_OK):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        print(f"building the kfake runner ({KFAKE_MODULE} {kfake_version()}) into {path}", flush=True)
+        subprocess.run(["go", "build", "-o", path + ".tmp", "."], cwd=KFAKE_SRC, check=True)
+        os.rename(path + ".tmp", path)
+    return path
+
+
+class Kfake:
+    """kfake as a process of its own, the interface of brokers.Doze: one
+    broker on a free port, its data in DIRECTORY/kfake-data (kfake.DataDir),
+    with settings {"sync": True} kfake.SyncWrites. start() after stop() or
+    kill9() starts again on the same data and port."""
+    name = "kfake"
+    binary = None                        # set by main(), once built
+
+    def __init__(self, directory, settings=None):
+        self.sync = bool((settings or {}).get("sync"))
+        self.data = os.path.join(directory, "kfake-data")
+        self.log_path = os.path.join(directory, "kfake.log")
+        self.port = free_port()
+        self.proc = None
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self, limit_s=300):
+        """Start it and wait for its "ready" line (it listens from then on)."""
+        argv = [self.binary, "-port", str(self.port), "-dir", self.data] + (["-sync"] if self.sync else [])
+        self.out = os.path.join(os.path.dirname(self.data), "kfake.out")
+        with open(self.out, "w") as out, open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=log, stdin=subprocess.DEVNULL)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < limit_s:
+            with open(self.out) as f:
+                if f.read().startswith("ready "):
+                    return
+            if self.proc.poll() is not None:
+                with open(self.log_path) as f:
+                    tail = f.read()[-400:]
+                raise RuntimeError(f"kfake exited with {self.proc.returncode}: {tail}")
+            time.sleep(0.002)
+        raise RuntimeError(f"kfake not ready in {limit_s} s")
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("kfake did not stop in 120 s of SIGTERM (killed)")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def cleanup(self):
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+BROKERS = {"doze": (Doze, {}), "kafka": (Kafka, {}), "kafka-fsync": (Kafka, {"log.flush.interval.messages": "1"}),
+           "kfake": (Kfake, {}), "kfake-fsync": (Kfake, {"sync": True})}
 
 
 # --- measuring ------------------------------------------------------------------
@@ -135,7 +247,12 @@ def produce_records(bootstrap, topic, records, size, partitions=None, ready=None
 
 
 def _worker(fn, args, ready, out):
-    out.put(fn(*args, ready=ready))
+    try:
+        out.put(fn(*args, ready=ready))
+    except Exception as e:                         # the parent raises it, at once
+        if not ready[1].is_set():
+            ready[0].release()
+        out.put(RuntimeError(f"{type(e).__name__}: {e}"))
 
 
 def at_once(fn, arg_lists):
@@ -152,6 +269,9 @@ def at_once(fn, arg_lists):
     results = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
     return results
 
 
@@ -308,93 +428,180 @@ def fill_for_restart(bootstrap, topic, gib, transactional):
 
 # --- one round on one broker -------------------------------------------------------
 
-def one_round(name, directory, sizes, results):
+class Round:
+    """One broker's figures in one round. note() records a value; attempt()
+    runs a step and records its error (or why it was skipped) against each of
+    its figures it did not give, so that one broker's failure is a cell of the
+    table and not the end of the run. results[name][figure] holds one value a
+    round, None for a failed one; failures[(name, figure)] its reasons."""
+
+    def __init__(self, name, b, results, failures):
+        self.name, self.b, self.failures = name, b, failures
+        self.r = results.setdefault(name, {})
+        self.given, self.down = set(), None
+
+    def note(self, figure, value):
+        self.r.setdefault(figure, []).append(value)
+        self.given.add(figure)
+        print(f"  {self.name:12s} {figure:58s} {value:10.2f}", flush=True)
+
+    def fail(self, figure, reason):
+        self.r.setdefault(figure, []).append(None)
+        self.failures.setdefault((self.name, figure), []).append(reason)
+        print(f"  {self.name:12s} {figure:58s}     failed: {reason}", flush=True)
+
+    def attempt(self, figures, fn, *args, needs=()):
+        """fn(*args), which notes figures; needs: figures of this round it reads the records of."""
+        missing = [f for f in needs if f not in self.given]
+        if self.down or missing:
+            for f in figures:
+                self.fail(f, self.down or f"not run: {missing[0]} failed")
+            return
+        before = set(self.given)
+        try:
+            fn(*args)
+        except Exception as e:
+            reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            for f in figures:
+                if f not in self.given - before:
+                    self.fail(f, reason)
+            if not self.b.alive():
+                try:
+                    self.b.start()
+                except Exception as e2:
+                    self.down = f"not run: the broker is down ({type(e2).__name__}: {e2})"[:300]
+
+
+def one_round(name, directory, sizes, results, failures):
     cls, settings = BROKERS[name]
     b = cls(directory, settings=dict(settings))
-    r = results.setdefault(name, {})
+    R = Round(name, b, results, failures)
+    note, attempt = R.note, R.attempt
+    probe = cls is not Kafka                       # Kafka's start() waits for its answer itself
 
-    def note(figure, value):
-        r.setdefault(figure, []).append(value)
-        print(f"  {name:12s} {figure:58s} {value:10.2f}", flush=True)
-
-    b.start()                                    # Kafka: formats its directory first
-    b.stop()
-    t0 = time.perf_counter()
-    b.start()
-    note("start to first answered request (s)", time.perf_counter() - t0 +
-         (api_versions_answered(b.bootstrap) if name == "doze" else 0.0))
+    def start():
+        b.start()                                  # Kafka: formats its directory first
+        b.stop()
+        t0 = time.perf_counter()
+        b.start()
+        note("start to first answered request (s)",
+             time.perf_counter() - t0 + (api_versions_answered(b.bootstrap) if probe else 0.0))
+    attempt(["start to first answered request (s)"], start)
     try:
+        if R.down or "start to first answered request (s)" not in R.given:
+            return
         if sizes.get("restart_only"):
-            restart(name, b, sizes, note)
+            restart(R, b, sizes, probe)
             return
         time.sleep(1.0)
         note("idle RSS (MiB)", rss_mib(b.pid))
         bs = b.bootstrap
         n1k, n100 = sizes["records_1k"], sizes["records_100"]
-        for t, parts in (("p1k", 3), ("p100", 3), ("p1k4", 3), ("txn", 3), ("txn10", 3), ("e2e", 1)):
-            admin_create(bs, t, parts)
+        p1 = "produce 1 KiB, acks=all, 3 partitions, 1 producer (MB/s)"
         sampler = RssSampler(b.pid)
         sampler.start()
-        nbytes, secs, *_ = produce_records(bs, "p1k", n1k, 1024)
-        note("produce 1 KiB, acks=all, 3 partitions, 1 producer (MB/s)", nbytes / secs / 1e6)
-        note("produce 1 KiB, acks=all, 3 partitions, 4 producers (MB/s)",
-             produce_at_once(bs, "p1k4", n1k, 1024, 4))
-        nbytes, secs, *_ = produce_records(bs, "p100", n100, 100)
-        note("produce 100 B, acks=all, 3 partitions, 1 producer (MB/s)", nbytes / secs / 1e6)
-        note("consume 1 KiB, read_committed (MB/s)", consume_all(bs, "p1k", n1k))
+
+        def produce1(topic, n, size, figure):
+            admin_create(bs, topic, 3)
+            nbytes, secs, *_ = produce_records(bs, topic, n, size)
+            note(figure, nbytes / secs / 1e6)
+        attempt([p1], produce1, "p1k", n1k, 1024, p1)
+        p4 = "produce 1 KiB, acks=all, 3 partitions, 4 producers (MB/s)"
+        attempt([p4], lambda: (admin_create(bs, "p1k4", 3), note(p4, produce_at_once(bs, "p1k4", n1k, 1024, 4))))
+        attempt(["produce 100 B, acks=all, 3 partitions, 1 producer (MB/s)"], produce1, "p100", n100, 100,
+                "produce 100 B, acks=all, 3 partitions, 1 producer (MB/s)")
+        c1 = "consume 1 KiB, read_committed (MB/s)"
+        attempt([c1], lambda: note(c1, consume_all(bs, "p1k", n1k)), needs=[p1])
         note("RSS under load, peak (MiB)", sampler.stop())
-        rate, lat, *_ = transactions(bs, "txn", "bench-tx", sizes["txns"])
-        note("transactions/s, 1 producer, 1 record each", rate)
-        note("commit_transaction() p50 (ms)", percentile(lat, 0.5) * 1000)
-        note("commit_transaction() p99 (ms)", percentile(lat, 0.99) * 1000)
-        note("transactions/s, 10 producers at once", transactions_at_once(bs, "txn10", sizes["txns"] // 5, 10))
-        waits = end_to_end(bs, "e2e", sizes["e2e"])
-        note("read_committed end to end p50 (ms)", percentile(waits, 0.5) * 1000)
-        note("read_committed end to end p99 (ms)", percentile(waits, 0.99) * 1000)
-        note("fresh group's first record (s)", fresh_group_first_record(bs, "e2e"))
-        scale(name, b, sizes, note)
-        restart(name, b, sizes, note)
+
+        txn = ["transactions/s, 1 producer, 1 record each", "commit_transaction() p50 (ms)",
+               "commit_transaction() p99 (ms)"]
+
+        def txn1():
+            admin_create(bs, "txn", 3)
+            rate, lat, *_ = transactions(bs, "txn", "bench-tx", sizes["txns"])
+            note(txn[0], rate)
+            note(txn[1], percentile(lat, 0.5) * 1000)
+            note(txn[2], percentile(lat, 0.99) * 1000)
+        attempt(txn, txn1)
+        t10 = "transactions/s, 10 producers at once"
+        attempt([t10], lambda: (admin_create(bs, "txn10", 3),
+                                note(t10, transactions_at_once(bs, "txn10", sizes["txns"] // 5, 10))))
+        e2e = ["read_committed end to end p50 (ms)", "read_committed end to end p99 (ms)"]
+
+        def e2e_():
+            admin_create(bs, "e2e", 1)
+            waits = end_to_end(bs, "e2e", sizes["e2e"])
+            note(e2e[0], percentile(waits, 0.5) * 1000)
+            note(e2e[1], percentile(waits, 0.99) * 1000)
+        attempt(e2e, e2e_)
+        fresh = "fresh group's first record (s)"
+        attempt([fresh], lambda: note(fresh, fresh_group_first_record(bs, "e2e")), needs=e2e[:1])
+        scale(R, b, sizes)
+        restart(R, b, sizes, probe)
     finally:
-        b.stop()
+        try:
+            b.stop()
+        except Exception as e:
+            print(f"  {name:12s} stop: {type(e).__name__}: {e}", flush=True)
         b.cleanup()
 
 
-def scale(name, b, sizes, note):
+def scale(R, b, sizes):
     """Produce and consume over 1, 100, 1,000 partitions; idle connections' RSS."""
     bs = b.bootstrap
     records = sizes["scale_records"]
     for parts in (1, 100, 1000):
         topic = f"scale{parts}"
-        admin_create(bs, topic, parts)
-        nbytes, secs, *_ = produce_records(bs, topic, records, 1024, partitions=parts)
-        note(f"produce 1 KiB over {parts} partitions (MB/s)", nbytes / secs / 1e6)
-        note(f"consume 1 KiB over {parts} partitions (MB/s)", consume_all(bs, topic, records))
+        pf, cf = f"produce 1 KiB over {parts} partitions (MB/s)", f"consume 1 KiB over {parts} partitions (MB/s)"
+
+        def produce(topic=topic, parts=parts, pf=pf):
+            admin_create(bs, topic, parts)
+            nbytes, secs, *_ = produce_records(bs, topic, records, 1024, partitions=parts)
+            R.note(pf, nbytes / secs / 1e6)
+        R.attempt([pf], produce)
+        R.attempt([cf], lambda topic=topic, cf=cf: R.note(cf, consume_all(bs, topic, records)), needs=[pf])
     base = rss_mib(b.pid)
     for count in (10, 100, 1000):
-        socks = idle_connections(bs, count)
-        time.sleep(0.5)
-        note(f"RSS with {count} more idle connections (MiB over before)", rss_mib(b.pid) - base)
-        nbytes, secs, *_ = produce_records(bs, "scale1", records, 1024)
-        note(f"produce 1 KiB beside {count} idle connections (MB/s)", nbytes / secs / 1e6)
-        for s in socks:
-            s.close()
+        rf, pf = (f"RSS with {count} more idle connections (MiB over before)",
+                  f"produce 1 KiB beside {count} idle connections (MB/s)")
+        socks = []
+
+        def connect(count=count, rf=rf):
+            socks.extend(idle_connections(bs, count))
+            time.sleep(0.5)
+            R.note(rf, rss_mib(b.pid) - base)
+
+        def produce(pf=pf):
+            nbytes, secs, *_ = produce_records(bs, "scale1", records, 1024)
+            R.note(pf, nbytes / secs / 1e6)
+        try:
+            R.attempt([rf], connect)
+            R.attempt([pf], produce, needs=["produce 1 KiB over 1 partitions (MB/s)"])
+        finally:
+            for s in socks:
+                s.close()
 
 
-def restart(name, b, sizes, note):
+def restart(R, b, sizes, probe):
     """Restart time with a log of sizes["restart_gib"] GiB, plain and
     transactional, after a clean stop and after kill -9."""
     gib = sizes["restart_gib"]
     for transactional in (False, True):
         kind = "transactional" if transactional else "plain"
         topic = f"restart-{kind}"
-        admin_create(b.bootstrap, topic, 3)
-        fill_for_restart(b.bootstrap, topic, gib, transactional)
-        for how in ("clean stop", "kill -9"):
-            b.stop() if how == "clean stop" else b.kill9()
-            t0 = time.perf_counter()
-            b.start()
-            waited = api_versions_answered(b.bootstrap) if name == "doze" else 0.0
-            note(f"restart, {gib:g} GiB {kind}, after {how} (s)", time.perf_counter() - t0 + waited)
+        figures = [f"restart, {gib:g} GiB {kind}, after {how} (s)" for how in ("clean stop", "kill -9")]
+
+        def fill_and_restart(topic=topic, transactional=transactional, figures=figures):
+            admin_create(b.bootstrap, topic, 3)
+            fill_for_restart(b.bootstrap, topic, gib, transactional)
+            for how, figure in zip(("clean stop", "kill -9"), figures):
+                b.stop() if how == "clean stop" else b.kill9()
+                t0 = time.perf_counter()
+                b.start()
+                waited = api_versions_answered(b.bootstrap) if probe else 0.0
+                R.note(figure, time.perf_counter() - t0 + waited)
+        R.attempt(figures, fill_and_restart)
 
 
 # --- the table -------------------------------------------------------------------------
@@ -402,24 +609,44 @@ def restart(name, b, sizes, note):
 LOWER_IS_BETTER = ("(s)", "(ms)", "(MiB)", "(MiB over before)")
 
 
-def table(results):
+def table(results, failures):
+    """The medians (min-max) of each broker, doze/each other broker, the best;
+    a failed figure as "failed [n]" (some rounds failed: "[n]" after the
+    median), its reasons listed under the table."""
     names = [n for n in BROKERS if n in results]
+    others = [n for n in names if n != "doze"] if "doze" in names else []
     figures = list(dict.fromkeys(f for n in names for f in results[n]))
-    head = f"{'figure':62s}" + "".join(f"{n:>22s}" for n in names) + "  doze/kafka  doze/kafka-fsync  better"
+    notes = {}                                    # (broker, reason) -> its number
+
+    def mark(n, f):
+        reasons = failures.get((n, f), [])
+        nums = sorted({notes.setdefault((n, why), len(notes) + 1) for why in reasons})
+        return "[" + ",".join(map(str, nums)) + "]" if nums else ""
+    ratio_heads = [f"doze/{o}" for o in others]
+    head = (f"{'figure':62s}" + "".join(f"{n:>24s}" for n in names) +
+            "".join(f"  {h:>{max(10, len(h))}s}" for h in ratio_heads) + "  better")
     lines = [head, "-" * len(head)]
     for f in figures:
         cells, med = "", {}
         for n in names:
-            vals = results[n].get(f, [])
+            vals = [v for v in results[n].get(f, []) if v is not None]
+            m = mark(n, f)
             if vals:
                 med[n] = statistics.median(vals)
-                cells += f"{med[n]:>10.2f} ({min(vals):.1f}-{max(vals):.1f})".rjust(22)
+                cell = f"{med[n]:.2f} ({min(vals):.1f}-{max(vals):.1f})" + (" " + m if m else "")
             else:
-                cells += f"{'':>22s}"
-        ratio = lambda other: (f"{med['doze'] / med[other]:.2f}x" if "doze" in med and med.get(other) else "")  # noqa: E731
+                cell = "failed " + m if m else ""
+            cells += cell.rjust(24)
+        ratios = ""
+        for o, h in zip(others, ratio_heads):
+            r = f"{med['doze'] / med[o]:.2f}x" if "doze" in med and med.get(o) else ""
+            ratios += f"  {r:>{max(10, len(h))}s}"
         lower = f.endswith(LOWER_IS_BETTER)
         best = (min if lower else max)(med, key=med.get) if med else ""
-        lines.append(f"{f:62s}{cells}  {ratio('kafka'):>10s}  {ratio('kafka-fsync'):>16s}  {best}")
+        lines.append(f"{f:62s}{cells}{ratios}  {best}")
+    if notes:
+        lines.append("")
+        lines += [f"[{num}] {n}: {why}" for (n, why), num in notes.items()]
     return "\n".join(lines)
 
 
@@ -427,7 +654,8 @@ def main():
     needs.venv()
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--only", default=",".join(BROKERS), help="brokers to run, of " + ",".join(BROKERS))
+    ap.add_argument("--only", default=",".join(BROKERS),
+                    help="the brokers to run, comma-separated, of " + ",".join(BROKERS) + " (default: all)")
     ap.add_argument("--quick", action="store_true", help="small workloads (a check that the command works)")
     ap.add_argument("--restart-gib", type=float, default=None, help="GiB of log for the restart figures (1)")
     ap.add_argument("--restart-only", action="store_true", help="only the start and restart figures")
@@ -439,18 +667,30 @@ def main():
     if args.restart_gib is not None:
         sizes["restart_gib"] = args.restart_gib
     sizes["restart_only"] = args.restart_only
-    order = args.only.split(",")
-    results = {}
+    order = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in order if n not in BROKERS]
+    if unknown:
+        ap.error(f"unknown broker {', '.join(unknown)}: of {', '.join(BROKERS)}")
+    results, failures = {}, {}
     began = time.time()
+    if any(BROKERS[n][0] is Kfake for n in order):
+        try:
+            Kfake.binary = kfake_binary()
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"kfake left out: its runner did not build ({e})", flush=True)
+            order = [n for n in order if BROKERS[n][0] is not Kfake]
     for rnd in range(args.rounds):
         for name in order if rnd % 2 == 0 else list(reversed(order)):
             print(f"round {rnd + 1}: {name}", flush=True)
             with tempfile.TemporaryDirectory(prefix=f"compare-{name}-") as d:
-                one_round(name, d, sizes, results)
+                one_round(name, d, sizes, results, failures)
     print()
-    print(f"doze vs Apache Kafka 4.3.1, librdkafka client, {args.rounds} rounds alternating "
+    peers = ["Apache Kafka 4.3.1"] * any(BROKERS[n][0] is Kafka for n in order) + \
+        [f"franz-go kfake {kfake_version()}"] * any(BROKERS[n][0] is Kfake for n in order)
+    print(f"doze vs {' and '.join(peers) or 'itself'}, librdkafka client, {args.rounds} rounds alternating "
           f"({', '.join(order)}), medians (min-max); {os.cpu_count()} CPUs; {time.time() - began:.0f} s")
-    print(table(results))
+    print(table(results, failures))
+    return 1 if any(n == "doze" for n, _ in failures) else 0
 
 
 if __name__ == "__main__":
