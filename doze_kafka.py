@@ -38,8 +38,7 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §7 storage: every change to the disk through one layer (Files), what happens
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
-     index, partition logs, meta.db, the topics (made and removed in steps),
-     producer ids handed out from blocks reserved in meta.db
+     index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators: where Kafka keeps their state (a partition of
      __transaction_state or __consumer_offsets, found by the id's hash), the
      journal, producer state (idempotence, the LSO), the group coordinator
@@ -48,9 +47,10 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      ones in the same registry, the server-side assignors (uniform, range, in
      Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
      reconciliation, session and rebalance timeouts, offsets with epochs)
-  §10 transactions: the transaction coordinator, the classic protocol (KIP-98)
-     and version 2 (KIP-890: an epoch per transaction), doze's timing of
-     EndTxn's answer, and Kafka's
+  §10 transactions: producer ids handed out from blocks reserved in meta.db,
+     the transaction.version feature, the transaction coordinator: the classic
+     protocol (KIP-98) and version 2 (KIP-890: an epoch per transaction),
+     doze's timing of EndTxn's answer, and Kafka's
   §11 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
   §12 requests and the data path: how an API is declared (@api), what a
@@ -1141,9 +1141,9 @@ class Api:
     request: list = dataclasses.field(default_factory=list)
     response: list = dataclasses.field(default_factory=list)
     min_served: int = None        # versions below this are advertised but refused
-    classic_max: int = None       # the last version served without transaction version 2
+    classic_max: int = None       # the last version advertised without transaction version 2
 
-    def served_max(self, transaction_version):
+    def advertised_max(self, transaction_version):
         return self.max_version if transaction_version >= 2 else self.classic_max
 
     def flexible(self, version):
@@ -2888,7 +2888,10 @@ CREATE TABLE IF NOT EXISTS transactions (   -- __transaction_state
     groups               TEXT NOT NULL,     -- JSON [group, ...]: AddOffsetsToTxn
     offsets              TEXT NOT NULL,     -- JSON: offsets staged by TxnOffsetCommit
     txn_start_ms         INTEGER NOT NULL,
-    last_update_ms       INTEGER NOT NULL
+    last_update_ms       INTEGER NOT NULL,
+    begun_version        INTEGER NOT NULL DEFAULT 1,   -- the transaction version that began it (1, 2)
+    ended_version        INTEGER NOT NULL DEFAULT 1,   -- ... that ended it: its markers' (KIP-890)
+    next_producer_id     INTEGER NOT NULL DEFAULT -1   -- version 2 at epoch exhaustion: the id after it
 );
 CREATE TABLE IF NOT EXISTS scram_credentials (   -- KRaft's UserScramCredentialRecord: no password
     user TEXT NOT NULL, mechanism TEXT NOT NULL, salt BLOB NOT NULL, stored_key BLOB NOT NULL,
@@ -2966,6 +2969,7 @@ class MetadataStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")     # sync() fsyncs: the group commit
             self.db.executescript(METADATA_SQL)
+            self._add_columns("transactions", METADATA_SQL)
             self.db.execute("BEGIN IMMEDIATE")         # can it be written at all?
             self.db.execute("ROLLBACK")
             # The schema, and the directory entries of meta.db and of the WAL file
@@ -3095,6 +3099,15 @@ class MetadataStore:
             db.executemany("INSERT INTO group_configs VALUES (?, ?, ?)",
                            [(group_id, n, v) for n, v in configs.items()])
 
+    def _add_columns(self, table, sql):
+        """A meta.db from an older doze: the columns its table lacks, added with their defaults."""
+        have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+        body = sql[sql.index(f"CREATE TABLE IF NOT EXISTS {table} ("):]
+        for line in body[:body.index(");")].splitlines()[1:]:
+            name = line.split()[0] if line.split() else ""
+            if name.isidentifier() and name not in have:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {line.split('--')[0].strip().rstrip(',')}")
+
     # --- settings ---
     def get_setting(self, name, default=None):
         row = self.db.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
@@ -3182,7 +3195,8 @@ class MetadataStore:
     # --- transactions ---
     TXN_COLUMNS = ("transactional_id", "producer_id", "previous_producer_id", "producer_epoch",
                    "timeout_ms", "state", "partitions", "groups", "offsets", "txn_start_ms",
-                   "last_update_ms")
+                   "last_update_ms", "begun_version", "ended_version", "next_producer_id")
+    TXN_INSERT = f"INSERT OR REPLACE INTO transactions ({', '.join(TXN_COLUMNS)}) VALUES ({', '.join('?' * 14)})"
 
     def load_txns(self):
         rows = []
@@ -3206,8 +3220,7 @@ class MetadataStore:
 
     def save_txn(self, row):
         with self.transaction(SYNC_ANSWERS) as db:
-            db.execute(f"INSERT OR REPLACE INTO transactions VALUES ({', '.join('?' * 11)})",
-                       self._txn_values(row))
+            db.execute(self.TXN_INSERT, self._txn_values(row))
 
     def complete_txn(self, row, offsets_by_group):
         """A transaction's last step, atomically: its offsets become the groups'
@@ -3217,8 +3230,7 @@ class MetadataStore:
             for group, offsets in offsets_by_group.items():
                 db.executemany("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)",
                                [(group, t, p) + tuple(e) for (t, p), e in offsets.items()])
-            db.execute(f"INSERT OR REPLACE INTO transactions VALUES ({', '.join('?' * 11)})",
-                       self._txn_values(row))
+            db.execute(self.TXN_INSERT, self._txn_values(row))
 
     def delete_txn(self, transactional_id):
         with self.transaction() as db:
@@ -3701,25 +3713,6 @@ class LogManager:
             self.remove_some()
 
 
-class ProducerIdManager:
-    """Hands out producer ids from blocks reserved in meta.db."""
-
-    def __init__(self, store):
-        self.store = store
-        self.next_id = self.block_end = 0
-
-    def new_id(self):
-        if self.next_id >= self.block_end:
-            try:
-                self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
-            except StoreFailed:           # Kafka's RPCProducerIdManager without a block: retriable
-                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                                 "Producer ID block is full. Waiting for next block") from None
-            self.block_end = self.next_id + PRODUCER_ID_BLOCK
-        self.next_id += 1
-        return self.next_id - 1
-
-
 ###############################################################################
 # 8. COORDINATORS -- producer state, classic groups
 ###############################################################################
@@ -3842,14 +3835,23 @@ class ProducerStateTable:
         entry = self.producers.get(producer_id)
         return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == producer_epoch
 
-    def note_verification(self, producer_id, producer_epoch, first_seq):
+    def note_verification(self, producer_id, producer_epoch, first_seq, epoch_bumps=False):
         """Kafka's VerificationStateEntry: the lowest sequence a not-yet-verified
-        transactional producer sent here; a later first batch above it is out of order."""
+        transactional producer sent here; a later first batch above it is out
+        of order. epoch_bumps: transaction version 2's, whose epochs start at
+        sequence 0 where the partition knows nothing of the producer."""
         seen = self.verifying.get(producer_id)
         if seen is None or seen[0] != producer_epoch:
-            self.verifying[producer_id] = (producer_epoch, first_seq)
+            self.verifying[producer_id] = (producer_epoch, first_seq, epoch_bumps)
         else:
-            self.verifying[producer_id] = (producer_epoch, min(seen[1], first_seq))
+            self.verifying[producer_id] = (producer_epoch, min(seen[1], first_seq), epoch_bumps or seen[2])
+
+    def check_epoch(self, h):
+        """An epoch older than the partition knows is refused before anything else."""
+        entry = self.producers.get(h.producer_id)
+        if entry is not None and h.producer_epoch < entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"epoch {h.producer_epoch} is older than the current {entry.epoch}")
 
     def check(self, h, transactional=False):
         """Check a batch header. Returns the (base, last) offsets of a duplicate
@@ -3857,9 +3859,7 @@ class ProducerStateTable:
         entry = self.producers.get(h.producer_id)
         if entry is None:
             return None            # unknown producer: any sequence is accepted
-        if h.producer_epoch < entry.epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                             f"epoch {h.producer_epoch} is older than the current {entry.epoch}")
+        self.check_epoch(h)
         first_seq = h.base_sequence
         last_seq = next_sequence(first_seq, h.last_offset_delta)
         if h.producer_epoch == entry.epoch:
@@ -3891,7 +3891,13 @@ class ProducerStateTable:
 
     def check_verified_sequence(self, h):
         seen = self.verifying.get(h.producer_id)
-        if seen is not None and seen[0] == h.producer_epoch and h.base_sequence > seen[1]:
+        if seen is None or seen[0] != h.producer_epoch:
+            return
+        entry = self.producers.get(h.producer_id)
+        if seen[2] and h.base_sequence != 0 and (entry is None or not entry.batches):
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                             "Expected sequence 0 for transactions v2 idempotent producer with no existing state")
+        if h.base_sequence > seen[1]:
             raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                              f"sequence {h.base_sequence} above {seen[1]}, the lowest sent while verifying")
 
@@ -5994,18 +6000,43 @@ def named_rows(assigned, names):
 ###############################################################################
 # 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
+# --- ProducerIdManager: the ids InitProducerId hands out --------------------------
+
+class ProducerIdManager:
+    """Hands out producer ids from blocks reserved in meta.db."""
+
+    def __init__(self, store):
+        self.store = store
+        self.next_id = self.block_end = 0
+
+    def new_id(self):
+        if self.next_id >= self.block_end:
+            try:
+                self.next_id = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            except StoreFailed:           # Kafka's RPCProducerIdManager without a block: retriable
+                raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                 "Producer ID block is full. Waiting for next block") from None
+            self.block_end = self.next_id + PRODUCER_ID_BLOCK
+        self.next_id += 1
+        return self.next_id - 1
+
+
 # --- Features: which transaction protocol the cluster speaks (KIP-584) --------
 # Kafka finalizes each cluster-wide feature at a level, in its metadata log:
 # `kafka-storage format --feature` sets it, `kafka-features upgrade|downgrade`
 # (UpdateFeatures) changes it at run time, and every ApiVersions answer (v3+)
 # carries the levels with an epoch that only grows. doze finalizes one:
 # transaction.version. At 1 (doze's default) the classic protocol is the only
-# one: Produce up to v9, EndTxn and TxnOffsetCommit up to v4. At 2 (Kafka 4.x's
-# default) KIP-890's transaction version 2 is offered besides: Produce v12,
-# EndTxn v5, TxnOffsetCommit v5, and only together with the feature -- the
-# Java client and franz-go turn it on from the feature alone. Clients without
-# it (librdkafka, kafka-python, aiokafka, kafkajs, Sarama) go on with the
-# classic protocol on the same broker. The level and epoch live in meta.db.
+# one offered: Produce advertised up to v9, EndTxn and TxnOffsetCommit up to v4.
+# At 2 (Kafka 4.x's default) KIP-890's transaction version 2 is offered
+# besides: Produce v12, EndTxn v5, TxnOffsetCommit v5, advertised only together
+# with the feature -- the Java client and franz-go turn it on from the feature
+# alone. As in Kafka, the request's version decides how it is handled (a client
+# that saw version 2 before a downgrade finishes its transaction with it); the
+# level decides what is offered, and how the coordinator ends a transaction
+# itself (a timeout, a fence). Clients without it (librdkafka, kafka-python,
+# aiokafka, kafkajs, Sarama) go on with the classic protocol on the same
+# broker. The level and its epoch live in meta.db.
 
 TRANSACTION_VERSION = "transaction.version"
 SUPPORTED_FEATURES = {TRANSACTION_VERSION: (0, 2)}      # name -> (min, max) level doze knows
@@ -6036,8 +6067,10 @@ class Features:
         self.levels[TRANSACTION_VERSION] = level
         self.epoch += 1
 
-    def supported(self):
-        return [Msg(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in SUPPORTED_FEATURES.items()]
+    def supported(self, api_versions_version=4):
+        """ApiVersions v3 leaves out the features whose lowest level is 0 (KAFKA-17492)."""
+        return [Msg(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in SUPPORTED_FEATURES.items()
+                if lo > 0 or api_versions_version >= 4]
 
     def finalized(self):
         return [Msg(name=n, max_version_level=level, min_version_level=level)
@@ -6106,7 +6139,8 @@ VALID_PREVIOUS = {                       # new state <- states it may be entered
     S.EMPTY:               {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING:             {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.PREPARE_COMMIT:      {S.ONGOING},
-    S.PREPARE_ABORT:       {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+    S.PREPARE_ABORT:       {S.ONGOING, S.PREPARE_EPOCH_FENCE,
+                            S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},   # version 2: an abort of nothing
     S.COMPLETE_COMMIT:     {S.PREPARE_COMMIT},
     S.COMPLETE_ABORT:      {S.PREPARE_ABORT},
     S.DEAD:                {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
@@ -6114,6 +6148,7 @@ VALID_PREVIOUS = {                       # new state <- states it may be entered
 }
 DECIDED = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
 EPOCH_EXHAUSTED = 32766                  # Short.MAX_VALUE - 1: one more fence must fit
+EPOCH_MAX = 32767
 TXN_ANSWER_WAIT_MS = 5000                # then CONCURRENT_TRANSACTIONS, and the client retries
 TXN_TICK_S = 0.1
 
@@ -6135,6 +6170,10 @@ class TransactionMetadata:
         self.offsets = {}                     # group -> {(topic, partition): OffsetEntry}, staged
         self.txn_start_ms = -1
         self.last_update_ms = now_ms
+        self.begun_version = 1                # the transaction version of the request that began it (1, 2)
+        self.ended_version = 1                # ... of the request (or the level, for the coordinator's own
+                                              # aborts) that ended it: its markers' (KIP-890 part 2)
+        self.next_producer_id = -1            # version 2, the epoch exhausted: the id its next transaction gets
         self.markers_needed = set()           # partitions still owed a marker
         self.decided_at = 0                   # meta.db's commit count once the decision was stored
         self.marker_offsets = {}              # (topic, partition) -> offset of its marker
@@ -6152,7 +6191,8 @@ class TransactionMetadata:
              "producer_epoch": self.producer_epoch, "timeout_ms": self.timeout_ms,
              "state": self.state, "partitions": self.partitions, "groups": self.groups,
              "offsets": self.offsets, "txn_start_ms": self.txn_start_ms,
-             "last_update_ms": self.last_update_ms}
+             "last_update_ms": self.last_update_ms, "begun_version": self.begun_version,
+             "ended_version": self.ended_version, "next_producer_id": self.next_producer_id}
         unknown = set(changes) - set(d) - {"last_producer_epoch"}
         assert not unknown, unknown
         d.update(changes)
@@ -6325,15 +6365,21 @@ class TransactionCoordinator:
         return Msg(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
 
     def _fence_and_abort(self, meta, why):
-        """Raise the epoch (fencing the producer) and abort its open transaction."""
+        """Raise the epoch (fencing the producer) and abort its open transaction:
+        as the finalized transaction.version ends transactions (Kafka asks the
+        level, not the transaction): at 2 as EndTxn v5 would (KAFKA-19367: one
+        bump, and a retried abort from the old epoch succeeds), else classic."""
         log.info("transaction %s: aborting its open transaction (%s); epoch %d -> %d",
                  meta.transactional_id, why, meta.producer_epoch, meta.producer_epoch + 1)
+        if self.features.transaction_version >= 2:
+            self._decide_v2(meta, False, f"fenced: {why}")
+            return
         self._save(meta, f"fenced: {why}", state=TxnState.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
-                   last_producer_epoch=-1, last_update_ms=self.now_ms())
+                   last_producer_epoch=-1, last_update_ms=self.now_ms(), ended_version=1)
         self._write_markers(meta)
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn ---
-    def add_partitions(self, meta, tps=(), group=None):
+    def add_partitions(self, meta, tps=(), group=None, version=1, cause=None):
         """Enter the transaction (or stay in it), durably. Callers have run for_producer."""
         if meta.state in DECIDED:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
@@ -6341,11 +6387,27 @@ class TransactionCoordinator:
         if meta.state == TxnState.ONGOING and tps <= meta.partitions and \
                 (group is None or group in meta.groups):
             return                                 # a retry: nothing to write
-        now = self.now_ms()
-        self._save(meta, "AddOffsetsToTxn" if group else "AddPartitionsToTxn",
+        now, begins = self.now_ms(), meta.state != TxnState.ONGOING
+        self._save(meta, cause or ("AddOffsetsToTxn" if group else "AddPartitionsToTxn"),
                    state=TxnState.ONGOING, partitions=meta.partitions | tps,
                    groups=meta.groups | ({group} if group else set()), last_update_ms=now,
-                   txn_start_ms=now if meta.state != TxnState.ONGOING else meta.txn_start_ms)
+                   txn_start_ms=now if begins else meta.txn_start_ms,
+                   begun_version=version if begins else meta.begun_version)
+
+    def add_implicitly(self, transactional_id, producer_id, producer_epoch, tps=(), group=None, cause=None):
+        """Transaction version 2: Produce v12+ and TxnOffsetCommit v5 add their
+        partition (or group) themselves, beginning the transaction if none is
+        open -- Kafka's leader sends AddPartitionsToTxn v5 for them. -> meta.
+        Kafka's order: the id, then a decision being carried out, then the
+        producer id and epoch."""
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"{transactional_id!r} is not known")
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
+        self.for_producer(transactional_id, producer_id, producer_epoch)
+        self.add_partitions(meta, tps, group, version=2, cause=cause)
+        return meta
 
     # --- TxnOffsetCommit ---
     def check_offsets_added(self, meta, group, version):
@@ -6376,10 +6438,67 @@ class TransactionCoordinator:
                              f"cannot {'commit' if commit else 'abort'} in state {meta.state.value}")
         self._save(meta, f"EndTxn ({'commit' if commit else 'abort'})",
                    state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-                   last_update_ms=self.now_ms())
+                   last_update_ms=self.now_ms(), ended_version=1)
         self._write_markers(meta, self.config["doze.transaction.markers.delay.ms"]
                             if self.answer_after == "decision" else 0)
         return self.answer_after == "markers"
+
+    # --- EndTxn v5: transaction version 2 (KIP-890 part 2) ---
+    # Classic EndTxn keeps the epoch: a late EndTxn of one transaction finds
+    # the next one open at the same epoch, and ends it (KAFKA-17754, the demo's
+    # step 12). Version 2 bumps the epoch at every end -- commit, abort, an abort
+    # with nothing open -- and answers with the new one, so that a late EndTxn
+    # carries an old epoch: a retry of the same end (epoch - 1, the end carried
+    # out) gets the same answer, anything else PRODUCER_FENCED. The markers carry
+    # the new epoch, which partitions then insist on. At epoch 32766 the next
+    # transaction gets a new producer id (the old one is remembered, so that a
+    # retried EndTxn still matches: KAFKA-19367, KAFKA-20090).
+    def end_txn_v2(self, transactional_id, producer_id, producer_epoch, commit):
+        """-> (meta, (producer id, epoch) to answer, wait for the markers?), or raises."""
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"{transactional_id!r} is not known")
+        if meta.state in DECIDED:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                             f"{meta.state.value}: the decision is being carried out")
+        overflow_retry = producer_id == meta.previous_producer_id and producer_epoch == EPOCH_EXHAUSTED \
+            and meta.producer_epoch == 0
+        if producer_id != meta.producer_id and not overflow_retry:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"{transactional_id!r} is not bound to producer id {producer_id}")
+        ended = meta.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        retry = ended and (overflow_retry or producer_epoch + 1 == meta.producer_epoch)
+        if producer_epoch != meta.producer_epoch and not retry:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"epoch {producer_epoch}; the current one is {meta.producer_epoch}")
+        if retry and meta.state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
+            return meta, (meta.producer_id, meta.producer_epoch), False     # the end, asked again
+        if retry or commit and meta.state != TxnState.ONGOING:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"cannot {'commit' if commit else 'abort'} in state {meta.state.value} "
+                             f"at epoch {producer_epoch}")
+        answer = self._decide_v2(meta, commit, f"EndTxn v5 ({'commit' if commit else 'abort'})",
+                                 self.config["doze.transaction.markers.delay.ms"]
+                                 if self.answer_after == "decision" else 0)
+        return meta, answer, self.answer_after == "markers" and meta.state in DECIDED
+
+    def _decide_v2(self, meta, commit, cause, delay_ms=0):
+        """PrepareCommit/PrepareAbort at the next epoch (an abort of nothing open
+        too: it begins now); at exhaustion the producer id after it is drawn now.
+        -> (producer id, epoch) of the next transaction."""
+        epoch = meta.producer_epoch
+        changes = {"state": TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                   "producer_epoch": min(epoch + 1, EPOCH_MAX), "last_producer_epoch": epoch,
+                   "ended_version": 2, "last_update_ms": self.now_ms()}
+        if meta.state != TxnState.ONGOING:
+            changes.update(txn_start_ms=changes["last_update_ms"], begun_version=2)
+        if epoch >= EPOCH_EXHAUSTED:
+            changes["next_producer_id"] = self.producer_ids.new_id()
+        self._save(meta, cause, **changes)
+        self._write_markers(meta, delay_ms)
+        if meta.next_producer_id >= 0:
+            return meta.next_producer_id, 0
+        return meta.producer_id, meta.producer_epoch
 
     def outcome(self, meta, commit):
         """For a waiting EndTxn: its answer, or None while the markers are not durable."""
@@ -6458,6 +6577,9 @@ class TransactionCoordinator:
         offsets = meta.offsets if commit else {}
         row = meta.row(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                        partitions=set(), groups=set(), offsets={}, last_update_ms=self.now_ms())
+        if meta.next_producer_id >= 0:          # version 2, the epoch exhausted: the next producer id
+            row.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=-1,
+                       previous_producer_id=meta.producer_id)
         try:
             self.store.complete_txn(row, offsets)
         except StoreFailed:                     # logged by the store; the next group commit retries
@@ -6505,13 +6627,14 @@ class TransactionCoordinator:
         if meta.state != TxnState.ONGOING or tp not in meta.partitions:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Partition was not added to the transaction")
 
-    def check_not_decided(self, transactional_id):
+    def check_not_decided(self, transactional_id, code=ErrorCode.NOT_ENOUGH_REPLICAS):
         """A transaction already decided takes no more data, even on a partition
         where it is open (Kafka checks only partitions it has not verified: the
-        KAFKA-17754 window). NOT_ENOUGH_REPLICAS makes the client retry."""
+        KAFKA-17754 window). NOT_ENOUGH_REPLICAS makes the client retry (Produce
+        v12: CONCURRENT_TRANSACTIONS, as Kafka passes it on)."""
         meta = self.txns.get(transactional_id)
         if meta is not None and meta.state in DECIDED:
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "the transaction is being ended")
+            raise KafkaError(code, "the transaction is being ended")
 
     # --- its chores on the loop: timeouts (every TXN_TICK_S), expired ids ---
     def schedule(self, timers):
@@ -7108,8 +7231,9 @@ def storage_failed(ctx, results):
 
 def api(schema_text, min_served=None, classic_max=None):
     """Declare an API: its wire schema and the function that serves it.
-    classic_max: the last version served while transaction.version is below 2
-    (the versions after it are transaction version 2's)."""
+    classic_max: the last version advertised while transaction.version is below
+    2 (the versions after it are transaction version 2's; served always, as
+    Kafka serves them: a client that saw them before a downgrade goes on)."""
     spec = parse_api(schema_text)
     spec.min_served = spec.min_version if min_served is None else min_served
     spec.classic_max = spec.max_version if classic_max is None else classic_max
@@ -7528,7 +7652,9 @@ def verify_producer(ctx, tp, h, transactional_id):
     if h.producer_id < 0:
         return None
     state = ctx.producer_states.of(tp)
-    if h.attributes & ATTR_TRANSACTIONAL and not ctx.config["transaction.partition.verification.enable"]:
+    if h.attributes & ATTR_TRANSACTIONAL and ctx.api_key == ApiKey.PRODUCE and ctx.version >= 12:
+        add_produced_partition(ctx, state, tp, h, transactional_id)
+    elif h.attributes & ATTR_TRANSACTIONAL and not ctx.config["transaction.partition.verification.enable"]:
         ctx.producer_states.mark_transactional([tp])
     elif h.attributes & ATTR_TRANSACTIONAL:
         ctx.txns.check_not_decided(transactional_id)
@@ -7537,6 +7663,26 @@ def verify_producer(ctx, tp, h, transactional_id):
             ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
         ctx.producer_states.mark_transactional([tp])
     return state
+
+
+def add_produced_partition(ctx, state, tp, h, transactional_id):
+    """Transaction version 2 (Produce v12+): the batch adds its partition to the
+    transaction, beginning one if none is open (no AddPartitionsToTxn). A stale
+    epoch is refused here first, as Kafka's partition does before it asks the
+    coordinator; the coordinator's PRODUCER_FENCED reaches the producer as
+    INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS as it is."""
+    state.check_epoch(h)
+    ctx.txns.check_not_decided(transactional_id, ErrorCode.CONCURRENT_TRANSACTIONS)
+    if not state.has_open_txn(h.producer_id, h.producer_epoch):
+        state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence, epoch_bumps=True)
+        try:
+            ctx.txns.add_implicitly(transactional_id, h.producer_id, h.producer_epoch, [tp],
+                                    cause=f"Produce v{ctx.version} to {tp[0]}-{tp[1]}")
+        except KafkaError as e:
+            if e.code == ErrorCode.PRODUCER_FENCED:
+                raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, e.detail) from None
+            raise
+    ctx.producer_states.mark_transactional([tp])
 
 
 # --- Fetch (1) ------------------------------------------------------------------
@@ -7968,13 +8114,14 @@ def handle_api_versions(ctx, req):
     if ctx.conn.sasl is not None:
         ctx.conn.sasl.versions_answered()
     features = ctx.txns.features
-    return Msg(api_keys=api_versions_list(features.transaction_version), supported_features=features.supported(),
-               finalized_features_epoch=features.epoch, finalized_features=features.finalized())
+    return Msg(api_keys=api_versions_list(features.transaction_version),
+               supported_features=features.supported(ctx.version), finalized_features_epoch=features.epoch,
+               finalized_features=features.finalized())
 
 
 def api_versions_list(transaction_version):
-    return [Msg(api_key=int(key), min_version=spec.min_version, max_version=spec.served_max(transaction_version))
-            for key, (spec, _) in sorted(HANDLERS.items())]
+    return [Msg(api_key=int(key), min_version=spec.min_version,
+                max_version=spec.advertised_max(transaction_version)) for key, (spec, _) in sorted(HANDLERS.items())]
 
 
 # --- DeleteRecords (21) ---------------------------------------------------------
@@ -8883,6 +9030,8 @@ def handle_end_txn(ctx, req):
     the staged offsets committed (see TransactionCoordinator for the crash
     ordering); with doze.transaction.answer.after=decision, once the decision
     is durable, as Kafka answers. A repeat of a decision already carried out succeeds.
+    v5 is transaction version 2 (TransactionCoordinator.end_txn_v2): the epoch
+    goes up at every end, and the answer carries the next transaction's id and epoch.
 
     Errors: INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED
     (INVALID_PRODUCER_EPOCH before v2), INVALID_TXN_STATE (nothing to end, or
@@ -8890,6 +9039,13 @@ def handle_end_txn(ctx, req):
     being carried out), NOT_COORDINATOR, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
     ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
+    if not req.transactional_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+    if ctx.version >= 5:                        # transaction version 2: the epoch moves on
+        meta, (producer_id, epoch), wait = ctx.txns.end_txn_v2(req.transactional_id, req.producer_id,
+                                                               req.producer_epoch, req.committed)
+        answer = Msg(producer_id=producer_id, producer_epoch=epoch)
+        return wait_for_txn(ctx, meta, lambda: ctx.txns.outcome(meta, req.committed) and answer) if wait else answer
     meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
     if not ctx.txns.end_txn(meta, req.committed):
         return Msg()
@@ -9027,7 +9183,11 @@ def txn_offsets_verdict(ctx, req):
         if not req.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         try:
-            meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+            if ctx.version >= 5:                # transaction version 2: the commit adds the group
+                meta = ctx.txns.add_implicitly(req.transactional_id, req.producer_id, req.producer_epoch,
+                                               group=req.group_id, cause=f"TxnOffsetCommit v{ctx.version}")
+            else:
+                meta = ctx.txns.for_producer(req.transactional_id, req.producer_id, req.producer_epoch)
         except KafkaError as e:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH if e.code == ErrorCode.PRODUCER_FENCED
                              else e.code, e.detail) from None
@@ -11639,13 +11799,12 @@ class Dispatcher:
             conn.close_after_answers(f"unknown API key {api_key} (correlation id {correlation_id})")
             return None
         spec, handler = entry
-        served_max = spec.served_max(self.rooms.txns.features.transaction_version)
-        if not spec.min_served <= version <= served_max:
+        if not spec.min_served <= version <= spec.max_version:
             if api_key == ApiKey.API_VERSIONS and version > spec.max_version:
                 self._unsupported_api_versions(conn, r, correlation_id)
             else:
                 conn.close_after_answers(f"{spec.name} v{version} is not supported (doze serves "
-                                         f"v{spec.min_served}-v{served_max})")
+                                         f"v{spec.min_served}-v{spec.max_version})")
             return None
         try:
             if spec.flexible(version):
@@ -12104,33 +12263,7 @@ def parse_connection_overrides(text):
 #     DESCRIBE_CONFIGS for configs, DESCRIBE on the cluster for ACLs and users.
 
 CONSOLE_CLI_ADDRESS = "127.0.0.1:8092"    # what python3 doze_kafka.py serves the console on
-CONSOLE_MAX_CONNECTIONS = 32
-CONSOLE_HEAD_MAX = 8192
-CONSOLE_HEAD_TIMEOUT_S = 10.0
-CONSOLE_SWEEP_S = 1.0
 CONSOLE_MAX_ROWS = 500
-CONSOLE_MAX_STREAMS = 8               # event streams (one a browser tab)
-CONSOLE_STREAM_BUFFER = 256 * 1024    # bytes a stream may have unread before it is let go
-CONSOLE_HEARTBEAT_S = 15.0
-CONSOLE_LINGER_S = 2.0                # an answered connection waits this long for its client to close
-CONSOLE_BODY_MAX = 4096               # a POST's body (the login form)
-CONSOLE_SESSION_IDLE_S = 3600.0       # a login lasts while used, up to
-CONSOLE_SESSION_MAX_S = 12 * 3600.0
-CONSOLE_MAX_SESSIONS = 256            # past it, the least recently used session ends
-CONSOLE_LOGIN_FAILURES = 5            # failed logins from one address within CONSOLE_LOGIN_WINDOW_S: then wait
-CONSOLE_LOGIN_WINDOW_S = 60.0
-CONSOLE_LOGIN_CHECKS_PER_S = 4        # password checks a second, all addresses (each may be a PBKDF2)
-CONSOLE_HEADERS = (
-    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
-     "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
-    ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "same-origin"),       # (no-referrer would make a form's Origin "null")
-    ("Cache-Control", "no-store"),
-    ("Connection", "close"))
-HTTP_REASONS = {200: "OK", 201: "Created", 202: "Accepted", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-                404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
-                413: "Content Too Large", 421: "Misdirected Request", 429: "Too Many Requests",
-                431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 # --- Markup ---------------------------------------------------------------------
@@ -13111,7 +13244,7 @@ class ConsoleViews:
     def apis(self):                          # the versions served now: transaction.version decides some
         level = self.broker.txns.features.transaction_version
         return {"apis": [{"api_key": key, "name": spec.name, "min_version": spec.min_served,
-                          "max_version": spec.served_max(level),
+                          "max_version": spec.advertised_max(level),
                           "flexible_from": next((v for v in range(spec.min_served, spec.max_version + 1)
                                                  if spec.flexible(v)), None)}
                          for key, (spec, _) in sorted(HANDLERS.items())], "transaction_version": level}
@@ -13239,8 +13372,8 @@ def page_events(d):
 
 # The transaction state machine, drawn: each state a box where the layout
 # puts it (its centre), each transition Kafka allows (VALID_PREVIOUS) a path
-# routed so that none crosses another -- commit on top, abort below, the way
-# back to Empty, Ongoing and Dead around the outside. SVG attributes and the
+# routed so that few cross -- commit on top, abort below, the way back to
+# Empty, Ongoing and Dead around the outside. SVG attributes and the
 # stylesheet's classes only: the CSP refuses style attributes.
 MACHINE_BOX = (160, 36)
 MACHINE_STATES = {"Empty": (135, 175), "Ongoing": (330, 175), "PrepareCommit": (525, 80),
@@ -13257,6 +13390,9 @@ MACHINE_EDGES = {
     ("PrepareEpochFence", "PrepareAbort"): "M525,193 V252",
     ("PrepareCommit", "CompleteCommit"): "M605,80 H640",
     ("PrepareAbort", "CompleteAbort"): "M605,270 H640",
+    ("Empty", "PrepareAbort"): "M215,186 L445,266",           # version 2: an abort with nothing open
+    ("CompleteAbort", "PrepareAbort"): "M640,282 H605",
+    ("CompleteCommit", "PrepareAbort"): "M650,98 L600,252",
     ("CompleteCommit", "Ongoing"): "M660,62 V44 H315 V157",
     ("CompleteCommit", "Empty"): "M700,62 V28 H34 V165 H55",
     ("CompleteCommit", "Dead"): "M740,62 V12 H18 V270 H55",
@@ -13617,7 +13753,34 @@ def browser_pages(d):
 # The console's sockets: its stylesheet and script, each HTTP connection (one
 # request, then closed), its login against the broker's own SASL users, and
 # the listener that accepts them -- on the broker's loop, with one timer of
-# its own (Console._sweep).
+# its own (Console._sweep). Its limits (§17 says why):
+
+CONSOLE_MAX_CONNECTIONS = 32
+CONSOLE_HEAD_MAX = 8192
+CONSOLE_HEAD_TIMEOUT_S = 10.0
+CONSOLE_SWEEP_S = 1.0
+CONSOLE_MAX_STREAMS = 8               # event streams (one a browser tab)
+CONSOLE_STREAM_BUFFER = 256 * 1024    # bytes a stream may have unread before it is let go
+CONSOLE_HEARTBEAT_S = 15.0
+CONSOLE_LINGER_S = 2.0                # an answered connection waits this long for its client to close
+CONSOLE_BODY_MAX = 4096               # a POST's body (the login form)
+CONSOLE_SESSION_IDLE_S = 3600.0       # a login lasts while used, up to
+CONSOLE_SESSION_MAX_S = 12 * 3600.0
+CONSOLE_MAX_SESSIONS = 256            # past it, the least recently used session ends
+CONSOLE_LOGIN_FAILURES = 5            # failed logins from one address within CONSOLE_LOGIN_WINDOW_S: then wait
+CONSOLE_LOGIN_WINDOW_S = 60.0
+CONSOLE_LOGIN_CHECKS_PER_S = 4        # password checks a second, all addresses (each may be a PBKDF2)
+CONSOLE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+     "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),       # (no-referrer would make a form's Origin "null")
+    ("Cache-Control", "no-store"),
+    ("Connection", "close"))
+HTTP_REASONS = {200: "OK", 201: "Created", 202: "Accepted", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+                404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+                413: "Content Too Large", 421: "Misdirected Request", 429: "Too Many Requests",
+                431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 # --- Its stylesheet and script, served as files -----------------------------------
 # The CSP lets no inline style or script run: the pages link these two. The

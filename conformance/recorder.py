@@ -46,9 +46,22 @@ A step is a dict:
                               # the header is still built from api, v and the correlation id.
                               # "req" is then only shown (what the bytes were made from), and
                               # "note" says what was changed; both are recorded with the bytes
+     "repeat": N,             # send the same request N times on its connection, pipelined
+                              # in chunks of REPEAT_CHUNK; only the last answer is kept, with
+                              # "repeat_error_codes" ({error code: how many answers had it})
      "note": "..."}
     {"sleep_ms": N}
     {"await": "step id"}      # read a pipelined answer now
+
+A condition's path ("until", "retry") may select list entries by a field's value:
+"finalized_features.[name=transaction.version].max_version_level"; "count": 0 holds
+when nothing is at the path.
+
+A scenario may name doze_settings (doze's own settings, e.g. {"doze.transaction.version":
+2}): they are written into the recording and given to doze by replay.py, never to the
+real Kafka. own_broker=True records the scenario on a Kafka of its own (one that changes
+the cluster, e.g. UpdateFeatures). Each recording also keeps the finalized features Kafka
+had when the scenario started ("finalized_features", from ApiVersions v4).
 """
 
 import argparse
@@ -60,6 +73,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import struct
 import sys
@@ -396,13 +410,21 @@ def resolve(template, responses, scram=None):
     return template, template
 
 
+PATH_PART = re.compile(r"\[[^\]]*\]|[^.\[]+")
+
+
 def path_values(node, path):
-    """The values at a dotted path; "*" matches every element of a list."""
+    """The values at a dotted path; "*" matches every element of a list, and
+    "[field=value]" the elements whose field has that value (as text; the value may
+    hold dots)."""
     nodes = [node]
-    for p in path.split("."):
+    for p in PATH_PART.findall(path):
         nxt = []
         for n in nodes:
-            if p == "*" and isinstance(n, list):
+            if p.startswith("[") and isinstance(n, list):
+                field, _, want = p[1:-1].partition("=")
+                nxt.extend(e for e in n if isinstance(e, dict) and field in e and str(e[field]) == want)
+            elif p == "*" and isinstance(n, list):
                 nxt.extend(n)
             elif isinstance(n, list) and p.lstrip("-").isdigit() and -len(n) <= int(p) < len(n):
                 nxt.append(n[int(p)])
@@ -417,6 +439,8 @@ def condition_holds(cond, response):
     if response is None or "closed" in response or "decode_error" in response:
         return False
     values = path_values(response, cond["path"])
+    if "count" in cond:
+        return len(values) == cond["count"]
     if not values:
         return False
     if "equals" in cond:
@@ -427,8 +451,6 @@ def condition_holds(cond, response):
         return all(v in cond["in"] for v in values)
     if "not_in" in cond:
         return all(v not in cond["not_in"] for v in values)
-    if "count" in cond:
-        return len(values) == cond["count"]
     raise RecordingError(f"bad until condition {cond!r}")
 
 
@@ -572,7 +594,12 @@ def split_response(spec, version, frame):
 
 # What a step may carry besides its request, kept as it is in its record (and so
 # given back to the Runner by replay.py).
-STEP_OPTIONS = ("nowait", "delay_ms", "until", "keep", "retry", "listener", "scram", "scram_client_nonce")
+STEP_OPTIONS = ("nowait", "delay_ms", "until", "keep", "retry", "listener", "scram", "scram_client_nonce",
+                "repeat")
+# A "repeat" step's requests go out in chunks of this many, each chunk in one write,
+# and then its answers are read (the broker handles one request of a connection at a
+# time, in order, so the chunk only saves the round trips).
+REPEAT_CHUNK = 1000
 
 
 def tls_listener_names(settings):
@@ -690,6 +717,68 @@ class Runner:
             self.await_step(record["step"])
         return record
 
+    def send_repeated(self, step, template=None):
+        """A "repeat" step: the same request step["repeat"] times on its connection,
+        pipelined in chunks; -> its record, with the last answer as "response" and
+        "repeat_error_codes": how many answers had each error code."""
+        if any(k in step for k in ("until", "retry", "nowait", "body_hex", "body_version")):
+            raise RecordingError(f"step {step['id']}: repeat goes with none of until, retry, nowait, "
+                                 f"body_hex, body_version")
+        spec = api_spec(step["api"])
+        version = step["v"]
+        template = step.get("req", {}) if template is None else template
+        for dep in find_refs(template):
+            self.await_step(dep)
+        shown, plain = resolve(template, self.responses, self.scram)
+        msg = msg_from_json(spec.request, plain)
+        record = {"step": step["id"], "conn": step.get("conn", 1), "api_key": spec.key,
+                  "api": spec.name, "version": version}
+        for k in STEP_OPTIONS:
+            if k in step:
+                record[k] = step[k]
+        record["request"] = shown
+        conn = self.conn(record["conn"], step.get("listener"))
+        while conn.pending:                       # what was pipelined before on this connection
+            self._read_answer(conn)
+        if step.get("delay_ms"):
+            time.sleep(step["delay_ms"] / 1000)
+        if conn.sock is None:
+            conn.open()
+        frame = request_frame(spec, version, version, 0, msg)
+        head, tail = frame[:8], frame[12:]      # size, api key, version | correlation id | the rest
+        codes = collections.Counter()
+        last, left = None, int(step["repeat"])
+        while left > 0 and last != {"closed": True}:
+            first = conn.correlation_id + 1
+            n = min(REPEAT_CHUNK, left)
+            conn.correlation_id += n
+            try:
+                conn.sock.sendall(b"".join(head + dk.I32.pack(first + i) + tail for i in range(n)))
+            except (BrokenPipeError, ConnectionResetError):
+                last = {"closed": True}
+                break
+            for i in range(n):
+                try:
+                    got, body = split_response(spec, version, conn.recv())
+                except Closed:
+                    last = {"closed": True}
+                    break
+                if got != first + i:
+                    raise RecordingError(f"step {step['id']}: correlation id {got}, expected {first + i}")
+                try:
+                    last = decode_response(spec, version, body)
+                except dk.ProtocolError as e:
+                    last = {"decode_error": str(e), "raw": {"$hex": body.hex()}}
+                codes["decode_error" if "decode_error" in last else str(last.get("error_code"))] += 1
+            left -= n
+        if last == {"closed": True}:
+            conn.close()
+            codes["closed"] += 1
+        record["response"] = last
+        record["repeat_error_codes"] = dict(sorted(codes.items()))
+        self.responses[record["step"]] = last
+        return record
+
     def run_step(self, step, template=None):
         """-> the step's record (or None for steps that leave none)."""
         if "sleep_ms" in step:
@@ -698,6 +787,8 @@ class Runner:
         if "await" in step:
             self.await_step(step["await"])
             return None
+        if "repeat" in step:
+            return self.send_repeated(step, template)
         if "retry" in step:
             # a client's retry loop: the first answer is "response"; if it matched the
             # retry condition, the request is re-sent until it does not, and the last
@@ -739,10 +830,28 @@ def step_ids(steps):
     return steps
 
 
+def finalized_features(bootstrap):
+    """{feature: level} the broker finalizes now (ApiVersions v4 on a connection of its
+    own; a feature at level 0 is not listed), or None if it does not answer so."""
+    runner = Runner(bootstrap)
+    try:
+        rec = runner.run_step({"id": "features", "api": "ApiVersions", "v": 4, "req": {
+            "client_software_name": "doze-conformance", "client_software_version": "1.0"}})
+    except (OSError, RecordingError, Closed):
+        return None
+    finally:
+        runner.close()
+    resp = rec.get("response") or {}
+    if resp.get("error_code") != 0 or not isinstance(resp.get("finalized_features"), list):
+        return None
+    return {f["name"]: f["max_version_level"] for f in resp["finalized_features"]}
+
+
 def record_scenario(name, bootstrap, broker=KAFKA_BROKER):
     import scenarios
     sc = scenarios.get(name)
     steps = step_ids(copy.deepcopy(sc["steps"]))
+    features = finalized_features(bootstrap)
     runner = Runner(bootstrap, sc.get("broker_settings", {}))
     records = []
     try:
@@ -759,6 +868,8 @@ def record_scenario(name, bootstrap, broker=KAFKA_BROKER):
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "description": sc.get("description", ""),
         "broker_settings": sc.get("broker_settings", {}),
+        "doze_settings": sc.get("doze_settings", {}),
+        "finalized_features": features,
         "known_differences": sc.get("known_differences", {}),
         "steps": records,
     }
@@ -814,9 +925,10 @@ def main(argv=None):
         from realkafka import RealKafka
         groups = collections.OrderedDict()
         for n in names:
-            key = json.dumps(scenarios.get(n).get("broker_settings", {}), sort_keys=True)
-            groups.setdefault(key, []).append(n)
-        for key, group in groups.items():
+            sc = scenarios.get(n)
+            key = json.dumps(sc.get("broker_settings", {}), sort_keys=True)
+            groups.setdefault((key, n if sc.get("own_broker") else None), []).append(n)
+        for (key, _), group in groups.items():
             props = json.loads(key)
             print(f"starting Apache Kafka 4.3.1 with {props or 'the default settings'}", flush=True)
             with RealKafka(extra_props={k: str(v) for k, v in props.items()}) as k:

@@ -11,6 +11,8 @@ Command line:
     python3 conformance/replay.py                  # every recording, each on a fresh in-process doze
     python3 conformance/replay.py add-offsets --bootstrap 127.0.0.1:9092
     python3 conformance/replay.py --diff DIR_A DIR_B   # compare two recordings of the same scenarios
+    python3 conformance/replay.py --transaction-version 2   # every recording, doze at that level
+    python3 conformance/replay.py --dir DIR            # the recordings of another directory
 
 Each recorded request is sent again; references ({"$ref": ...}) are resolved
 against the new broker's answers. Every answer is compared field by field with
@@ -261,12 +263,95 @@ def _error_names(name, a, b):
     return f" ({n(a)} vs {n(b)})"
 
 
-def normalise_response(api, resp):
-    """Whole-response normalisation: ApiVersions' list of APIs and versions, and its
-    feature tags (tagged fields doze does not send), unless it is an error answer."""
-    if api == "ApiVersions" and isinstance(resp, dict) and resp.get("error_code") == 0:
-        resp = {k: v for k, v in resp.items() if k not in ("api_keys", "_unknown_tags")}
+# ApiVersions' features (KIP-584). doze finalizes only transaction.version; Kafka 4.3.1
+# also metadata.version, group.version, share.version, streams.version,
+# eligible.leader.replicas.version and kraft.version. Only the entries of these are
+# compared, and only when both brokers ran at the same transaction.version (the classic
+# recordings replay on doze at its default level 1, while Kafka ran at 2).
+# finalized_features_epoch is Kafka's metadata offset: set vs unset only.
+COMPARED_FEATURES = {"transaction.version"}
+FEATURE_LISTS = ("supported_features", "finalized_features")
+# What Kafka 4.3.1 finalizes when formatted with its defaults (realkafka.py): the
+# recordings made before the recorder kept "finalized_features" ran on such a Kafka.
+KAFKA_DEFAULT_FEATURES = {"metadata.version": 30, "transaction.version": 2, "group.version": 1,
+                          "share.version": 1, "streams.version": 1, "eligible.leader.replicas.version": 1,
+                          "kraft.version": 1}
+
+
+def normalise_response(api, resp, features="compare"):
+    """Whole-response normalisation of ApiVersions: its list of APIs and versions, and
+    the tags doze's schema does not declare, unless it is an error answer; its features
+    (features="compare": only COMPARED_FEATURES' entries; "skip": none, the brokers ran
+    at different levels; "all": every entry, for two recordings of Kafka), and the
+    features' epoch as set or unset."""
+    if api != "ApiVersions" or not isinstance(resp, dict):
+        return resp
+    resp = dict(resp)
+    if resp.get("error_code") == 0:
+        resp.pop("api_keys", None)
+        resp.pop("_unknown_tags", None)
+    if isinstance(resp.get("finalized_features_epoch"), int):
+        resp["finalized_features_epoch"] = "set" if resp["finalized_features_epoch"] >= 0 else "unset"
+    if features != "all":
+        for k in FEATURE_LISTS:
+            if isinstance(resp.get(k), list):
+                resp[k] = [e for e in resp[k] if features == "compare" and e.get("name") in COMPARED_FEATURES]
     return resp
+
+
+def upgrade_tags(rec, key="response"):
+    """A recorded answer as the recorder decodes it today: tagged fields that doze's
+    schema did not declare when it was recorded were kept as "_unknown_tags" (the
+    ApiVersions features, before doze knew them), and a tagged field it now declares that
+    was absent gets its default, as recorder.decode_response does. -> the answer."""
+    resp = rec.get(key)
+    if not isinstance(resp, dict) or "closed" in resp or "decode_error" in resp:
+        return resp
+    try:
+        spec = recorder.api_spec(rec["api"])
+        version = rec.get("decode_version", rec["version"])
+        if not spec.flexible(version):
+            return resp
+        from doze_kafka import plan_for
+        return _upgrade_struct(resp, plan_for(spec, version, "response"))
+    except Exception:                      # noqa: BLE001 -- a version or field doze no longer has
+        return resp
+
+
+def _upgrade_struct(node, plan):
+    if not isinstance(node, dict):
+        return node
+    from doze_kafka import Reader
+    out = dict(node)
+    for f, child, _ in plan.steps:
+        if child is not None and f.name in out:
+            out[f.name] = _upgrade_child(out[f.name], child)
+    unknown = dict(out.pop("_unknown_tags", None) or {})
+    absent = dict(plan.absent)
+    for tag, (f, child, _) in sorted(plan.tagged.items()):
+        if str(tag) in unknown:
+            data = bytes.fromhex(unknown.pop(str(tag))["$hex"])
+            out[f.name] = recorder._decode_value(Reader(data), f, child, True)
+        elif f.name not in out:
+            out[f.name] = recorder.value_to_json(f, absent.get(f.name))
+        elif child is not None:
+            out[f.name] = _upgrade_child(out[f.name], child)
+    if unknown:
+        out["_unknown_tags"] = unknown
+    return out
+
+
+def _upgrade_child(value, plan):
+    if isinstance(value, list):
+        return [_upgrade_struct(x, plan) for x in value]
+    return _upgrade_struct(value, plan)
+
+
+def features_mode(recording, transaction_version):
+    """How ApiVersions' features are compared: "compare" when the broker under test runs
+    at the transaction.version Kafka ran at, else "skip"."""
+    kafka = (recording.get("finalized_features") or KAFKA_DEFAULT_FEATURES).get("transaction.version", 0)
+    return "compare" if transaction_version is not None and transaction_version == kafka else "skip"
 
 
 def _pairs_at(a, b, parts):
@@ -385,11 +470,17 @@ def known_differences(recording):
     return recording.get("known_differences", {})
 
 
-def broker_settings(name_or_recording):
-    """Settings (Kafka names) to start a broker with for this recording."""
+def broker_settings(name_or_recording, transaction_version=None):
+    """Settings to start doze with for this recording: SETTINGS, the recording's
+    broker_settings (Kafka names) and doze_settings (doze's own, given to doze only);
+    transaction_version: doze.transaction.version at that level, whatever the
+    recording says."""
     rec = load(name_or_recording) if isinstance(name_or_recording, str) else name_or_recording
     settings = dict(SETTINGS)
     settings.update(rec.get("broker_settings", {}))
+    settings.update(rec.get("doze_settings", {}))
+    if transaction_version is not None:
+        settings["doze.transaction.version"] = transaction_version
     extra = extra_listener_names(settings)
     if extra:                      # as realkafka.py gives Kafka: PLAINTEXT and these, on free ports
         settings["listeners"] = ",".join(f"{n}://127.0.0.1:0" for n in ["PLAINTEXT"] + extra)
@@ -431,14 +522,26 @@ class Result:
         return f"<Result {self.name}: {len(self.differences)} differences>"
 
 
-def replay(recording, bootstrap):
+def replay(recording, bootstrap, transaction_version=None):
     """Send the recording's requests to bootstrap; -> list of difference strings."""
-    return replay_full(recording, bootstrap).differences
+    return replay_full(recording, bootstrap, transaction_version).differences
 
 
-def replay_full(recording, bootstrap):
+def broker_transaction_version(bootstrap):
+    """The transaction.version the broker finalizes now (ApiVersions v4), or None."""
+    features = recorder.finalized_features(bootstrap)
+    return None if features is None else features.get("transaction.version", 0)
+
+
+def replay_full(recording, bootstrap, transaction_version=None):
+    """transaction_version: the level the broker under test runs at (asked with
+    ApiVersions first when not given); ApiVersions' transaction.version entries are
+    compared only when it is the one Kafka ran at."""
     res = Result(recording.get("scenario", "?"))
     known = known_differences(recording)
+    if transaction_version is None:
+        transaction_version = broker_transaction_version(bootstrap)
+    features = features_mode(recording, transaction_version)
     runner = recorder.Runner(bootstrap, recording.get("broker_settings", {}))
     mapper = Mapper()
     actual = []
@@ -459,8 +562,11 @@ def replay_full(recording, bootstrap):
     for rec, got in actual:
         label = f"{rec['step']} ({rec['api']} v{rec['version']})"
         diffs = []
-        kafka_resp = normalise_response(rec["api"], rec.get("response"))
-        doze_resp = normalise_response(rec["api"], got.get("response"))
+        kafka_resp = normalise_response(rec["api"], upgrade_tags(rec), features)
+        doze_resp = normalise_response(rec["api"], got.get("response"), features)
+        if "repeat_error_codes" in rec and rec["repeat_error_codes"] != got.get("repeat_error_codes"):
+            res.differences.append(f"{label} repeat_error_codes: kafka={_show(rec['repeat_error_codes'])} "
+                                   f"doze={_show(got.get('repeat_error_codes'))} ({rec['repeat']} requests)")
         kd = known.get(rec["step"]) or API_KNOWN_DIFFERENCES.get(rec["api"])
         if kd is not None and kd.get("internal_content"):
             # What the internal topics' logs hold: Kafka's coordinators write their
@@ -499,17 +605,17 @@ def replay_full(recording, bootstrap):
         else:
             compare(kafka_resp, doze_resp, "", mapper, diffs, rec["api"])
         if "final_response" in rec:
-            compare(normalise_response(rec["api"], rec["final_response"]),
-                    normalise_response(rec["api"], got.get("final_response")),
+            compare(normalise_response(rec["api"], upgrade_tags(rec, "final_response"), features),
+                    normalise_response(rec["api"], got.get("final_response"), features),
                     "final_response", mapper, diffs, rec["api"])
         for d in diffs:
             res.differences.append(f"{label} {d}")
     return res
 
 
-def run_recording(name, bootstrap):
+def run_recording(name, bootstrap, transaction_version=None):
     """Replay recordings/NAME.json against bootstrap; -> list of differences (empty = pass)."""
-    return replay(load(name), bootstrap)
+    return replay(load(name), bootstrap, transaction_version)
 
 
 def diff_recordings(rec_a, rec_b):
@@ -527,8 +633,11 @@ def diff_recordings(rec_a, rec_b):
         if sa.get("body_hex") != sb.get("body_hex"):
             d.append(f"body_hex: {sa.get('body_hex')!r} vs {sb.get('body_hex')!r}")
         for key in ("response", "final_response"):
-            compare(normalise_response(sa["api"], sa.get(key)),
-                    normalise_response(sa["api"], sb.get(key)), key, mapper, d, sa["api"])
+            compare(normalise_response(sa["api"], upgrade_tags(sa, key), "all"),
+                    normalise_response(sa["api"], upgrade_tags(sb, key), "all"), key, mapper, d, sa["api"])
+        if sa.get("repeat_error_codes") != sb.get("repeat_error_codes"):
+            d.append(f"repeat_error_codes: {_show(sa.get('repeat_error_codes'))} vs "
+                     f"{_show(sb.get('repeat_error_codes'))}")
         diffs.extend(f"{sa['step']} ({sa['api']} v{sa['version']}) {x}" for x in d)
     return diffs
 
@@ -546,8 +655,15 @@ def main(argv=None):
                     "doze per recording, started with the recording's broker_settings)")
     ap.add_argument("--diff", nargs=2, metavar=("DIR_A", "DIR_B"),
                     help="compare two directories of recordings of the same scenarios")
+    ap.add_argument("--transaction-version", type=int, metavar="N",
+                    help="start doze at doze.transaction.version=N for every recording (the classic "
+                         "ones too), whatever the recording's doze_settings say")
+    ap.add_argument("--dir", default=RECORDINGS, help="the directory of the recordings to replay "
+                    "(default: conformance/recordings)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
+    if a.transaction_version is not None and a.bootstrap:
+        ap.error("--transaction-version starts doze itself: not with --bootstrap")
     if a.diff:
         names = a.names or sorted(set(recording_names(a.diff[0])) & set(recording_names(a.diff[1])))
         bad = 0
@@ -558,17 +674,17 @@ def main(argv=None):
                 print("   ", x)
             bad += bool(d)
         return 1 if bad else 0
-    names = a.names or recording_names()
+    names = a.names or recording_names(a.dir)
     import logging
     logging.basicConfig(level=logging.WARNING)
     failed = 0
     for n in names:
-        rec = load(n)
+        rec = load(n, a.dir)
         t0 = time.time()
         if a.bootstrap:
             res = replay_full(rec, a.bootstrap)
         else:
-            with _doze_running(broker_settings(rec)) as broker:
+            with _doze_running(broker_settings(rec, a.transaction_version)) as broker:
                 res = replay_full(rec, bootstraps(broker))
         status = "PASS" if not res.differences else f"FAIL ({len(res.differences)} differences)"
         print(f"{n}: {status} in {time.time() - t0:.1f}s")

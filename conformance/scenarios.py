@@ -1,7 +1,8 @@
 """Conformance scenarios: short scripts of Kafka requests (see recorder.py for the step DSL).
 
 Each scenario is a dict: description, steps, and optionally broker_settings
-(Kafka setting names, applied to both the real Kafka and doze) and
+(Kafka setting names, applied to both the real Kafka and doze), doze_settings
+(doze's own, for doze only: e.g. doze.transaction.version), own_broker and
 known_differences ({step id: {"name": ..., "doze": {expected fields of doze's
 answer}, "why": ...}}: steps where doze differs from Kafka on purpose).
 
@@ -25,12 +26,17 @@ TS = -1        # record timestamps: none (a fixed old time would make Kafka roll
 DEFAULT_BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
 
 
-def scenario(name, description="", broker_settings=None, known_differences=None):
+def scenario(name, description="", broker_settings=None, known_differences=None, doze_settings=None,
+             own_broker=False):
     """Register fn(S) -> steps as scenario `name` (S is the name: the prefix of every
-    topic, group and transactional id it uses)."""
+    topic, group and transactional id it uses). doze_settings: doze's own settings
+    (replay.py gives them to doze only, never to the real Kafka). own_broker: the
+    recorder gives the scenario a Kafka of its own (it changes the whole cluster)."""
     def register(fn):
         SCENARIOS[name] = {"description": description or (fn.__doc__ or "").strip(),
                            "broker_settings": broker_settings or {},
+                           "doze_settings": doze_settings or {},
+                           "own_broker": own_broker,
                            "known_differences": known_differences or {},
                            "build": fn}
         return fn
@@ -3897,4 +3903,530 @@ def _consumer_group_conversion_disabled(S):
         cg_heartbeat("m-leave", g, m, -1),
         join_group("d-join-empty-consumer-group", g, topics=[t]),
         list_groups(S, "list-end"),
+    ]
+
+
+# --- transaction version 2 (KIP-890 part 2) ---------------------------------------------
+# Kafka 4.3.1 formatted with its defaults finalizes transaction.version=2, and what the
+# Java client (kafka-clients 4.3.1) sends then: FindCoordinator, InitProducerId v5,
+# Produce v12 with transactional batches (the leader adds the partition to the
+# transaction itself: no AddPartitionsToTxn), TxnOffsetCommit v5 (no AddOffsetsToTxn),
+# EndTxn v5 (the coordinator bumps the epoch at every commit or abort, and answers with
+# the producer id and epoch to go on with). doze serves these at doze.transaction.version
+# 2, so these scenarios replay on a doze started so (doze_settings). The request sequences
+# are S1-S13 of the notes on Kafka 4.3.1's source (tv2_spec.md); each scenario's
+# docstring says which.
+
+TV2 = {"doze.transaction.version": 2}
+TIMEOUT_CHECK_500MS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}
+JAVA_CLIENT = {"client_software_name": "apache-kafka-java", "client_software_version": "4.3.1"}
+TV_LEVEL = "finalized_features.[name=transaction.version].max_version_level"
+
+
+def pid_epoch_batch(src, values, seq, epoch_add=None, pid_src=None):
+    """A transactional batch at the producer id and epoch step `src` answered (an
+    InitProducerId, or an EndTxn v5: the epoch to go on with), epoch + epoch_add."""
+    return batch(values, ref(f"{pid_src or src}.producer_id"), ref(f"{src}.producer_epoch", epoch_add), seq,
+                 transactional=True)
+
+
+def produce_v12(id, tid, topic_data, **kw):
+    """Produce v12 (the partitions are added to the transaction by the leader)."""
+    return produce(id, topic_data, v=12, tid=tid, **kw)
+
+
+def end_txn_v5(id, tid, src, commit, epoch_add=None, producer_id=None, **kw):
+    """EndTxn v5 with the producer id and epoch of step `src` (epoch + epoch_add)."""
+    return end_txn(id, tid, src, commit, v=5, epoch=ref(f"{src}.producer_epoch", epoch_add),
+                   producer_id=producer_id if producer_id is not None else ref(f"{src}.producer_id"), **kw)
+
+
+def txn_offset_commit_v5(id, tid, src, group, offsets, **kw):
+    """TxnOffsetCommit v5 at step `src`'s producer id and epoch, outside a group
+    generation (-1, ""), as a producer's sendOffsetsToTransaction with group metadata
+    of only the group id sends it."""
+    return txn_offset_commit(id, tid, src, group, offsets, v=5, **kw)
+
+
+def api_versions(id, v=4, **kw):
+    return step(id, "ApiVersions", v, dict(JAVA_CLIENT) if v >= 3 else {}, **kw)
+
+
+def features_at(id, level, v=4, **kw):
+    """ApiVersions, polled until transaction.version is finalized at `level` (0: not
+    listed): Kafka's broker learns a change from the metadata log after UpdateFeatures
+    has answered."""
+    cond = {"path": "finalized_features.[name=transaction.version]", "count": 0} if level == 0 else \
+        {"path": TV_LEVEL, "equals": level}
+    cond.update(timeout_ms=30000, interval_ms=50)
+    return api_versions(id, v, until=cond, **kw)
+
+
+def update_features(id, updates, v=2, validate_only=False, **kw):
+    """UpdateFeatures: updates = [(feature, level, upgrade_type (v1+: 1 upgrade, 2 safe
+    downgrade, 3 unsafe downgrade) or allow_downgrade (v0))]."""
+    items = []
+    for name, level, how in updates:
+        u = {"feature": name, "max_version_level": level}
+        u["allow_downgrade" if v == 0 else "upgrade_type"] = how
+        items.append(u)
+    req = {"timeout_ms": 30000, "feature_updates": items}
+    if v >= 1:
+        req["validate_only"] = validate_only
+    return step(id, "UpdateFeatures", v, req, **kw)
+
+
+@scenario("api-versions-features", doze_settings=TV2)
+def _api_versions_features(S):
+    """S1: ApiVersions v0-v4 as the Java client sends them, and what features each
+    carries: v0-v2 none; v3 and v4 the supported features (v3 only those whose lowest
+    level is above 0, KAFKA-17492), the finalized ones and their epoch (Kafka's is the
+    offset of the last metadata record its broker applied: it grows by itself, so only
+    whether it is set is compared). The same again 1 s later."""
+    return [*(api_versions(f"v{v}", v) for v in range(5)),
+            {"sleep_ms": 1000},
+            api_versions("v4-later", 4),
+            api_versions("v3-later", 3, conn=2)]
+
+
+@scenario("tv2-commit-and-retries", doze_settings=TV2)
+def _tv2_commit_and_retries(S):
+    """S2, S3, S4. A transaction of one Produce v12 (no AddPartitionsToTxn: the leader
+    adds the partition), committed with EndTxn v5: the answer carries the producer id and
+    the bumped epoch (1), and the marker is written at epoch 1. EndTxn v5 again at the old
+    epoch (a client's retry): NONE with (P, 1), no effect; the other decision at the old
+    epoch: INVALID_TXN_STATE; commit at the current epoch with nothing open:
+    INVALID_TXN_STATE; an epoch never given: PRODUCER_FENCED; another producer id and an
+    unknown transactional id: INVALID_PRODUCER_ID_MAPPING. An abort with nothing open (the
+    "empty abort") bumps the epoch again, and its retry answers the same. Data at the old
+    epoch after the marker: INVALID_PRODUCER_EPOCH (the partition knows epoch 1). The next
+    transaction at the epoch EndTxn gave; InitProducerId with the current id and epoch
+    (KIP-360) then EndTxn v5 commit with nothing open (INVALID_TXN_STATE) and abort (an
+    empty abort). DescribeTransactions and DescribeProducers between, Fetch at the end."""
+    t, a = f"{S}-t", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "init"),                                          # (P, 0)
+        produce_v12("p1", a, {t: {0: pid_epoch_batch("init", ["a"], 0)}}),
+        describe_txn("ongoing", [a]),
+        end_txn_v5("commit", a, "init", True),                             # -> (P, 1)
+        wait_txn_state("committed", a, "CompleteCommit"),
+        describe_producers("producers-after-commit", {t: [0]}),
+        # --- S2: retries and wrong ids
+        end_txn_v5("commit-retry", a, "init", True),
+        end_txn_v5("abort-at-old-epoch", a, "init", False),
+        end_txn_v5("commit-at-current-epoch", a, "commit", True),
+        end_txn_v5("commit-epoch-never-given", a, "init", True, epoch_add=7),
+        end_txn_v5("commit-wrong-pid", a, "commit", True, producer_id=ref("init.producer_id", 1000)),
+        end_txn_v5("commit-unknown-tid", f"{S}-nope", "commit", True),
+        describe_txn("after-errors", [a]),
+        # --- S3: the empty abort
+        end_txn_v5("empty-abort", a, "commit", False),                     # (P, 1) -> (P, 2)
+        wait_txn_state("empty-aborted", a, "CompleteAbort"),
+        end_txn_v5("empty-abort-retry", a, "commit", False),
+        end_txn_v5("commit-after-empty-abort", a, "commit", True),
+        describe_producers("producers-after-empty-abort", {t: [0]}),
+        # --- S4: the old epoch's data after the marker; the next transaction
+        produce_v12("old-epoch", a, {t: {0: pid_epoch_batch("init", ["late"], 1)}}),
+        describe_txn("after-old-epoch", [a]),
+        produce_v12("p2", a, {t: {0: pid_epoch_batch("empty-abort", ["b"], 0)}}),
+        describe_txn("p2-ongoing", [a]),
+        produce_v12("p2-next", a, {t: {0: pid_epoch_batch("empty-abort", ["c"], 1)}}),
+        end_txn_v5("commit2", a, "empty-abort", True),                     # -> (P, 3)
+        wait_txn_state("committed2", a, "CompleteCommit"),
+        # --- S3's last: InitProducerId (KIP-360: the id and epoch it has), then nothing open
+        init_pid("reinit", a, poll=False, producer_id=ref("commit2.producer_id"),
+                 producer_epoch=ref("commit2.producer_epoch")),            # -> (P, 4)
+        describe_txn("reinit-empty", [a]),
+        end_txn_v5("empty-commit", a, "reinit", True),
+        end_txn_v5("empty-abort-after-init", a, "reinit", False),          # -> (P, 5)
+        wait_txn_state("aborted-after-init", a, "CompleteAbort"),
+        describe_producers("producers", {t: [0]}),
+        fetch("read-uncommitted", {t: {0: 0}}),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        list_offsets("lso", {t: {0: -1}}, isolation=1),
+    ]
+
+
+@scenario("tv2-late-endtxn", doze_settings=TV2)
+def _tv2_late_endtxn(S):
+    """S5: late-endtxn-next-txn (KAFKA-17754) under transaction version 2. T1's
+    EndTxn v5 commit is answered on a second connection (the client's retry) and bumps
+    the epoch; T2 runs at the new epoch (Produce v12 "t2-a"); then T1's first EndTxn v5
+    commit arrives late with T1's epoch, and a late abort too: both are fenced
+    (PRODUCER_FENCED, producer id and epoch -1), T2 stays open. read_committed Fetch and
+    ListOffsets show T2 not committed early; then "t2-b" and T2's own commit."""
+    t, a = f"{S}-t", f"{S}-a"
+    settled = {"path": "transaction_states.0.transaction_state",
+               "in": ["CompleteCommit", "CompleteAbort", "Ongoing", "Empty"], "timeout_ms": 30000,
+               "interval_ms": 50}
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "init"),
+        # --- T1 at epoch E
+        produce_v12("t1-produce", a, {t: {0: pid_epoch_batch("init", ["t1"], 0)}}),
+        end_txn_v5("t1-commit-retry", a, "init", True, conn=2),            # -> (P, E+1)
+        wait_txn_state("t1-complete", a, "CompleteCommit"),
+        # --- T2 at E+1
+        produce_v12("t2-a", a, {t: {0: pid_epoch_batch("t1-commit-retry", ["t2-a"], 0)}}),
+        describe_txn("t2-ongoing", [a]),
+        # --- T1's first EndTxn(commit) arrives now, on connection 1; and a late abort
+        end_txn_v5("t1-commit-late", a, "init", True, conn=1),
+        describe_txn("after-late", [a], until=settled),
+        end_txn_v5("t1-abort-late", a, "init", False, conn=1),
+        describe_txn("after-late-abort", [a], until=settled),
+        list_offsets("after-late-lso", {t: {0: -1}}, isolation=1),
+        fetch("after-late-read-committed", {t: {0: 0}}, isolation=1),
+        # --- T2 goes on: its next record, then the application's commit
+        produce_v12("t2-b", a, {t: {0: pid_epoch_batch("t1-commit-retry", ["t2-b"], 1)}}),
+        describe_txn("after-t2-b", [a]),
+        end_txn_v5("t2-commit", a, "t1-commit-retry", True),               # -> (P, E+2)
+        wait_txn_state("final", a, "CompleteCommit"),
+        # --- what a consumer sees
+        fetch("read-uncommitted", {t: {0: 0}}, isolation=0),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        list_offsets("hw", {t: {0: -1}}, isolation=0),
+        list_offsets("lso", {t: {0: -1}}, isolation=1),
+        describe_producers("producers", {t: [0]}),
+    ]
+
+
+@scenario("tv2-mixed-versions", doze_settings=TV2)
+def _tv2_mixed_versions(S):
+    """S6 and the other mix: versions of both protocols in one transaction. A: Produce
+    v12, then EndTxn v4: the classic path (NONE, no epoch bump, the marker at the same
+    epoch). B: the next Produce v12 at that same epoch opens B, and A's EndTxn v4 sent
+    again late commits B early (KAFKA-17754 through the classic path); B's own EndTxn v5
+    commit then finds CompleteCommit at its own epoch: INVALID_TXN_STATE. C:
+    AddPartitionsToTxn v3 and Produce v11, then EndTxn v5: the epoch is bumped. D: the
+    classic protocol again at the bumped epoch (AddPartitionsToTxn v3, Produce v11, EndTxn
+    v4). E: Produce v12 and EndTxn v5 after it. DescribeProducers shows each marker's
+    epoch; Fetch the markers."""
+    t, a = f"{S}-t", f"{S}-a"
+    settled = {"path": "transaction_states.0.transaction_state",
+               "in": ["CompleteCommit", "CompleteAbort", "Ongoing", "Empty"], "timeout_ms": 30000,
+               "interval_ms": 50}
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "init"),                                          # (P, 0)
+        # --- A: Produce v12, EndTxn v4
+        produce_v12("a-produce", a, {t: {0: pid_epoch_batch("init", ["a"], 0)}}),
+        describe_txn("a-ongoing", [a]),
+        end_txn("a-commit-v4", a, "init", True, v=4),
+        wait_txn_state("a-committed", a, "CompleteCommit"),
+        describe_producers("a-producers", {t: [0]}),
+        # --- B: Produce v12 at the same epoch; A's EndTxn v4 again, late
+        produce_v12("b-produce", a, {t: {0: pid_epoch_batch("init", ["b"], 1)}}),
+        describe_txn("b-ongoing", [a]),
+        end_txn("b-late-a-commit-v4", a, "init", True, v=4),
+        describe_txn("b-after-late", [a], until=settled),
+        end_txn_v5("b-commit-v5", a, "init", True),
+        # --- C: AddPartitionsToTxn v3, Produce v11, EndTxn v5
+        add_partitions("c-add-v3", a, "init", {t: [0]}),
+        produce("c-produce-v11", {t: {0: pid_epoch_batch("init", ["c"], 2)}}, v=11, tid=a),
+        end_txn_v5("c-commit-v5", a, "init", True),                        # -> (P, 1)
+        wait_txn_state("c-committed", a, "CompleteCommit"),
+        describe_producers("c-producers", {t: [0]}),
+        # --- D: the classic protocol at the bumped epoch
+        add_partitions("d-add-v3", a, "c-commit-v5", {t: [0]}),
+        produce("d-produce-v11", {t: {0: pid_epoch_batch("c-commit-v5", ["d"], 0)}}, v=11, tid=a),
+        end_txn("d-commit-v4", a, "c-commit-v5", True, v=4),
+        wait_txn_state("d-committed", a, "CompleteCommit"),
+        describe_producers("d-producers", {t: [0]}),
+        # --- E: Produce v12 and EndTxn v5 again
+        produce_v12("e-produce", a, {t: {0: pid_epoch_batch("c-commit-v5", ["e"], 1)}}),
+        end_txn_v5("e-commit-v5", a, "c-commit-v5", True),                 # -> (P, 2)
+        wait_txn_state("e-committed", a, "CompleteCommit"),
+        describe_producers("producers", {t: [0]}),
+        fetch("read-uncommitted", {t: {0: 0}}),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+    ]
+
+
+@scenario("tv2-offsets", doze_settings=TV2)
+def _tv2_offsets(S):
+    """S7: TxnOffsetCommit v5 without AddOffsetsToTxn (what the TV2 Java client's
+    sendOffsetsToTransaction sends): the group coordinator's partition
+    (__consumer_offsets-N) is added to the transaction by the broker; DescribeTransactions
+    lists it; OffsetFetch (require_stable, and not) while the transaction is open, and the
+    offsets after the commit. A transaction of offsets alone, aborted; a commit at the old
+    epoch. The variant: AddOffsetsToTxn v4 in a transaction of transaction version 2, then
+    TxnOffsetCommit v5 and EndTxn v5."""
+    t, g, a = f"{S}-t", f"{S}-g", f"{S}-a"
+    parts = {t: [0, 1]}
+    return [
+        *create_topics("create", [(t, 2)]),
+        *txn_setup(S, a, "init"),                                          # (P, 0)
+        find_coordinator("group-find", g, 0),
+        # the group coordinator's partition loads after FindCoordinator has answered
+        # (NOT_COORDINATOR meanwhile); the Java client retries TxnOffsetCommit then
+        offset_fetch("group-ready", g, parts, until={"path": "groups.0.error_code", "equals": 0,
+                                                     "timeout_ms": 30000, "interval_ms": 100}),
+        produce_v12("p1", a, {t: {0: pid_epoch_batch("init", ["a"], 0)}}),
+        txn_offset_commit_v5("offsets", a, "init", g, {t: {0: 5, 1: 6}}),
+        describe_txn("ongoing", [a]),
+        offset_fetch("fetch-stable-open", g, parts, require_stable=True),
+        offset_fetch("fetch-open", g, parts),
+        end_txn_v5("commit", a, "init", True),                             # -> (P, 1)
+        wait_txn_state("committed", a, "CompleteCommit"),
+        offset_fetch("fetch-committed", g, parts, require_stable=True),
+        # --- offsets alone, then an abort; a commit at the old epoch meanwhile
+        txn_offset_commit_v5("offsets-only", a, "commit", g, {t: {0: 9}}),
+        describe_txn("offsets-only-ongoing", [a]),
+        txn_offset_commit_v5("offsets-old-epoch", a, "init", g, {t: {0: 10}}),
+        end_txn_v5("abort", a, "commit", False),                           # -> (P, 2)
+        wait_txn_state("aborted", a, "CompleteAbort"),
+        offset_fetch("fetch-after-abort", g, parts, require_stable=True),
+        # --- AddOffsetsToTxn v4 in a transaction of version 2
+        produce_v12("p2", a, {t: {1: pid_epoch_batch("abort", ["b"], 0)}}),
+        add_offsets("add-offsets-v4", a, "abort", g),
+        describe_txn("add-offsets-ongoing", [a]),
+        txn_offset_commit_v5("offsets-after-add", a, "abort", g, {t: {1: 7}}),
+        end_txn_v5("commit2", a, "abort", True),                           # -> (P, 3)
+        wait_txn_state("committed2", a, "CompleteCommit"),
+        offset_fetch("fetch-final", g, parts, require_stable=True),
+        fetch("read-committed", {t: {0: 0, 1: 0}}, isolation=1),
+    ]
+
+
+@scenario("tv2-timeout", broker_settings=TIMEOUT_CHECK_500MS, doze_settings=TV2)
+def _tv2_timeout(S):
+    """S8: a transaction of version 2 with a 1 s timeout, aborted by the coordinator
+    (its check runs every 500 ms here): the abort bumps the epoch once (E+1, KAFKA-19367),
+    the marker is written at E+1. Then the producer at its old epoch E: Produce v12
+    (INVALID_PRODUCER_EPOCH from the partition), AddPartitionsToTxn v3 and EndTxn v4
+    (PRODUCER_FENCED), EndTxn v5 commit (INVALID_TXN_STATE) and abort (NONE with (P, E+1):
+    a retry of the abort that happened). InitProducerId with (P, E) answers E+1 without a
+    bump (E is the last epoch); with (-1, -1) E+2. A new transaction commits."""
+    t, a = f"{S}-t", f"{S}-a"
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "init", timeout_ms=1000),                         # (P, E)
+        produce_v12("p1", a, {t: {0: pid_epoch_batch("init", ["v"], 0)}}),
+        describe_txn("ongoing", [a]),
+        wait_txn_state("aborted", a, "CompleteAbort"),                     # polled: about 1-1.5 s
+        describe_producers("producers", {t: [0]}),
+        fetch("read-uncommitted", {t: {0: 0}}),
+        produce_v12("fenced-produce", a, {t: {0: pid_epoch_batch("init", ["w"], 1)}}),
+        add_partitions("fenced-add-v3", a, "init", {t: [0]}),
+        end_txn("fenced-commit-v4", a, "init", True, v=4),
+        end_txn_v5("fenced-commit", a, "init", True),
+        end_txn_v5("fenced-abort", a, "init", False),
+        describe_txn("after-fenced", [a]),
+        init_pid("reinit-old-epoch", a, poll=False, producer_id=pid_of("init"), producer_epoch=epoch_of("init")),
+        describe_txn("after-reinit-old-epoch", [a]),
+        init_pid("reinit", a, poll=False),
+        produce_v12("p2", a, {t: {0: pid_epoch_batch("reinit", ["x"], 0)}}),
+        end_txn_v5("commit", a, "reinit", True),
+        wait_txn_state("committed", a, "CompleteCommit"),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        describe_producers("producers-after", {t: [0]}),
+    ]
+
+
+@scenario("tv2-fencing", doze_settings=TV2)
+def _tv2_fencing(S):
+    """S9: InitProducerId while a transaction of version 2 is open (another instance of
+    the application, on connection 2). Kafka fences: it starts the abort and answers
+    CONCURRENT_TRANSACTIONS (-1/-1); the abort ends at E+1 (KAFKA-19367: one bump), and
+    the next InitProducerId(-1, -1) gets E+2. The old instance is fenced: EndTxn v5 at E
+    (PRODUCER_FENCED), Produce v12 at E (INVALID_PRODUCER_EPOCH), InitProducerId (P, E).
+    The new one commits. B: fenced by an InitProducerId with the open transaction's own
+    id and epoch (KIP-360's form); after the abort the same request answers E+1 without
+    a bump (E is the last epoch)."""
+    t, a, b = f"{S}-t", f"{S}-a", f"{S}-b"
+    return [
+        *create_topics("create", [(t, 2)]),
+        *txn_setup(S, a, "init"),                                          # (P, E)
+        produce_v12("p1", a, {t: {0: pid_epoch_batch("init", ["v"], 0)}}),
+        describe_txn("ongoing", [a]),
+        init_pid("fence", a, conn=2, poll=False),                          # 51, -1/-1
+        wait_txn_state("fenced", a, "CompleteAbort"),                      # at E+1
+        describe_producers("producers", {t: [0]}),
+        init_pid("reinit", a, conn=2, poll=False),                         # -> (P, E+2)
+        end_txn_v5("old-commit", a, "init", True),
+        end_txn_v5("old-abort", a, "init", False),
+        produce_v12("old-produce", a, {t: {0: pid_epoch_batch("init", ["w"], 1)}}),
+        init_pid("old-init", a, poll=False, producer_id=pid_of("init"), producer_epoch=epoch_of("init")),
+        describe_txn("after-old", [a]),
+        produce_v12("new-produce", a, {t: {0: pid_epoch_batch("reinit", ["x"], 0)}}, conn=2),
+        end_txn_v5("new-commit", a, "reinit", True, conn=2),
+        wait_txn_state("new-committed", a, "CompleteCommit"),
+        # --- B: fenced by InitProducerId(P, E) of its open transaction
+        *txn_setup(S, b, "ib"),
+        produce_v12("b-p1", b, {t: {1: pid_epoch_batch("ib", ["v"], 0)}}),
+        init_pid("b-fence", b, conn=2, poll=False, producer_id=pid_of("ib"), producer_epoch=epoch_of("ib")),
+        wait_txn_state("b-fenced", b, "CompleteAbort"),
+        init_pid("b-reinit", b, conn=2, poll=False, producer_id=pid_of("ib"), producer_epoch=epoch_of("ib")),
+        describe_txn("b-after-reinit", [b]),
+        init_pid("b-reinit-again", b, conn=2, poll=False, producer_id=pid_of("ib"),
+                 producer_epoch=epoch_of("ib")),
+        describe_txn("b-after-reinit-again", [b]),
+        describe_producers("producers-final", {t: [0, 1]}),
+        fetch("read-committed", {t: {0: 0, 1: 0}}, isolation=1),
+    ]
+
+
+@scenario("tv2-markers", doze_settings=TV2)
+def _tv2_markers(S):
+    """S11 (KIP-1228): WriteTxnMarkers sent directly (as a coordinator, or `kafka-
+    transactions abort`) with transaction_version 2 (v2) against v1's classic rule. With
+    T2 open at epoch E+1 (after T1's EndTxn v5): a TV2 marker at E+1 is refused
+    (INVALID_PRODUCER_EPOCH: a TV2 marker must carry a newer epoch than the data); a v1
+    marker at E+1 is written (the classic >= rule) and commits T2 on the partition; a TV2
+    marker at E+1 with nothing open is a retry (NONE); older epochs are refused (TV2 and
+    TV0); an older coordinator epoch: TRANSACTION_COORDINATOR_FENCED. The coordinator
+    still has T2 open: the producer's EndTxn v5 commits it, its marker at E+2 is written.
+    A TV2 marker for a producer the partition never saw, and at a newer epoch."""
+    t, a = f"{S}-t", f"{S}-a"
+    pid, e0, e1 = pid_of("init"), epoch_of("init"), ref("t1-commit.producer_epoch")
+    coord = ref("t1-producers.topics.0.partitions.0.active_producers.0.coordinator_epoch")
+    older_coord = ref("t1-producers.topics.0.partitions.0.active_producers.0.coordinator_epoch", -1)
+    return [
+        *create_topics("create", [(t, 2)]),
+        *txn_setup(S, a, "init"),                                          # (P, E)
+        produce_v12("t1", a, {t: {0: pid_epoch_batch("init", ["t1"], 0)}}),
+        end_txn_v5("t1-commit", a, "init", True),                          # -> (P, E+1)
+        wait_txn_state("t1-committed", a, "CompleteCommit"),
+        describe_producers("t1-producers", {t: [0]}),
+        produce_v12("t2", a, {t: {0: pid_epoch_batch("t1-commit", ["t2"], 0)}}),
+        write_txn_markers("tv2-same-epoch-open", [(pid, e1, True, {t: [0]}, coord, 2)], v=2),
+        describe_producers("after-tv2-same-epoch", {t: [0]}),
+        write_txn_markers("v1-same-epoch-open", [(pid, e1, True, {t: [0]}, coord)], v=1),
+        describe_producers("after-v1", {t: [0]}),
+        list_offsets("after-v1-lso", {t: {0: -1}}, isolation=1),
+        write_txn_markers("tv2-same-epoch-nothing-open", [(pid, e1, True, {t: [0]}, coord, 2)], v=2),
+        write_txn_markers("tv2-older-epoch", [(pid, e0, True, {t: [0]}, coord, 2)], v=2),
+        write_txn_markers("tv0-older-epoch", [(pid, e0, False, {t: [0]}, coord, 0)], v=2),
+        write_txn_markers("v1-older-epoch", [(pid, e0, False, {t: [0]}, coord)], v=1),
+        write_txn_markers("tv2-older-coordinator-epoch",
+                          [(pid, ref("t1-commit.producer_epoch", 1), True, {t: [0]}, older_coord, 2)], v=2),
+        describe_producers("after-refusals", {t: [0]}),
+        # --- the coordinator still has T2 open
+        describe_txn("coordinator-view", [a]),
+        end_txn_v5("t2-commit", a, "t1-commit", True),                     # -> (P, E+2)
+        wait_txn_state("t2-committed", a, "CompleteCommit"),
+        describe_producers("t2-producers", {t: [0]}),
+        # --- a producer the partition never saw; a newer epoch
+        write_txn_markers("tv2-unknown-producer", [(ref("init.producer_id", 1000), 0, False, {t: [1]}, coord, 2)],
+                          v=2),
+        write_txn_markers("tv2-newer-epoch", [(pid, ref("t2-commit.producer_epoch", 1), False, {t: [0]}, coord, 2)],
+                          v=2),
+        describe_producers("final-producers", {t: [0, 1]}),
+        fetch("read-uncommitted", {t: {0: 0, 1: 0}}),
+        fetch("read-committed", {t: {0: 0, 1: 0}}, isolation=1),
+        list_offsets("lso", {t: {0: -1, 1: -1}}, isolation=1),
+    ]
+
+
+OVERFLOW_INITS = 32766       # after the first InitProducerId (epoch 0): epoch 32766, the last a producer gets
+
+
+@scenario("tv2-overflow", doze_settings=TV2)
+def _tv2_overflow(S):
+    """S12: epoch overflow by requests alone. 32,767 InitProducerIds of one
+    transactional id (the first, then 32,766 more as one "repeat" step) bring its epoch to
+    32766, the last one a producer may hold. A transaction at 32766 committed with
+    EndTxn v5: the coordinator writes the marker at (P, 32767) and answers a new producer
+    id P' at epoch 0. DescribeProducers shows P at 32767; DescribeTransactions P', 0. The
+    EndTxn retried with (P, 32766) answers (P', 0) (the overflow retry); an abort so
+    INVALID_TXN_STATE. InitProducerId(P, 32766) answers (P', 0); (-1, -1) (P', 1); a
+    transaction of P' commits. B: the same 32,767 InitProducerIds, then one more: the id
+    is rotated with no transaction at all (P'', 0)."""
+    t, a, b = f"{S}-t", f"{S}-a", f"{S}-b"
+    return [
+        *create_topics("create", [(t, 1)]),
+        *txn_setup(S, a, "init"),                                          # (P, 0)
+        step("init-repeat", "InitProducerId", 5, {"transactional_id": a, "transaction_timeout_ms": 60000,
+                                                  "producer_id": -1, "producer_epoch": -1},
+             repeat=OVERFLOW_INITS),                                       # -> (P, 32766)
+        describe_txn("exhausted", [a]),
+        produce_v12("p1", a, {t: {0: pid_epoch_batch("init-repeat", ["v"], 0)}}),
+        end_txn_v5("commit", a, "init-repeat", True),                      # -> (P', 0)
+        wait_txn_state("committed", a, "CompleteCommit"),
+        describe_producers("producers", {t: [0]}),
+        end_txn_v5("commit-retry", a, "init-repeat", True),
+        end_txn_v5("abort-retry", a, "init-repeat", False),
+        init_pid("init-old", a, poll=False, producer_id=pid_of("init-repeat"),
+                 producer_epoch=epoch_of("init-repeat")),                  # -> (P', 0)
+        init_pid("init-new", a, poll=False),                               # -> (P', 1)
+        produce_v12("p2", a, {t: {0: pid_epoch_batch("init-new", ["w"], 0)}}),
+        end_txn_v5("commit2", a, "init-new", True),
+        wait_txn_state("committed2", a, "CompleteCommit"),
+        describe_producers("producers-after", {t: [0]}),
+        fetch("read-committed", {t: {0: 0}}, isolation=1),
+        # --- B: one InitProducerId more at 32766 rotates the id
+        *txn_setup(S, b, "ib"),
+        step("b-init-repeat", "InitProducerId", 5, {"transactional_id": b, "transaction_timeout_ms": 60000,
+                                                    "producer_id": -1, "producer_epoch": -1},
+             repeat=OVERFLOW_INITS),
+        init_pid("b-rotate", b, poll=False),                               # -> (P'', 0)
+        describe_txn("b-rotated", [b]),
+        init_pid("b-old", b, poll=False, producer_id=pid_of("b-init-repeat"),
+                 producer_epoch=epoch_of("b-init-repeat")),
+    ]
+
+
+@scenario("update-features", broker_settings=TIMEOUT_CHECK_500MS, doze_settings=TV2, own_broker=True)
+def _update_features(S):
+    """S13: UpdateFeatures v0-v2 on transaction.version (what `kafka-features
+    upgrade|downgrade|disable` send; the scenario has a Kafka of its own), each followed
+    by ApiVersions v4 polled until the level shows. At 2: v0 with allow_downgrade to 1
+    (v0 counts as an upgrade: refused), v2 upgrade type to 1 (refused), validate_only v2
+    and v1 (nothing changes), the same level again. Down to 1 (safe downgrade), then
+    transaction version 2's requests still work: Produce v12 and EndTxn v5 (the epoch
+    is bumped); and a timed-out transaction is aborted the classic way (markers at E+1,
+    no last epoch kept: InitProducerId(P, E) is fenced). Refusals: level 3, an unknown
+    feature at 1 and at 0, a request whose second update is refused (nothing changes).
+    Disabled (0): ApiVersions lists no transaction.version; a "downgrade" to 2. Up with
+    v1 (one result per feature), v0, an unsafe downgrade to 1 and v2 back to 2."""
+    t, a, b = f"{S}-t", f"{S}-a", f"{S}-b"
+    tv = "transaction.version"
+    return [
+        *create_topics("create", [(t, 2)]),
+        features_at("start", 2),
+        update_features("v0-allow-downgrade", [(tv, 1, True)], v=0),
+        update_features("v2-downgrade-as-upgrade", [(tv, 1, 1)]),
+        update_features("v2-validate-only", [(tv, 1, 2)], validate_only=True),
+        update_features("v1-validate-only", [(tv, 1, 2)], v=1, validate_only=True),
+        api_versions("after-validate-only"),
+        update_features("v2-same-level", [(tv, 2, 1)]),
+        api_versions("after-same-level"),
+        update_features("v2-down-to-1", [(tv, 1, 2)]),
+        features_at("at-1", 1),
+        features_at("at-1-v3", 1, v=3),
+        # --- at 1: transaction version 2's requests still work
+        *txn_setup(S, a, "init"),
+        produce_v12("a-produce", a, {t: {0: pid_epoch_batch("init", ["a"], 0)}}),
+        end_txn_v5("a-commit", a, "init", True),
+        wait_txn_state("a-committed", a, "CompleteCommit"),
+        describe_producers("a-producers", {t: [0]}),
+        # --- at 1: a timeout's abort
+        *txn_setup(S, b, "ib", timeout_ms=1000),
+        produce_v12("b-produce", b, {t: {1: pid_epoch_batch("ib", ["b"], 0)}}),
+        wait_txn_state("b-aborted", b, "CompleteAbort"),
+        describe_producers("b-producers", {t: [1]}),
+        end_txn_v5("b-abort-retry", b, "ib", False),
+        init_pid("b-reinit-old-epoch", b, poll=False, producer_id=pid_of("ib"), producer_epoch=epoch_of("ib")),
+        init_pid("b-reinit", b, poll=False),
+        # --- refusals
+        update_features("level-3", [(tv, 3, 1)]),
+        update_features("unknown-feature", [(f"{S}.foo", 1, 1)]),
+        update_features("unknown-feature-0", [(f"{S}.foo", 0, 1)]),
+        update_features("second-refused", [(tv, 2, 1), (f"{S}.foo", 1, 1)]),
+        api_versions("after-refusals"),
+        # --- disabled
+        update_features("v2-down-to-0", [(tv, 0, 2)]),
+        features_at("at-0", 0),
+        update_features("v2-downgrade-to-2", [(tv, 2, 2)]),
+        # --- up again
+        update_features("v1-up-to-1", [(tv, 1, 1)], v=1),
+        features_at("at-1-again", 1),
+        update_features("v0-up-to-2", [(tv, 2, False)], v=0),
+        features_at("at-2", 2),
+        update_features("v2-unsafe-down-to-1", [(tv, 1, 3)]),
+        features_at("at-1-unsafe", 1),
+        update_features("v2-up-to-2", [(tv, 2, 1)]),
+        features_at("end", 2),
+        features_at("end-v3", 2, v=3),
     ]
