@@ -436,12 +436,12 @@ class Txn:
         return {(t.name, p.partition_index): p.partition_error_code
                 for t in r.results_by_topic for p in t.results_by_partition}
 
-    def produce(self, topic, partition, values, epoch=None):
-        seq = self.seq.get((topic, partition), 0)
+    def produce(self, topic, partition, values, epoch=None, version=9, seq=None):
+        seq = self.seq.get((topic, partition), 0) if seq is None else seq
         batch = make_batch(values, producer_id=self.producer_id,
                            producer_epoch=self.epoch if epoch is None else epoch,
                            base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL)
-        resp = self.c.call(ApiKey.PRODUCE, 9, transactional_id=self.id, acks=-1, timeout_ms=5000,
+        resp = self.c.call(ApiKey.PRODUCE, version, transactional_id=self.id, acks=-1, timeout_ms=5000,
                            topic_data=[Msg(name=topic, partition_data=[
                                Msg(index=partition, records=batch)])])
         part = resp.responses[0].partition_responses[0]
@@ -470,10 +470,16 @@ class Txn:
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
     def end(self, commit, epoch=None, producer_id=None, version=3):
-        return self.c.call(ApiKey.END_TXN, version, transactional_id=self.id,
-                           producer_id=self.producer_id if producer_id is None else producer_id,
-                           producer_epoch=self.epoch if epoch is None else epoch,
-                           committed=commit).error_code
+        return self.end_answer(commit, epoch, producer_id, version).error_code
+
+    def end_answer(self, commit, epoch=None, producer_id=None, version=5):
+        """EndTxn -> the answer; v5 (transaction version 2): its id and epoch are the producer's next."""
+        r = self.c.call(ApiKey.END_TXN, version, transactional_id=self.id,
+                        producer_id=self.producer_id if producer_id is None else producer_id,
+                        producer_epoch=self.epoch if epoch is None else epoch, committed=commit)
+        if version >= 5 and r.error_code == 0:
+            self.producer_id, self.epoch, self.seq = r.producer_id, r.producer_epoch, {}
+        return r
 
 
 def fetch_isolated(client, topic, partition, offset=0, read_committed=True):
@@ -2709,6 +2715,60 @@ def test_coordinators_txn_load_after_a_restart_keeps_an_open_transaction_and_its
     assert meta.state == doze.TxnState.COMPLETE_ABORT and again.offsets(("t", 0)) == (2, 2)
 
 
+def test_coordinators_txn_v2_a_timeout_at_level_2_bumps_once_and_the_old_abort_is_a_retry(coordinators):
+    """The coordinator ends a transaction itself as the finalized level says
+    (Kafka asks the level, not the transaction): at 2 as EndTxn v5 would, one
+    bump (KAFKA-19367), so the producer's own abort from the old epoch is a
+    retry and its InitProducerId from it gets the new epoch; at 1 that
+    InitProducerId is fenced (an EndTxn v5 abort from the old epoch is a
+    retry at either level: the request's version decides)."""
+    for level in (2, 1):
+        c = coordinators({"doze.transaction.version": level})
+        new_topic(c.logs, f"t{level}")
+        meta = begin(c, f"tx{level}", [(f"t{level}", 0)], timeout_ms=1000)
+        c.produce(meta, (f"t{level}", 0), [b"abandoned"])
+        c.clock.advance(1500)
+        c.txns.tick()
+        c.group_commit()
+        assert (meta.state, meta.producer_epoch, meta.ended_version) == (doze.TxnState.COMPLETE_ABORT, 1, level)
+        assert c.txns.end_txn_v2(f"tx{level}", meta.producer_id, 0, False)[1:] == ((meta.producer_id, 1), False)
+        if level == 2:
+            assert c.txns.init_producer(f"tx{level}", 1000, meta.producer_id, 0)[1]().producer_epoch == 1
+        else:
+            with pytest.raises(doze.KafkaError) as e:
+                c.txns.init_producer(f"tx{level}", 1000, meta.producer_id, 0)[1]()
+            assert e.value.code == ErrorCode.PRODUCER_FENCED
+        c.close()
+
+
+def test_coordinators_txn_v2_an_exhausted_epoch_moves_to_a_new_producer_id_across_a_crash(coordinators):
+    """EndTxn v5 at epoch 32766: the markers carry (old id, 32767), the next
+    transaction a new id at epoch 0 -- drawn with the decision and stored with
+    it, so a crash before the markers changes nothing; a retry from the old
+    id still matches (KAFKA-20090)."""
+    c = coordinators({"doze.transaction.version": 2})
+    new_topic(c.logs, "t")
+    meta = begin(c, "tx", [])
+    c.txns._save(meta, "the epoch, worn out", producer_epoch=doze.EPOCH_EXHAUSTED)
+    old = meta.producer_id
+    c.txns.add_implicitly("tx", old, doze.EPOCH_EXHAUSTED, [("t", 0)])
+    c.produce(meta, ("t", 0), [b"last of its id"])
+    _, answer, wait = c.txns.end_txn_v2("tx", old, doze.EPOCH_EXHAUSTED, True)
+    new = answer[0]
+    assert new != old and answer == (new, 0) and wait
+    assert (meta.producer_id, meta.producer_epoch, meta.next_producer_id) == (old, doze.EPOCH_MAX, new)
+    c.store.sync()
+    c.close(clean=False)                                  # before any marker
+    c = coordinators({"doze.transaction.version": 2})
+    c.group_commit()
+    meta = c.txns.txns["tx"]
+    assert (meta.state, meta.producer_id, meta.producer_epoch, meta.previous_producer_id) == \
+        (doze.TxnState.COMPLETE_COMMIT, new, 0, old)
+    assert c.producer_states.of(("t", 0)).producers[old].epoch == doze.EPOCH_MAX     # the marker's
+    assert c.batches(("t", 0)) == [(0, [b"last of its id"]), (1, "COMMIT")]
+    assert c.txns.end_txn_v2("tx", old, doze.EPOCH_EXHAUSTED, True)[1] == (new, 0)   # the retry
+
+
 ###############################################################################
 # 11. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
@@ -4769,6 +4829,113 @@ def test_end_txn_in_every_state(client, state, action, expected):
     if "other id" in action:
         kw["producer_id"] = txn.producer_id + 1000
     assert txn.end(commit, **kw) == expected
+
+
+@pytest.fixture
+def tv2(start_broker):
+    """A broker with transaction.version 2 finalized, and a client."""
+    broker = start_broker({"doze.transaction.version": 2})
+    with RawClient(broker.port) as c:
+        yield c
+
+
+def test_tv2_end_txn_bumps_the_epoch_at_each_end_and_a_retry_gets_the_same_answer(tv2):
+    """EndTxn v5: the answer is the next transaction's epoch; the same end
+    asked again from the old epoch gets it again, the other end
+    INVALID_TXN_STATE; the partitions refuse the old epoch (Kafka 4.3.1's
+    TransactionCoordinator.endTransaction, recorded as tv2-commit-and-retries)."""
+    tv2.create_topic("t2", 1)
+    txn = Txn(tv2, "tx-2", version=5)
+    pid, e = txn.producer_id, txn.epoch
+    assert txn.produce("t2", 0, [b"a"], version=12).error_code == 0             # no AddPartitionsToTxn
+    assert describe_txn(tv2, "tx-2").transaction_state == "Ongoing"
+    r = txn.end_answer(True)
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, e + 1)
+    again = [txn.end_answer(commit, epoch=epoch, version=5) for commit, epoch in
+             ((True, e), (False, e), (True, e + 1), (True, e + 7))]
+    assert [(a.error_code, a.producer_id, a.producer_epoch) for a in again] == [
+        (0, pid, e + 1), (ErrorCode.INVALID_TXN_STATE, -1, -1), (ErrorCode.INVALID_TXN_STATE, -1, -1),
+        (ErrorCode.PRODUCER_FENCED, -1, -1)]
+    assert txn.end_answer(True, producer_id=pid + 1000).error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert txn.produce("t2", 0, [b"late"], epoch=e, seq=1, version=12).error_code == \
+        ErrorCode.INVALID_PRODUCER_EPOCH                                          # the marker carried e + 1
+    r = txn.end_answer(False)                                                     # an abort of nothing open
+    assert (r.error_code, r.producer_epoch) == (0, e + 2)
+    assert txn.end_answer(False, epoch=e + 1).producer_epoch == e + 2             # ... asked again
+    assert txn.produce("t2", 0, [b"b"], version=12, seq=1).error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert txn.produce("t2", 0, [b"b"], version=12).error_code == 0              # a new epoch starts at 0
+    assert txn.end_answer(True).producer_epoch == e + 3
+    assert visible_values(tv2, "t2", 0) == [b"a", b"b"]
+
+
+def test_tv2_a_late_end_txn_is_fenced_where_the_classic_one_ends_the_next_transaction(tv2):
+    """KAFKA-17754: classic EndTxn keeps the epoch, so a late copy of the first
+    transaction's commit ends the second; version 2's carries the old epoch."""
+    tv2.create_topic("late", 1)
+    for version, expected, state in ((3, 0, "CompleteCommit"), (5, ErrorCode.PRODUCER_FENCED, "Ongoing")):
+        txn = Txn(tv2, f"tx-late-{version}", version=5)
+        first = txn.epoch
+        if version < 5:
+            txn.whole("late", 0, [b"first"], commit=True)
+            txn.add(("late", 0))
+            txn.produce("late", 0, [b"second"])
+        else:
+            txn.produce("late", 0, [b"first"], version=12)
+            txn.end_answer(True)
+            txn.produce("late", 0, [b"second"], version=12)
+        late = tv2.call(ApiKey.END_TXN, version, transactional_id=txn.id, producer_id=txn.producer_id,
+                        producer_epoch=first, committed=True)
+        assert late.error_code == expected
+        assert describe_txn(tv2, txn.id).transaction_state == state
+
+
+def test_tv2_txn_offset_commit_v5_adds_the_group_itself(tv2):
+    tv2.create_topic("in2", 1)
+    txn = Txn(tv2, "tx-offsets2", version=5)
+    assert txn.commit_offsets("g2", {("in2", 0): 7}, version=5) == {("in2", 0): 0}      # no AddOffsetsToTxn
+    d = describe_txn(tv2, "tx-offsets2")
+    assert d.transaction_state == "Ongoing" and \
+        [t.topic for t in d.topics] == ["__consumer_offsets"]
+    assert txn.commit_offsets("g2", {("in2", 0): 8}, version=4) == {("in2", 0): 0}      # added already
+    assert txn.end_answer(True).error_code == 0
+    r = tv2.call(ApiKey.OFFSET_FETCH, 8, groups=[Msg(group_id="g2", topics=None)], require_stable=True)
+    assert [p.committed_offset for t in r.groups[0].topics for p in t.partitions] == [8]
+    late = Txn(tv2, "tx-offsets-late", version=5)
+    assert late.commit_offsets("g3", {("in2", 0): 1}, version=4) == {("in2", 0): ErrorCode.TRANSACTION_ABORTABLE}
+
+
+def test_tv2_is_offered_with_the_feature_and_served_always_as_kafka_serves_it(start_broker):
+    """ApiVersions lists Produce v12, EndTxn v5 and TxnOffsetCommit v5 only with
+    transaction.version 2 finalized (the Java client turns version 2 on from the
+    feature alone); a request of those versions is handled as version 2 at any level."""
+    broker = start_broker()
+    with RawClient(broker.port) as c:
+        def offered():
+            r = c.call(ApiKey.API_VERSIONS, 4, **SOFTWARE)
+            return ({k.api_key: k.max_version for k in r.api_keys if k.api_key in (0, 26, 28)},
+                    [(f.name, f.max_version_level) for f in r.finalized_features], r.finalized_features_epoch)
+        first = offered()
+        assert first[:2] == ({0: 9, 26: 4, 28: 4}, [("transaction.version", 1)])
+        assert c.call(ApiKey.API_VERSIONS, 3, **SOFTWARE).supported_features == []    # KAFKA-17492
+        c.create_topic("any", 1)
+        txn = Txn(c, "tx-any", version=5)
+        txn.produce("any", 0, [b"x"], version=12)
+        assert txn.end_answer(True).producer_epoch == 1                          # version 2 at level 1
+        update = [Msg(feature="transaction.version", max_version_level=2, upgrade_type=1)]
+        r = c.call(ApiKey.UPDATE_FEATURES, 2, feature_updates=update, validate_only=True)
+        assert r.error_code == 0 and offered()[:2] == first[:2]
+        assert c.call(ApiKey.UPDATE_FEATURES, 1, feature_updates=update).results[0].error_code == 0
+        second = offered()
+        assert second[:2] == ({0: 12, 26: 5, 28: 5}, [("transaction.version", 2)]) and second[2] > first[2]
+        down = [Msg(feature="transaction.version", max_version_level=1, upgrade_type=1)]
+        r = c.call(ApiKey.UPDATE_FEATURES, 2, feature_updates=down)
+        assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and "downgrade" in r.error_message
+    stop(broker)
+    broker = start_broker()                                                     # a restart keeps the level
+    with RawClient(broker.port) as c:
+        r = c.call(ApiKey.API_VERSIONS, 4, **SOFTWARE)
+        assert [(f.name, f.max_version_level) for f in r.finalized_features] == [("transaction.version", 2)]
+        assert r.finalized_features_epoch >= second[2]
 
 
 def test_kafka_timing_answers_end_txn_at_the_decision_and_a_reader_waits_for_the_markers(tmp_path):
