@@ -7977,7 +7977,7 @@ def test_trace_shows_a_transaction_request_by_request_and_what_the_broker_did(tr
     in_order(got,
              rf"^\u2192 InitProducerId v4 \[learner@127\.0\.0\.1:\d+\] \(tx-1 \u2192 {state}\) transactional_id=tx-1 "
              r"transaction_timeout_ms=60000",
-             rf"^\u2022 txn tx-1: Empty \u2192 Empty: InitProducerId \(producer {pid}, epoch 0\), partitions \[\]{kafka}",
+             rf"^\u2022 txn tx-1: Empty \u2192 Empty: InitProducerId \(producer {pid}, epoch -1 \u2192 0\), partitions \[\]{kafka}",
              rf"^\u2190 InitProducerId v4 \[learner@[\d.:]+\] \(tx-1 \u2192 {state}\) error_code=NONE producer_id={pid} "
              r"producer_epoch=0$",
              r"^\u2192 AddPartitionsToTxn v3 .* topics=\[\{name=orders partitions=\[0, 1\]\}\]",
@@ -8569,7 +8569,12 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert (hanging["state"], hanging["partitions"], hanging["abort"]) == ("CompleteCommit", [], 0)
     assert hanging["freed_lso"] == hanging["freed_hw"] > hanging["stuck_lso"]
     assert (late["retried"], late["late"], late["rest"], late["final"]) == (0, 0, ErrorCode.INVALID_TXN_STATE, 0)
-    assert late["committed"][-2:] == ["t9-first", "t10-half"] and late["lso"] == late["hw"]
+    v2 = late["v2"]                                    # transaction version 2: the late EndTxn is fenced
+    assert late["upgraded"] == 0 and (v2["retried"], v2["late"], v2["rest"], v2["final"]) == \
+        (0, ErrorCode.PRODUCER_FENCED, 0, 0) and v2["epochs"] == (0, 1)
+    assert late["committed"][-2:] == ["t12-half", "t12-rest"] and late["lso"] == late["hw"]
+    assert "half a transaction, committed" in "\n".join(said) and "the whole transaction, committed once" in \
+        "\n".join(said)
     text = "\n".join(said)
     assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 13))
     for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager",
