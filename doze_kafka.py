@@ -6354,9 +6354,10 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.PRODUCER_FENCED, f"producer id {producer_id} is not current")
         if meta.state == TxnState.ONGOING:
             # Fence the old owner and abort its transaction; answer once that is done,
-            # with the epoch a retry would get from Kafka (old epoch + 2).
+            # as Kafka answers the client's retry (old epoch + 2; for KIP-360's form,
+            # the old epoch itself: at transaction.version 2 the fence's epoch).
             self._fence_and_abort(meta, "a new InitProducerId")
-            return meta, lambda: self._bump(meta, timeout_ms, -1, -1)
+            return meta, lambda: self._bump(meta, timeout_ms, producer_id, producer_epoch)
         return None, lambda: self._bump(meta, timeout_ms, producer_id, producer_epoch)
 
     def _bump(self, meta, timeout_ms, producer_id, producer_epoch):
@@ -13004,6 +13005,7 @@ class ConsoleViews:
                     meta.partitions | {(CONSUMER_OFFSETS, offsets_partition(self.broker.config, g))
                                        for g in meta.groups})),     # as Kafka lists them (AddOffsetsToTxn)
                 "groups": [g for g in sorted(meta.groups) if self.viewer.group(g)],
+                "begun_version": meta.begun_version, "ended_version": meta.ended_version,   # transaction.version
                 "pending_offsets": len(self.viewer.offsets(offset_rows(meta.offsets))),
                 "hanging": age is not None and meta.state == TxnState.ONGOING and age > meta.timeout_ms}
 
@@ -13452,9 +13454,24 @@ def machine_svg(d):
                aria_label=f"The transaction state machine, now in {now}")
 
 
+def version_text(d):              # which transaction version began and ended it
+    began, ended = (("version 2 (KIP-890: a new epoch at each end)" if v == 2 else "version 1 (classic)")
+                    for v in (d["begun_version"], d["ended_version"]))
+    return f"began with {began}" + (f", ended with {ended}" if ended != began and d["transaction_state"]
+                                    not in ("Empty", "Ongoing") else "")
+
+
+def epoch_cell(e):               # a step's epoch; where the step moved it, from where (and which id)
+    was = e.get("was")
+    if not was:
+        return e.get("producer_epoch")
+    return f"{was[1]} \u2192 {e['producer_epoch']}" + (f" (id {e['producer_id']})" if was[0] != e["producer_id"] else "")
+
+
 def page_txn(d):
     facts = tag("dl", [tag("dt", "State"), tag("dd", state_badge(d["transaction_state"])),
                        tag("dt", "Producer"), tag("dd", f"id {d['producer_id']}, epoch {d['producer_epoch']}"),
+                       tag("dt", "Protocol"), tag("dd", version_text(d)),
                        tag("dt", "Timeout"), tag("dd", age_text(d["transaction_timeout_ms"])),
                        tag("dt", "Started"), tag("dd", time_text(d["transaction_start_time_ms"])),
                        tag("dt", "Last change"), tag("dd", time_text(d["last_update_ms"]))]
@@ -13467,7 +13484,7 @@ def page_txn(d):
                      "steps in the same millisecond keep the journal's order)",
                      ["#", "Time", "Since the step before", "Step", "Cause", "Epoch"], [
         [f"#{e['id']}", time_text(e["at_ms"], clock=True), elapsed_text(e["elapsed_ms"]), step_text(e),
-         e.get("cause") or ("restart" if e["kind"] == "txn" else "\u2014"), e.get("producer_epoch")]
+         e.get("cause") or ("restart" if e["kind"] == "txn" else "\u2014"), epoch_cell(e)]
         for e in d["timeline"]], numeric={"Since the step before", "Epoch"})
     written = {(m["topic"], m["partition"]): m["offset"] for m in d["markers_written"]}
     now_parts = table("Partitions of the open transaction", ["Partition", "Marker"], [

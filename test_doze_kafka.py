@@ -7397,6 +7397,24 @@ def test_console_shows_topic_ids_as_kafkas_tools_print_them(console):
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)                                  # the same form
 
 
+def test_console_shows_each_transactions_version_and_how_its_epoch_moved(console):
+    """Transaction version 2 on the transaction's page: which version began and
+    ended it, and each step's epoch -- 0 -> 1 where EndTxn v5 moved it."""
+    with RawClient(console.port) as c:
+        c.create_topic("v2", 1)
+        txn = Txn(c, "tx-v2", version=5)
+        assert txn.produce("v2", 0, [b"a"], version=12).error_code == 0
+        assert txn.end_answer(True).producer_epoch == 1
+        classic = Txn(c, "tx-v1")
+        classic.whole("v2", 0, [b"b"], commit=True)
+        d, page = console_json(console, "/api/txn?id=tx-v2"), console_html(console, "/txn?id=tx-v2")
+        plain = console_html(console, "/txn?id=tx-v1")
+    assert (d["begun_version"], d["ended_version"]) == (2, 2)
+    assert "began with version 2 (KIP-890: a new epoch at each end)" in page and "0 \u2192 1" in page
+    assert "transaction version 2" in page                               # its steps, as the trace says them
+    assert "began with version 1 (classic)" in plain and "transaction version 2" not in plain
+
+
 def test_console_draws_the_transaction_state_machine_with_its_path(console):
     """Every transition Kafka allows drawn once; the current state lit; the
     transitions this transaction took marked; SVG and classes only (the CSP

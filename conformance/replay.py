@@ -347,6 +347,29 @@ def _upgrade_child(value, plan):
     return _upgrade_struct(value, plan)
 
 
+# doze's own settings that replay gives doze (the recording's doze_settings, and
+# --transaction-version): doze lists a setting it was given among the broker's configs
+# (DescribeConfigs), Kafka was never given them. Where Kafka's answer has no entry of
+# such a name, doze's entry is not compared.
+REPLAY_DOZE_SETTINGS = {"doze.transaction.version"}
+
+
+def drop_replay_settings(api, kafka_resp, doze_resp, names):
+    """doze's DescribeConfigs answer without the entries of `names` that Kafka's
+    answer to the same resource does not list."""
+    if api != "DescribeConfigs" or not isinstance(doze_resp, dict) or not isinstance(kafka_resp, dict):
+        return doze_resp
+    kafka_names = {(r.get("resource_type"), r.get("resource_name")): {c.get("name") for c in r.get("configs") or []}
+                   for r in kafka_resp.get("results") or []}
+    results = []
+    for r in doze_resp.get("results") or []:
+        known = kafka_names.get((r.get("resource_type"), r.get("resource_name")), set())
+        if isinstance(r.get("configs"), list):
+            r = dict(r, configs=[c for c in r["configs"] if c.get("name") not in names or c.get("name") in known])
+        results.append(r)
+    return dict(doze_resp, results=results)
+
+
 def features_mode(recording, transaction_version):
     """How ApiVersions' features are compared: "compare" when the broker under test runs
     at the transaction.version Kafka ran at, else "skip"."""
@@ -542,6 +565,7 @@ def replay_full(recording, bootstrap, transaction_version=None):
     if transaction_version is None:
         transaction_version = broker_transaction_version(bootstrap)
     features = features_mode(recording, transaction_version)
+    given = REPLAY_DOZE_SETTINGS | set(recording.get("doze_settings", {}))
     runner = recorder.Runner(bootstrap, recording.get("broker_settings", {}))
     mapper = Mapper()
     actual = []
@@ -563,7 +587,8 @@ def replay_full(recording, bootstrap, transaction_version=None):
         label = f"{rec['step']} ({rec['api']} v{rec['version']})"
         diffs = []
         kafka_resp = normalise_response(rec["api"], upgrade_tags(rec), features)
-        doze_resp = normalise_response(rec["api"], got.get("response"), features)
+        doze_resp = drop_replay_settings(rec["api"], kafka_resp,
+                                         normalise_response(rec["api"], got.get("response"), features), given)
         if "repeat_error_codes" in rec and rec["repeat_error_codes"] != got.get("repeat_error_codes"):
             res.differences.append(f"{label} repeat_error_codes: kafka={_show(rec['repeat_error_codes'])} "
                                    f"doze={_show(got.get('repeat_error_codes'))} ({rec['repeat']} requests)")
