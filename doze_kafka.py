@@ -41,8 +41,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      index, partition logs, meta.db, the topics (made and removed in steps)
   §8 coordinators: where Kafka keeps their state (a partition of
      __transaction_state or __consumer_offsets, found by the id's hash), the
-     journal, producer state (idempotence, the LSO), the group coordinator
-     (the classic protocol)
+     journal (and its events in words), producer state (idempotence, the
+     LSO), the group coordinator (the classic protocol)
   §9 the consumer group protocol (KIP-848): consumer groups beside the classic
      ones in the same registry, the server-side assignors (uniform, range, in
      Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
@@ -3786,6 +3786,45 @@ class Journal:
         return event
 
 
+# The journal's events in words, as the console and the trace show them.
+
+def producer_text(d):
+    """"producer 7, epoch 3", with where they came from when they changed, and
+    "transaction version 2" for its steps (the classic protocol goes unsaid)."""
+    was = d.get("was")
+    text = (f"producer {was[0]}, epoch {was[1]} \u2192 " if was and was[0] != d["producer_id"] else
+            f"producer {d['producer_id']}, epoch {was[1]} \u2192 " if was else f"producer {d['producer_id']}, epoch ")
+    text = text + (f"producer {d['producer_id']}, epoch {d['producer_epoch']}" if was and was[0] != d["producer_id"]
+                   else str(d["producer_epoch"]))
+    return text + ("; transaction version 2" if d.get("version") == 2 else "")
+
+
+def event_text(e):
+    if e["kind"] == "marker" and e.get("offset") is None:
+        return stand_in_text(e)
+    if e["kind"] == "marker":
+        return f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} ({producer_text(e)})"
+    if e["kind"] == "txn":
+        return f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} ({producer_text(e)})"
+    if e["kind"] == "group":
+        return f"generation {e['generation']}: {e['state']}, {e['members']} members"
+    if e["kind"] == "feature":
+        return f"feature {e['name']} finalized at level {e['level']} (was {e['was']}), epoch {e['epoch']}"
+    if e["kind"] == "member":
+        return f"at epoch {e['epoch']} ({e['state']}): assigned [{', '.join(e['assigned'])}]" + (
+            f", revoking [{', '.join(e['revoking'])}]" if e["revoking"] else "")
+    return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
+
+
+def stand_in_text(e):
+    """A marker with no offset: a partition doze writes no marker to (its
+    __consumer_offsets: the offsets are in meta.db), and what stands in for it."""
+    what = e.get("stand_in") or "no marker written: the offsets are kept in meta.db"
+    group = e.get("group")
+    return f"{e.get('control', '?')} at {e['topic']}-{e['partition']}: {what}" + \
+        (f" (group {group})" if group is not None and str(group) not in what else "")
+
+
 # --- Producer state (idempotence) ---------------------------------------------
 # An idempotent producer (KIP-98) numbers its batches per partition: producer
 # id, epoch, and a sequence number that grows by the record count. The
@@ -6048,8 +6087,8 @@ FEATURE_UPGRADE, FEATURE_SAFE_DOWNGRADE, FEATURE_UNSAFE_DOWNGRADE = 1, 2, 3   # 
 class Features:
     """The finalized feature levels: what ApiVersions tells and UpdateFeatures changes."""
 
-    def __init__(self, config, store):
-        self.store = store
+    def __init__(self, config, store, journal=None):
+        self.store, self.journal = store, journal
         stored = store.get_setting("feature." + TRANSACTION_VERSION)
         given = config["doze.transaction.version"]
         level = given if "doze.transaction.version" in config.given or stored is None else int(stored)
@@ -6102,9 +6141,12 @@ class Features:
             refuse(f"Feature {name} not found.")
 
     def update(self, name, level):
-        if level != self.levels[name]:
-            log.info("feature %s finalized at level %d (was %d)", name, level, self.levels[name])
+        was = self.levels[name]
+        if level != was:
+            log.info("feature %s finalized at level %d (was %d)", name, level, was)
             self._store(level)
+            if self.journal is not None:
+                self.journal.record("feature", name=name, level=level, was=was, epoch=self.epoch)
 
 
 # --- TransactionCoordinator: KIP-98 transactions, the classic protocol ----------
@@ -6228,7 +6270,7 @@ class TransactionCoordinator:
         self.notify = notify
         self.clock = config.clock
         self.txns = {}                            # transactional id -> TransactionMetadata
-        self.features = Features(config, store)   # transaction.version
+        self.features = Features(config, store, self.journal)   # transaction.version
         self.completing = set()                   # ids in PREPARE_* being carried out
         self.staged = {}                          # group -> {(topic, partition): {transactional ids}}
         self.answer_after = config["doze.transaction.answer.after"]
@@ -13349,41 +13391,6 @@ def event_subject(e):
     return link(tid, "txn", id=tid) if tid is not None else link(gid, "group", id=gid) if gid is not None else ""
 
 
-def producer_text(d):
-    """"producer 7, epoch 3", with where they came from when they changed, and
-    "transaction version 2" for its steps (the classic protocol goes unsaid)."""
-    was = d.get("was")
-    text = (f"producer {was[0]}, epoch {was[1]} \u2192 " if was and was[0] != d["producer_id"] else
-            f"producer {d['producer_id']}, epoch {was[1]} \u2192 " if was else f"producer {d['producer_id']}, epoch ")
-    text = text + (f"producer {d['producer_id']}, epoch {d['producer_epoch']}" if was and was[0] != d["producer_id"]
-                   else str(d["producer_epoch"]))
-    return text + ("; transaction version 2" if d.get("version") == 2 else "")
-
-
-def event_text(e):
-    if e["kind"] == "marker" and e.get("offset") is None:
-        return stand_in_text(e)
-    if e["kind"] == "marker":
-        return f"{e['control']} marker at {e['topic']}-{e['partition']} offset {e['offset']} ({producer_text(e)})"
-    if e["kind"] == "txn":
-        return f"{e['from_state']} \u2192 {e['to_state']}: {e['cause'] or 'restart'} ({producer_text(e)})"
-    if e["kind"] == "group":
-        return f"generation {e['generation']}: {e['state']}, {e['members']} members"
-    if e["kind"] == "member":
-        return f"at epoch {e['epoch']} ({e['state']}): assigned [{', '.join(e['assigned'])}]" + (
-            f", revoking [{', '.join(e['revoking'])}]" if e["revoking"] else "")
-    return json.dumps({k: v for k, v in e.items() if k not in ("id", "kind", "at_ms")})
-
-
-def stand_in_text(e):
-    """A marker with no offset: a partition doze writes no marker to (its
-    __consumer_offsets: the offsets are in meta.db), and what stands in for it."""
-    what = e.get("stand_in") or "no marker written: the offsets are kept in meta.db"
-    group = e.get("group")
-    return f"{e.get('control', '?')} at {e['topic']}-{e['partition']}: {what}" + \
-        (f" (group {group})" if group is not None and str(group) not in what else "")
-
-
 def page_events(d):
     older = [link("Older", "events", before=d["older_before"])] if d["older_before"] is not None else []
     pager = tag("nav", tag("ul", [tag("li", a) for a in [link("Newest", "events")] + older]),
@@ -14731,11 +14738,11 @@ class Tracer:
 
     def on_event(self, e):
         """A journal event, between the requests: what the broker itself did."""
-        if "all" not in self.kinds and not ("txn" in self.kinds and e["kind"] in ("txn", "marker")
+        if "all" not in self.kinds and not ("txn" in self.kinds and e["kind"] in ("txn", "marker", "feature")
                                             or "group" in self.kinds and e["kind"] in ("group", "member")):
             return
-        if self.ids and not self.ids & {e.get("transactional_id"), e.get("group_id")}:
-            return
+        if self.ids and e["kind"] != "feature" and not self.ids & {e.get("transactional_id"), e.get("group_id")}:
+            return                                 # (a feature is every transaction's)
         self.emit("\u2022", trace_event_text(e))
 
     @guarded
@@ -14861,6 +14868,8 @@ def trace_event_text(e):
         return f"txn {e['transactional_id']}: {event_text(e)} appended"
     if e["kind"] == "group":
         return f"group {e['group_id']}: {event_text(e)}, protocol {e['protocol'] or '-'}, leader {e['leader'] or '-'}"
+    if e["kind"] == "feature":
+        return f"{event_text(e)}; Kafka: a FeatureLevelRecord in the metadata log; doze: a row in meta.db"
     if e["kind"] == "member":                  # KIP-848: a partition is revoked before another member gets it
         return f"group {e['group_id']}: member {trace_text(e['member_id'])} {event_text(e)}"
     return event_text(e)

@@ -8593,6 +8593,7 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
     assert late["committed"][-2:] == ["t12-half", "t12-rest"] and late["lso"] == late["hw"]
     assert "half a transaction, committed" in "\n".join(said) and "the whole transaction, committed once" in \
         "\n".join(said)
+    assert "\u2022 feature transaction.version finalized at level 2 (was 1), epoch " in "\n".join(said)
     text = "\n".join(said)
     assert [int(n) for n in re.findall(r"^=== Step (\d+): ", text, re.M)] == list(range(1, 13))
     for rule in ("KIP-98", "KIP-447", "ProducerStateManager", "abortTimedOutTransactions", "TransactionStateManager",
