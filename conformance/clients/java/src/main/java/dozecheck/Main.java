@@ -37,6 +37,7 @@ public class Main {
             case "static": ok = StaticCheck.run(opts); break;
             case "tools": ok = ToolsCheck.run(opts); break;
             case "compare-tools": ok = ToolsCheck.compare(opts); break;
+            case "txnbench": ok = TxnBench.run(opts); break;         // figures: one-record transactions
             case "member": Member.run(opts); ok = true; break;      // child process used by groups/static
             case "hang": ToolsCheck.hang(opts); ok = true; break;    // child process used by tools
             default: usage(); ok = false;
@@ -47,7 +48,7 @@ public class Main {
 
     static void usage() {
         System.err.println("usage: run CHECK --bootstrap HOST:PORT [--key value ...]\n"
-            + "  CHECK: txn | groups | static | tools | compare-tools --a DIR --b DIR");
+            + "  CHECK: txn | groups | static | tools | compare-tools --a DIR --b DIR | txnbench");
         System.exit(2);
     }
 
