@@ -5,6 +5,7 @@
     python3 conformance/peers/franz_go.py --run 'TestTxnEtl|TestGroupETL'
     python3 conformance/peers/franz_go.py --bootstrap 127.0.0.1:9330   # a broker you started
     python3 conformance/peers/franz_go.py --no-848             # as a broker without KIP-848
+    python3 conformance/peers/franz_go.py --transaction-version 2   # doze with KIP-890's TV2
 
 franz-go comes from the Go module proxy (`go mod download
 github.com/twmb/franz-go@v1.22.3`) and is copied, writable, to
@@ -17,7 +18,13 @@ listener, SASL_PLAINTEXT with SCRAM-SHA-512 and a user made by
 franz-go's SCRAM tests (a login, then bad credentials) run too. Its KIP-848
 tests run as on Kafka 4.3.1 (the broker's ApiVersions has
 ConsumerGroupHeartbeat v1); --no-848 hides KIP-848 from them (they skip
-themselves, as on a broker without it). Results per top-level test (pass,
+themselves, as on a broker without it). --transaction-version 2 starts doze
+with doze.transaction.version=2: its ApiVersions then finalizes the
+transaction.version feature at 2 with Produce v12, EndTxn v5 and
+TxnOffsetCommit v5, and franz-go's transactional clients (TestTxnEtl) switch
+to KIP-890 part 2 on their own (client.go's supportsKIP890p2). The run asks
+the broker's ApiVersions once and prints the level it finalizes, and the
+versions, beside the results. Results per top-level test (pass,
 fail, skip, timeout; seconds; whether it talks to the broker or only to
 in-process code) go to OUT/franz-go.{md,json}, the full output to
 OUT/franz-go.out.
@@ -72,6 +79,35 @@ def seed_without_848(bootstrap):
 
     return WireProxy(int(bootstrap.rsplit(":", 1)[1]), on_request=on_request,
                      on_answer=lambda version, frame: without_apis(frame, version))
+
+
+# KIP-890 part 2 (transaction version 2): franz-go opts in when the finalized
+# transaction.version is >= 2 and these are advertised (client.go supportsKIP890p2,
+# txn.go: Produce v12 adds the partition, TxnOffsetCommit v5 the group, EndTxn v5
+# bumps the epoch). Its tests have no skip of their own for it: TestTxnEtl's
+# producer and its GroupTransactSession consumers run TV1 or TV2 as the broker offers.
+TV2_VERSIONS = ((0, "Produce", 12), (26, "EndTxn", 5), (28, "TxnOffsetCommit", 5))
+
+
+def transaction_features(bootstrap):
+    """The broker's ApiVersions v3 (as franz-go asks it) -> {"transaction.version": finalized
+    level or None, "features_epoch", and the advertised max of Produce, EndTxn, TxnOffsetCommit},
+    and "tv2": whether franz-go would switch to transaction version 2 on it."""
+    with dk.Client(bootstrap, client_id="franz-go-peer") as c:
+        msg = c.call(dk.ApiKey.API_VERSIONS, 3, client_software_name="doze-peers", client_software_version="1")
+    level = next((f.max_version_level for f in msg.finalized_features or () if f.name == "transaction.version"), None)
+    maxes = {k.api_key: k.max_version for k in msg.api_keys}
+    got = {"transaction.version": level, "features_epoch": msg.finalized_features_epoch}
+    got.update({name: maxes.get(key) for key, name, _ in TV2_VERSIONS})
+    got["tv2"] = (level or 0) >= 2 and all((maxes.get(key) or -1) >= v for key, _, v in TV2_VERSIONS)
+    return got
+
+
+def features_text(f):
+    return (f"transaction.version {f['transaction.version']} (features epoch {f['features_epoch']}); "
+            + ", ".join(f"{name} v{f[name]}" for _, name, _ in TV2_VERSIONS)
+            + (": franz-go uses transaction version 2 (KIP-890 part 2)" if f["tv2"]
+               else ": franz-go uses the classic transaction protocol"))
 
 
 # What in a test's body shows it talks to the broker in KGO_SEEDS.
@@ -154,10 +190,16 @@ def main(argv=None):
     ap.add_argument("--no-848", action="store_true",
                     help="the tests see no KIP-848 in the seed's ApiVersions (a proxy takes "
                     "ConsumerGroupHeartbeat and ConsumerGroupDescribe out): its tests skip themselves")
+    ap.add_argument("--transaction-version", type=int, choices=(0, 1, 2),
+                    help="start doze with doze.transaction.version=N (default: doze's, 1); "
+                    "2 offers KIP-890 part 2, which franz-go then uses")
     ap.add_argument("--doze-log-level", help="e.g. DEBUG: doze logs every request and answer")
     ap.add_argument("--override", action="append", default=[], help="doze setting NAME=VALUE")
     ap.add_argument("--out", help="results directory (default: a new temp dir)")
     a = ap.parse_args(argv)
+    if a.bootstrap and a.transaction_version is not None:
+        ap.error("--transaction-version starts doze at that level; an outside broker's level is its own "
+                 "(kafka-features upgrade --feature transaction.version=N)")
 
     out = out_dir(a.out, "franz-go-")
     src = ensure_source(a.version)
@@ -172,6 +214,8 @@ def main(argv=None):
     reach = broker_tests(pkg)
 
     overrides = dict(kv.split("=", 1) for kv in a.override)
+    if a.transaction_version is not None:
+        overrides["doze.transaction.version"] = str(a.transaction_version)
     scram, extra = {}, []
     if not a.bootstrap:                      # a SCRAM listener beside the plain one
         port = free_port()
@@ -181,6 +225,8 @@ def main(argv=None):
         scram = {"KGO_TEST_SCRAM_SEEDS": f"127.0.0.1:{port}", "KGO_TEST_SCRAM": "franz:franz-secret:512"}
     with Broker(a.bootstrap, overrides, a.doze_log_level, keep_dir=os.path.join(out, "doze"),
                 extra_args=extra) as b:
+        features = transaction_features(b.bootstrap)
+        print("broker's ApiVersions: " + features_text(features), flush=True)
         proxy = seed_without_848(b.bootstrap) if a.no_848 else None
         env = dict(os.environ, KGO_SEEDS=proxy.bootstrap if proxy else b.bootstrap, KGO_TEST_RF="1", **scram)
         if a.records:
@@ -223,7 +269,8 @@ def main(argv=None):
                      "subtests": t["sub"]})
     summary = write_results(out, "franz-go", rows, {
         "suite": f"{MODULE}@{a.version} pkg/kgo", "broker": broker, "run": a.run,
-        "records": a.records, "no_848": a.no_848, "rc": rc, "seconds": round(secs, 1), "broker_alive_at_end": alive})
+        "records": a.records, "no_848": a.no_848, "transaction_features": features, "rc": rc,
+        "seconds": round(secs, 1), "broker_alive_at_end": alive})
     brows = [r for r in rows if r["kind"] == "broker"]
     bsum = {}
     for r in brows:
@@ -233,6 +280,10 @@ def main(argv=None):
     print(f"franz-go pkg/kgo against {broker}: {summary} in {secs:.0f} s (rc {rc}); "
           f"broker tests: {bsum}; " + ("outside broker" if a.bootstrap else f"doze alive at end: {alive}"))
     print("KIP-848 tests: " + (", ".join(f"{n} {r}" for n, r in k848) or "none ran"))
+    txn = [(r["test"], r["result"]) for r in rows if r["test"] == "TestTxnEtl"] + \
+        [(f"TestTxnEtl/{s}", v["result"]) for r in rows if r["test"] == "TestTxnEtl" for s, v in r["subtests"].items()]
+    print(("TV2" if features["tv2"] else "classic") + " transactional tests: "
+          + (", ".join(f"{n} {r}" for n, r in txn) or "none ran") + "; broker's " + features_text(features))
     print(open(os.path.join(out, "franz-go.md")).read())
     return 0 if rc == 0 else 1
 
