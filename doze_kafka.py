@@ -15,7 +15,7 @@ KIP-848's) with committed offsets, and the exactly-once protocol of KIP-98 -- id
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits, classic and, opt-in,
 KIP-890's transaction version 2 (an epoch per transaction). Exact APIs and
-versions: the HANDLERS table (filled by @api in §12-§15), or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table (filled by @api in §13-§16), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), log compaction, message format
@@ -38,49 +38,51 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §7 storage: every change to the disk through one layer (Files), what happens
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
-     index, partition logs, meta.db, the topics (made and removed in steps)
-  §8 coordinators: where Kafka keeps their state (a partition of
+     index, partition logs
+  §8 meta.db and the topics: the metadata store (sqlite, fsynced by the group
+     commit), LogManager: every partition of every topic, made and removed in steps
+  §9 coordinators: where Kafka keeps their state (a partition of
      __transaction_state or __consumer_offsets, found by the id's hash), the
      journal (and its events in words), producer state (idempotence, the
      LSO), the group coordinator (the classic protocol)
-  §9 the consumer group protocol (KIP-848): consumer groups beside the classic
+  §10 the consumer group protocol (KIP-848): consumer groups beside the classic
      ones in the same registry, the server-side assignors (uniform, range, in
      Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
      reconciliation, session and rebalance timeouts, offsets with epochs)
-  §10 transactions: producer ids handed out from blocks reserved in meta.db,
+  §11 transactions: producer ids handed out from blocks reserved in meta.db,
      the transaction.version feature, the transaction coordinator: the classic
      protocol (KIP-98) and version 2 (KIP-890: an epoch per transaction),
      doze's timing of EndTxn's answer, and Kafka's
-  §11 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
+  §12 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
-  §12 requests and the data path: how an API is declared (@api), what a
+  §13 requests and the data path: how an API is declared (@api), what a
      handler may touch (RequestContext), requests that wait (Park, Purgatory)
      or run in steps (in_steps); Produce, Fetch, ListOffsets, Metadata, ...
-  §13 group and transaction apis: the coordinators' protocols
-  §14 config resources: what DescribeConfigs shows and AlterConfigs changes
-  §15 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
-  §16 connections: frames in and answers out in order, TLS on the loop (PEM
+  §14 group and transaction apis: the coordinators' protocols
+  §15 config resources: what DescribeConfigs shows and AlterConfigs changes
+  §16 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
+  §17 connections: frames in and answers out in order, TLS on the loop (PEM
      stores, client certificates' principals), the faults a test asks for
      (Faults), the Dispatcher (request -> handler -> response), the limits and
      back-pressure, the listeners
-  §17 console: what it shows: HTML and JSON twins of the transactions (each
+  §18 console: what it shows: HTML and JSON twins of the transactions (each
      drawn as its state machine, its steps to the millisecond), producers,
      LSOs, topics, groups and the coordinators' events the broker holds, as
      each viewer's ACLs let it see them
-  §18 console: http, login and its listener: its safety, its login against
+  §19 console: http, login and its listener: its safety, its login against
      the broker's SASL users, the stylesheet and the small script it serves
-  §19 the loop: the protocol trace (--trace: each request and answer, and the
+  §20 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
-  §20 embedding doze: running() for tests and what a test does to the broker
+  §21 embedding doze: running() for tests and what a test does to the broker
      (Embedded: faults, a FaultyDisk, a MovableClock, restarts, resets, its
      state without a consumer), the control endpoint for other languages,
      the pytest fixtures, and a small Client
-  §21 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+  §22 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (FindCoordinator and InitProducerId, idempotence, a transaction with a
      group's offsets, commit, abort, fencing, the timeout, a crash between
      decision and markers, Kafka's timing), then a lab of what goes wrong (a
      zombie mid-transaction, a hanging transaction, a late EndTxn)
-  §22 cli
+  §23 cli
   §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
@@ -102,10 +104,10 @@ transaction works, step by step"), then read each step's code:
   12 a late EndTxn      handle_end_txn (KAFKA-17754), held by a test's fault (Faults, hold_ms);
                         version 2: handle_update_features -> Features; add_produced_partition ->
                         .add_implicitly; handle_end_txn v5 -> .end_txn_v2 -> ._decide_v2
-Hostile input and overload: §4's Reader, §6's check_records, §16's Limits comment.
-Failing disks and crashes: §7's "When the disk fails", LogManager.append and
+Hostile input and overload: §4's Reader, §6's check_records, §17's Limits comment.
+Failing disks and crashes: §7's "When the disk fails"; §8's LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
-and .sync, coordinator_store; §19's GroupCommit and §16's Connection.push.
+and .sync, coordinator_store; §20's GroupCommit and §17's Connection.push.
 """
 
 ###############################################################################
@@ -252,21 +254,21 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
-    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §17)
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §18)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
-    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §19)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §20)
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
     "doze.coordinator.waits.for.topic": True,  # doze's own: the first FindCoordinator waits while the internal
                                                # topic is made (Kafka's COORDINATOR_NOT_AVAILABLE); running(): no
     "doze.transaction.answer.after": "markers",  # doze's own: EndTxn answered once its markers are durable;
-                                               # "decision": once PrepareCommit is, as Kafka answers (§10)
+                                               # "decision": once PrepareCommit is, as Kafka answers (§11)
     "doze.transaction.markers.delay.ms": 0,    # doze's own: with "decision", the markers wait this long (Kafka's
                                                # WriteTxnMarkers to each leader, made long enough to see)
     "doze.transaction.version": 1,             # doze's own: the transaction.version feature at start: 1 classic
-                                               # only; 2 KIP-890's version 2 besides (Kafka 4.x's default; §10)
+                                               # only; 2 KIP-890's version 2 besides (Kafka 4.x's default; §11)
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§11, §16)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§12, §17)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -870,7 +872,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below the handlers (§12-§15);
+    """A protocol-level failure. Raised anywhere below the handlers (§13-§16);
     a handler (or the Dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2175,7 +2177,7 @@ def set_log_append_time(batch, now_ms):
 
 
 ###############################################################################
-# 7. STORAGE -- partition logs on disk, and meta.db
+# 7. STORAGE -- partition logs on disk
 ###############################################################################
 # A partition is a directory of segment files, named as Kafka names them
 # (orders-0/00000000000000000000.log), each an append-only sequence of record
@@ -2851,6 +2853,11 @@ class PartitionLog:
         self.files.rmtree(self.dir)
 
 
+###############################################################################
+# 8. META.DB AND THE TOPICS -- the metadata store, every partition of every topic
+###############################################################################
+
+
 # --- MetadataStore: meta.db ------------------------------------------------------
 # One table per concept, each replacing a piece of Kafka's cluster metadata.
 
@@ -2951,7 +2958,7 @@ class StoreFailed(KafkaError):
     do when their log refuses an append: NOT_COORDINATOR."""
 
 
-# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §11's Authorizer decides with them.
+# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §12's Authorizer decides with them.
 Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
@@ -3716,7 +3723,7 @@ class LogManager:
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, classic groups
+# 9. COORDINATORS -- producer state, classic groups
 ###############################################################################
 # A coordinator is the broker-side owner of one kind of client state. In real
 # Kafka it is chosen by hashing the id onto a partition of an internal topic
@@ -4809,7 +4816,7 @@ class GroupCoordinator:
                 del self.groups[g.group_id]
 
 ###############################################################################
-# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+# 10. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
 ###############################################################################
 # --- The consumer group protocol (KIP-848): the broker assigns ------------------
 # A consumer-protocol group (Kafka 4.x's "consumer" group type) has no leader
@@ -6039,7 +6046,7 @@ def named_rows(assigned, names):
 
 
 ###############################################################################
-# 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+# 11. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
 # --- ProducerIdManager: the ids InitProducerId hands out --------------------------
 
@@ -6743,7 +6750,7 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 11. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 12. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 # A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
 # SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
@@ -7238,7 +7245,7 @@ def acl_filter_matches(f, acl):
 
 
 ###############################################################################
-# 12. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 13. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -7566,7 +7573,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §16).
+    connection of a client that sends one (see §17).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -8159,7 +8166,7 @@ def handle_api_versions(ctx, req):
 
     v3+ carries the finalized features (KIP-584): transaction.version 1 by
     default, so every client uses the classic transaction protocol; at 2 the
-    versions of KIP-890's transaction version 2 are listed with it (§10's Features).
+    versions of KIP-890's transaction version 2 are listed with it (§11's Features).
     A request version doze does not know is answered by the dispatcher with
     UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
 
@@ -8382,11 +8389,11 @@ def partitions_page(topic, indexes, node_id, operations):
 
 
 ###############################################################################
-# 13. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 14. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 # The handlers of the APIs a consumer group and a transactional producer
 # speak. Each checks authorization and the request's shape, then hands the
-# step to its coordinator (§8 GroupCoordinator, §10 TransactionCoordinator),
+# step to its coordinator (§9 GroupCoordinator, §11 TransactionCoordinator),
 # which knows nothing of sockets; a request that must wait (a JoinGroup until
 # the group's members are in, an EndTxn until its markers are durable) is a
 # Park its coordinator wakes.
@@ -9613,7 +9620,7 @@ def describe_consumer_group(ctx, group_id, include_operations):
 
 
 ###############################################################################
-# 14. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 15. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
 # or "" for the cluster-wide default), type 32 a group (KIP-848's group
@@ -9991,13 +9998,13 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
 
 
 ###############################################################################
-# 15. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 16. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 # The handlers an administrator's tools speak (kafka-topics, kafka-configs,
 # kafka-acls, the AdminClient), and the two SASL steps of a connection, in
-# API-key order. Topics are made and removed by LogManager (§7) in steps;
-# configs are read and changed through the config resources (§14); ACLs go
-# to the Authorizer and SCRAM credentials to meta.db (§11).
+# API-key order. Topics are made and removed by LogManager (§8) in steps;
+# configs are read and changed through the config resources (§15); ACLs go
+# to the Authorizer and SCRAM credentials to meta.db (§12).
 
 # --- SaslHandshake (17) ---------------------------------------------------------
 
@@ -10011,7 +10018,7 @@ SaslHandshake  key=17  versions=0-1  flexible=none
 """)
 def handle_sasl_handshake(ctx, req):
     """SaslHandshake: the mechanism a SASL connection will authenticate with.
-    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §11).
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §12).
 
     Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
     with the enabled ones after the failure delay, then the connection closes),
@@ -10903,7 +10910,7 @@ UpdateFeatures  key=57  versions=0-2  flexible=0+     # KIP-584: kafka-features 
 def handle_update_features(ctx, req):
     """UpdateFeatures: finalize a feature at another level -- doze's one,
     transaction.version (1 the classic protocol, 2 KIP-890's version 2 besides;
-    §10's Features). What `kafka-features upgrade|downgrade` sends. All or
+    §11's Features). What `kafka-features upgrade|downgrade` sends. All or
     nothing: the first change refused fails the request, as Kafka's controller
     does; v0's allow_downgrade is not read (Kafka's controller reads only
     upgrade_type, whose default is an upgrade).
@@ -10931,7 +10938,7 @@ def handle_update_features(ctx, req):
 
 
 ###############################################################################
-# 16. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 17. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -12281,7 +12288,7 @@ def parse_connection_overrides(text):
 
 
 ###############################################################################
-# 17. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 18. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 # doze.console.listener=HOST:PORT serves a small web console on the broker's
 # own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
@@ -13796,12 +13803,12 @@ def browser_pages(d):
 
 
 ###############################################################################
-# 18. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 19. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 # The console's sockets: its stylesheet and script, each HTTP connection (one
 # request, then closed), its login against the broker's own SASL users, and
 # the listener that accepts them -- on the broker's loop, with one timer of
-# its own (Console._sweep). Its limits (§17 says why):
+# its own (Console._sweep). Its limits (§18 says why):
 
 CONSOLE_MAX_CONNECTIONS = 32
 CONSOLE_HEAD_MAX = 8192
@@ -14533,7 +14540,7 @@ class Console:
         return status, "text/html; charset=utf-8", page_message(title, text, who).encode(), ()
 
     def control_answer(self, method, path, query, headers, body, ip):
-        """/control: the control endpoint's, when the command line serves one (§20)."""
+        """/control: the control endpoint's, when the command line serves one (§21)."""
         if self.broker.control is None:
             return http_response(404, "application/json; charset=utf-8", json.dumps(
                 {"error": "the control endpoint is off: start doze with --control"}).encode())
@@ -14599,7 +14606,7 @@ def safe_next(path):
 
 
 ###############################################################################
-# 19. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 20. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
@@ -15118,8 +15125,8 @@ class Broker:
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
-        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§16)
-        self.control = control              # the control endpoint (§20) the console serves, if asked
+        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§17)
+        self.control = control              # the control endpoint (§21) the console serves, if asked
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
@@ -15140,7 +15147,7 @@ class Broker:
         self.producer_states = ProducerStates(config, self.store, self.logs)
         self.producer_ids = ProducerIdManager(self.store)
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
-        self.journal = Journal(self.clock)          # what the coordinators did (§8), for the console and trace
+        self.journal = Journal(self.clock)          # what the coordinators did (§9), for the console and trace
         self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
         self.consumer_groups = ConsumerGroups(config, self.groups, self.logs, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
@@ -15281,7 +15288,7 @@ class Broker:
 
 
 ###############################################################################
-# 20. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 21. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 # running() starts a broker on its own thread, on an ephemeral port in a
 # temporary directory, with settings a test wants, and gives the test what it
@@ -15576,8 +15583,8 @@ class FaultyDisk(Files):
 # --- Embedded: the broker a test holds ---------------------------------------------
 # running() gives a test an Embedded: the Broker (every attribute of the
 # Broker reads through it: bootstrap, port, run_in_loop, ...), and what a test
-# does to it -- its faults (§16), its disk, its clock, a restart, its state
-# read without a consumer (the console's views, §17, as a superuser sees
+# does to it -- its faults (§17), its disk, its clock, a restart, its state
+# read without a consumer (the console's views, §18, as a superuser sees
 # them), a reset. A restart keeps the ports, the data directory, the faults,
 # the disk and the clock.
 
@@ -16076,7 +16083,7 @@ class Client:
 
 
 ###############################################################################
-# 21. DEMO -- the transaction protocol step by step, on a broker in this process
+# 22. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 # python3 doze_kafka.py demo starts a broker (with its console and the txn
 # trace) and walks through the classic transaction protocol with a small
@@ -16724,7 +16731,7 @@ def walkthrough(said):
 
 
 ###############################################################################
-# 22. CLI
+# 23. CLI
 ###############################################################################
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -6,7 +6,7 @@ The sections are numbered and titled as doze_kafka.py's chapters are, so
 "§7" means storage in both files, and a test stands in the section
 of the chapter whose code it is mainly about. A section opens with the helpers
 only it uses (section 0 holds those many sections use), then its tests. After
-§22, lettered sections hold what belongs to no one chapter:
+§23, lettered sections hold what belongs to no one chapter:
 
   0. Fixtures                  start_broker, RawClient, make_batch, FakeClock, loop_passes, wait_until;
                                Txn and the other clients' verbs; the SASL clients
@@ -17,21 +17,22 @@ only it uses (section 0 holds those many sections use), then its tests. After
   5. Schemas                   parser errors carry line numbers; every API round-trips at every version
   6. Record batches            CRC-32C check value and reference; batch validation
   7. Storage                   append/read, index, roll, retention, log start, torn tail; failing disks
-  8. Coordinators              producer state; the group coordinator, no sockets
-  9. Consumer group protocol   KIP-848: assignors, reconciliation, conversions
-  10. Transactions             the transaction coordinator, no sockets
-  11. Security                 SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
-  12. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
-  13. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
-  14. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
-  15. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
-  16. Connections              pipelining, bad input, TLS, dispatch, limits, listeners, faults
-  17. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
-  18. Console: HTTP, login     its safety, login and sessions, event streams, its limits
-  19. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
-  20. Embedding doze           running(), Embedded, the control endpoint, the fixtures
-  21. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
-  22. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
+  8. meta.db and the topics    meta.db's group commit, its failures at start
+  9. Coordinators              producer state; the group coordinator, no sockets
+  10. Consumer group protocol  KIP-848: assignors, reconciliation, conversions
+  11. Transactions             the transaction coordinator, no sockets
+  12. Security                 SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
+  13. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
+  14. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
+  15. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+  16. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
+  17. Connections              pipelining, bad input, TLS, dispatch, limits, listeners, faults
+  18. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
+  19. Console: HTTP, login     its safety, login and sessions, event streams, its limits
+  20. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
+  21. Embedding doze           running(), Embedded, the control endpoint, the fixtures
+  22. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
+  23. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
   B. Scenarios                 kill -9, restart, torn tails, power cuts, a crash at every point
   C. Conformance               Kafka 4.3.1's recordings replayed; conformance/fuzz.py, bounded
   D. The book                  doze_kafka.py's shape, measured by conformance/book.py
@@ -1310,7 +1311,7 @@ def test_batch_decode_records_bounds_gzip_output():
 
 
 ###############################################################################
-# 7. STORAGE -- partition logs on disk, and meta.db
+# 7. STORAGE -- partition logs on disk
 ###############################################################################
 
 @pytest.fixture
@@ -2002,6 +2003,11 @@ def test_disk_meta_db_refusing_writes_gets_kafkas_answers(start_broker, tmp_path
     assert broker.stopped.is_set() is False
 
 
+###############################################################################
+# 8. META.DB AND THE TOPICS -- the metadata store, every partition of every topic
+###############################################################################
+
+
 def test_meta_db_answers_wait_for_its_fsync_and_share_one(start_broker):
     """Verifies meta.db's group commit: an OffsetCommit (or AddPartitionsToTxn)
     is answered only once its change is fsynced, and twenty OffsetCommits sent
@@ -2094,7 +2100,7 @@ def test_disk_meta_db_locked_by_another_process_is_answered_within_a_second(star
 
 
 ###############################################################################
-# 8. COORDINATORS -- producer state, classic groups
+# 9. COORDINATORS -- producer state, classic groups
 ###############################################################################
 
 def idem_header(seq, count=1, producer_id=7, epoch=0):
@@ -2128,7 +2134,7 @@ class Coordinators:
         self.closed = False
 
     def group_commit(self):
-        """GroupCommit.run's steps (§19): meta.db's fsync; the markers of the
+        """GroupCommit.run's steps (§20): meta.db's fsync; the markers of the
         decisions now durable; the logs' fsync, which moves high watermarks;
         then the decisions whose markers are all durable are completed."""
         self.store.sync()
@@ -2141,7 +2147,7 @@ class Coordinators:
 
     def produce(self, meta, tp, values, seq=0):
         """A transactional batch of meta's producer, appended as Produce appends
-        one (§12's produce_partition and verify_producer) -> its base offset."""
+        one (§13's produce_partition and verify_producer) -> its base offset."""
         self.txns.check_produce(meta.transactional_id, meta.producer_id, meta.producer_epoch, tp)
         batch = bytearray(make_batch(values, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
                                      base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL))
@@ -2407,7 +2413,7 @@ def test_coordinators_group_offsets_commit_checks_and_retention(coordinators):
 
 
 ###############################################################################
-# 9. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+# 10. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
 ###############################################################################
 # Kafka 4.3.1's answers, step by step, are the recordings replayed in section C
 # (consumer-group-*); these tests add what a recording cannot: the clock, a
@@ -2550,7 +2556,7 @@ def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
 
 
 ###############################################################################
-# 10. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+# 11. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
 
 def begin(c, transactional_id, tps, group=None, timeout_ms=60000):
@@ -2770,7 +2776,7 @@ def test_coordinators_txn_v2_an_exhausted_epoch_moves_to_a_new_producer_id_acros
 
 
 ###############################################################################
-# 11. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 12. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 
 def principals(broker):
@@ -3556,7 +3562,7 @@ def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
 
 
 ###############################################################################
-# 12. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 13. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 
 @pytest.fixture
@@ -4267,7 +4273,7 @@ def test_describe_cluster_unknown_endpoint_type(client):
 
 
 ###############################################################################
-# 13. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 14. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 
 def heartbeat(client, group, generation, member_id, instance=None):
@@ -5174,7 +5180,7 @@ def test_write_txn_markers_aborts_a_hanging_transaction(client):
 
 
 ###############################################################################
-# 14. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 15. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 
 def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
@@ -5429,7 +5435,7 @@ def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker
 
 
 ###############################################################################
-# 15. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 16. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 
 def any_acl_filter(**kw):
@@ -5724,7 +5730,7 @@ def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
 
 
 ###############################################################################
-# 16. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 17. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 
 def raw_connection(broker):
@@ -6647,7 +6653,7 @@ def test_faults_close_and_probability_and_misuse():
 
 
 ###############################################################################
-# 17. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 18. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 
 def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
@@ -6874,7 +6880,7 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
     markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
                if e["kind"] == "marker"]
-    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §10
+    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §11
                                ("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
     ids = [e["id"] for e in cluster["recent_events"]]
     assert ids == sorted(ids, reverse=True)                            # newest first
@@ -7543,7 +7549,7 @@ def test_console_shows_offsets_stand_in_markers_and_the_coordinator(console):
 
 
 ###############################################################################
-# 18. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 19. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 
 def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
@@ -7945,7 +7951,7 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
 
 
 ###############################################################################
-# 19. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 20. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 
 @pytest.fixture
@@ -8260,7 +8266,7 @@ def test_trace_shows_an_error_as_the_requests_version_gets_it(traced):
 
 
 ###############################################################################
-# 20. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 21. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 
 def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
@@ -8549,7 +8555,7 @@ def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
 
 
 ###############################################################################
-# 21. DEMO -- the transaction protocol step by step, on a broker in this process
+# 22. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
@@ -8625,7 +8631,7 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
 
 
 ###############################################################################
-# 22. CLI
+# 23. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):
