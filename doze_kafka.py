@@ -15,7 +15,7 @@ KIP-848's) with committed offsets, and the exactly-once protocol of KIP-98 -- id
 transactional producers, markers, the last stable offset, read_committed --
 with KIP-360 epoch recovery and KIP-447 offset commits, classic and, opt-in,
 KIP-890's transaction version 2 (an epoch per transaction). Exact APIs and
-versions: the HANDLERS table (filled by @api in §13-§16), or ``python3 doze_kafka.py --apis``.
+versions: the HANDLERS table (filled by @api in §14-§17), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
 topic ids on the wire (Fetch/Produce 13+), log compaction, message format
@@ -45,44 +45,48 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
      __transaction_state or __consumer_offsets, found by the id's hash), the
      journal (and its events in words), producer state (idempotence, the
      LSO), the group coordinator (the classic protocol)
-  §10 the consumer group protocol (KIP-848): consumer groups beside the classic
+  §10 log compaction: the log cleaner (Kafka's LogCleaner): the dirtiest
+     compacted partition, its offset map, each batch kept, rebuilt, emptied
+     or dropped (tombstones, aborted transactions, markers, each producer's
+     last batch), in slices on the loop, swapped in crash-safely
+  §11 the consumer group protocol (KIP-848): consumer groups beside the classic
      ones in the same registry, the server-side assignors (uniform, range, in
      Kafka's java.util.HashMap order), ConsumerGroups (heartbeats,
      reconciliation, session and rebalance timeouts, offsets with epochs)
-  §11 transactions: producer ids handed out from blocks reserved in meta.db,
+  §12 transactions: producer ids handed out from blocks reserved in meta.db,
      the transaction.version feature, the transaction coordinator: the classic
      protocol (KIP-98) and version 2 (KIP-890: an epoch per transaction),
      doze's timing of EndTxn's answer, and Kafka's
-  §12 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
+  §13 security: SASL sessions (PLAIN, SCRAM), SCRAM credentials, and the
      authorizer (Kafka's StandardAuthorizer over ACLs in meta.db)
-  §13 requests and the data path: how an API is declared (@api), what a
+  §14 requests and the data path: how an API is declared (@api), what a
      handler may touch (RequestContext), requests that wait (Park, Purgatory)
      or run in steps (in_steps); Produce, Fetch, ListOffsets, Metadata, ...
-  §14 group and transaction apis: the coordinators' protocols
-  §15 config resources: what DescribeConfigs shows and AlterConfigs changes
-  §16 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
-  §17 connections: frames in and answers out in order, TLS on the loop (PEM
+  §15 group and transaction apis: the coordinators' protocols
+  §16 config resources: what DescribeConfigs shows and AlterConfigs changes
+  §17 administration and security apis: topics, configs, ACLs, SASL, SCRAM, quotas
+  §18 connections: frames in and answers out in order, TLS on the loop (PEM
      stores, client certificates' principals), the faults a test asks for
      (Faults), the Dispatcher (request -> handler -> response), the limits and
      back-pressure, the listeners
-  §18 console: what it shows: HTML and JSON twins of the transactions (each
+  §19 console: what it shows: HTML and JSON twins of the transactions (each
      drawn as its state machine, its steps to the millisecond), producers,
      LSOs, topics, groups and the coordinators' events the broker holds, as
      each viewer's ACLs let it see them
-  §19 console: http, login and its listener: its safety, its login against
+  §20 console: http, login and its listener: its safety, its login against
      the broker's SASL users, the stylesheet and the small script it serves
-  §20 the loop: the protocol trace (--trace: each request and answer, and the
+  §21 the loop: the protocol trace (--trace: each request and answer, and the
      broker's own actions), the timers, the group commit, the Broker
-  §21 embedding doze: running() for tests and what a test does to the broker
+  §22 embedding doze: running() for tests and what a test does to the broker
      (Embedded: faults, a FaultyDisk, a MovableClock, restarts, resets, its
      state without a consumer), the control endpoint for other languages,
      the pytest fixtures, and a small Client
-  §22 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
+  §23 demo: `python3 doze_kafka.py demo`, the transaction protocol step by step
      (FindCoordinator and InitProducerId, idempotence, a transaction with a
      group's offsets, commit, abort, fencing, the timeout, a crash between
      decision and markers, Kafka's timing), then a lab of what goes wrong (a
      zombie mid-transaction, a hanging transaction, a late EndTxn)
-  §23 cli
+  §24 cli
   §A appendix: Kafka 4.3.1's config tables, generated from Kafka itself
 To learn transactions: run `python3 doze_kafka.py demo` (README: "How a Kafka
 transaction works, step by step"), then read each step's code:
@@ -104,10 +108,10 @@ transaction works, step by step"), then read each step's code:
   12 a late EndTxn      handle_end_txn (KAFKA-17754), held by a test's fault (Faults, hold_ms);
                         version 2: handle_update_features -> Features; add_produced_partition ->
                         .add_implicitly; handle_end_txn v5 -> .end_txn_v2 -> ._decide_v2
-Hostile input and overload: §4's Reader, §6's check_records, §17's Limits comment.
+Hostile input and overload: §4's Reader, §6's check_records, §18's Limits comment.
 Failing disks and crashes: §7's "When the disk fails"; §8's LogManager.append and
 flush_dirty, MetadataStore.transaction (StoreFailed, SYNC_NOW/ANSWERS/LATER)
-and .sync, coordinator_store; §20's GroupCommit and §17's Connection.push.
+and .sync, coordinator_store; §21's GroupCommit and §18's Connection.push.
 """
 
 ###############################################################################
@@ -217,6 +221,10 @@ BROKER_DEFAULTS = {
     "log.retention.ms": 604800000,             # 7 days; -1 keeps forever
     "log.retention.bytes": -1,
     "log.retention.check.interval.ms": 300000,
+    "log.cleaner.enable": True,                # compacted topics compacted (§10)
+    "log.cleaner.backoff.ms": 15000,           # how often the cleaner looks, when it found nothing to clean
+    "log.cleaner.dedupe.buffer.size": 134217728,   # the offset map: 24 bytes a key, as Kafka counts
+    "log.cleaner.io.buffer.load.factor": 0.9,  # ... of which this much is filled
     "log.roll.ms": 604800000,
     "socket.request.max.bytes": 104857600,     # a frame over this closes the connection
     "max.connections": 2147483647,             # then stop accepting (doze: also fewer than descriptors allow)
@@ -254,21 +262,21 @@ BROKER_DEFAULTS = {
     "doze.check.crc": True,                    # doze's own: check each produced batch's CRC-32C
     "doze.loop.stats.interval.ms": 0,          # doze's own: log the loop's pass times this often (0: off)
     "doze.max.partitions": 20000,              # doze's own: partitions of all topics together, at most
-    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §18)
+    "doze.console.listener": "",               # doze's own: HOST:PORT of the web console ("": none; §19)
     "doze.console.hosts": "",                  # doze's own: more names the console answers to (Host)
-    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §20)
+    "doze.trace": "",                          # doze's own: the protocol trace: txn, group, all ("": off; §21)
     "doze.trace.ids": "",                      # doze's own: ... only of these transactional, group or client ids
     "doze.coordinator.waits.for.topic": True,  # doze's own: the first FindCoordinator waits while the internal
                                                # topic is made (Kafka's COORDINATOR_NOT_AVAILABLE); running(): no
     "doze.transaction.answer.after": "markers",  # doze's own: EndTxn answered once its markers are durable;
-                                               # "decision": once PrepareCommit is, as Kafka answers (§11)
+                                               # "decision": once PrepareCommit is, as Kafka answers (§12)
     "doze.transaction.markers.delay.ms": 0,    # doze's own: with "decision", the markers wait this long (Kafka's
                                                # WriteTxnMarkers to each leader, made long enough to see)
     "doze.transaction.version": 1,             # doze's own: the transaction.version feature at start: 1 classic
-                                               # only; 2 KIP-890's version 2 besides (Kafka 4.x's default; §11)
+                                               # only; 2 KIP-890's version 2 besides (Kafka 4.x's default; §12)
 }
 
-TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§12, §17)
+TLS_SETTING_PREFIXES = ("ssl.", "listener.name.")   # acted on too: read per listener (§13, §18)
 
 CONFIG_TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
                      "double": 6, "list": 7, "class": 8, "password": 9}
@@ -290,6 +298,8 @@ SEGMENT_HEADROOM = 64                           # bytes a segment may overshoot 
 # setting given; test_doze_kafka.py finds every setting the code reads in here.
 
 TOPIC_CONFIGS_USED = {"cleanup.policy", "compression.gzip.level", "compression.type", "max.message.bytes",
+                      "delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
+                      "max.compaction.lag.ms",
                       "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
                       "message.timestamp.type", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms"}
 SETTINGS_CHECKED_AT_START = {"inter.broker.listener.name", "security.inter.broker.protocol"}
@@ -872,7 +882,7 @@ class TxnState(enum.Enum):
 
 
 class KafkaError(Exception):
-    """A protocol-level failure. Raised anywhere below the handlers (§13-§16);
+    """A protocol-level failure. Raised anywhere below the handlers (§14-§17);
     a handler (or the Dispatcher) turns it into an error_code in the response."""
 
     def __init__(self, code, detail=""):
@@ -2467,8 +2477,8 @@ class Segment:
             h = read_batch_header(head)
             end = pos + LOG_OVERHEAD + h.batch_length
             if h.magic != 2 or h.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD \
-                    or end > file_size or h.base_offset != expected:
-                break
+                    or end > file_size or h.base_offset < expected:
+                break                              # (above expected: a gap the cleaner left)
             self._add(h.base_offset, h.base_offset + h.last_offset_delta, pos, h.max_timestamp)
             expected = h.base_offset + h.last_offset_delta + 1
             last_start, pos = pos, end
@@ -2480,6 +2490,11 @@ class Segment:
                 self._drop_last()
                 pos = last_start
         return pos
+
+    def add_written(self, h, size):
+        """A batch the cleaner wrote at the end of this (new) segment."""
+        self._add(h.base_offset, h.base_offset + h.last_offset_delta, self.size, h.max_timestamp)
+        self.size += size
 
     def _add(self, base, last, position, max_timestamp):
         try:
@@ -2602,11 +2617,9 @@ class PartitionLog:
         self.create_segment_at(0)
 
     def open(self, log_start_offset):
+        self.recover_cleaning()
         bases = sorted(int(name[:-4]) for name in os.listdir(self.dir)
                        if name.endswith(".log") and name[:-4].isdigit())
-        for name in os.listdir(self.dir):           # leftovers from an interrupted roll or deletion
-            if name.endswith(".deleted") or name.endswith(".tmp"):
-                self.files.unlink(os.path.join(self.dir, name))
         if not bases:
             self.create_segment_at(max(log_start_offset, 0))
         for base in bases:
@@ -2616,6 +2629,52 @@ class PartitionLog:
         self.active.takes_appends_from(self.clock() * 1000)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.next_offset
+
+    def recover_cleaning(self):
+        """Put right what a crash left of a cleaning (Kafka's LogLoader, in its
+        order): .deleted and .tmp files go; a .cleaned file is a cleaning never
+        swapped in -- it goes, and so does a .swap from it; a .swap is a cleaning
+        swapped in halfway -- the old segments it replaces go (their base
+        offsets, first to last, are in its name: B.log.L.swap), and it becomes
+        the segment."""
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith((".deleted", ".tmp", ".cleaned")):
+                self.files.unlink(os.path.join(self.dir, name))
+        swaps = [n for n in names if re.fullmatch(r"\d{20}\.log\.\d+\.swap", n)]
+        for swap in sorted(swaps):
+            first, last = int(swap[:20]), int(swap.split(".")[2])
+            for name in os.listdir(self.dir):
+                if name.endswith((".log", ".index")) and name[:20].isdigit() and first <= int(name[:20]) <= last:
+                    self.files.unlink(os.path.join(self.dir, name))
+            self.files.rename(os.path.join(self.dir, swap), os.path.join(self.dir, segment_name(first)))
+            log.info("%s: a cleaning swapped in before a crash is finished (%s)", self.dir, swap)
+        if swaps:
+            self.files.fsync_dir(self.dir)
+
+    def replace_segments(self, old, new):
+        """Swap a cleaned segment in for the consecutive segments `old` (never
+        the active one), as Kafka's LocalLog.replaceSegments does: `new` was
+        written beside them as B.log.cleaned and fsynced; it is renamed B.log.L.swap
+        (L: the last old segment's base; the directory fsynced: from here a crash
+        finishes the swap), the old
+        segments' files are renamed .deleted, the swap becomes B.log, the
+        directory is fsynced again, and the .deleted files go. A Fetch still
+        sending from an old file keeps its descriptor, and so its bytes."""
+        cleaned, swap = new.path + ".cleaned", f"{new.path}.{old[-1].base_offset}.swap"
+        self.files.rename(cleaned, swap)
+        self.files.fsync_dir(self.dir)
+        for seg in old:
+            seg.close(sync=False)
+            self.files.unlink(seg.index_path)
+            self.files.rename(seg.path, seg.path + ".deleted")
+        self.files.rename(swap, new.path)
+        self.files.fsync_dir(self.dir)
+        for seg in old:
+            self.files.unlink(seg.path + ".deleted")
+        i = self.segments.index(old[0])
+        self.segments[i:i + len(old)] = [new]
+        new.save_index_cache()
 
     def create_segment_at(self, base):
         """A new, empty segment: its directory entry is made durable by the
@@ -2811,6 +2870,8 @@ class PartitionLog:
         past either limit. Returns True if anything was deleted."""
         retention_ms, retention_bytes = self.config("retention.ms"), self.config("retention.bytes")
         deleted = False
+        if "delete" not in self.config("cleanup.policy"):
+            return False                                # compact alone: Kafka keeps every segment
         while self.segments and self.segments[0].bases:
             seg = self.segments[0]
             total = sum(s.size for s in self.segments)
@@ -2916,6 +2977,7 @@ CREATE TABLE IF NOT EXISTS partitions (     -- Kafka's log-start-offset-checkpoi
     partition        INTEGER NOT NULL,
     log_start_offset INTEGER NOT NULL DEFAULT 0,
     has_txn          INTEGER NOT NULL DEFAULT 0,   -- ever held a transactional batch
+    cleaner_checkpoint INTEGER NOT NULL DEFAULT -1,  -- Kafka's cleaner-offset-checkpoint: the next first dirty offset
     PRIMARY KEY (topic, partition)
 );
 """
@@ -2958,7 +3020,7 @@ class StoreFailed(KafkaError):
     do when their log refuses an append: NOT_COORDINATOR."""
 
 
-# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §12's Authorizer decides with them.
+# An ACL as meta.db keeps it (Kafka's AclBinding, flattened): §13's Authorizer decides with them.
 Acl = collections.namedtuple("Acl", "resource_type name pattern principal host operation permission")
 
 
@@ -2979,6 +3041,7 @@ class MetadataStore:
             self.db.execute("PRAGMA synchronous=NORMAL")     # sync() fsyncs: the group commit
             self.db.executescript(METADATA_SQL)
             self._add_columns("transactions", METADATA_SQL)
+            self._add_columns("partitions", METADATA_SQL)
             self.db.execute("BEGIN IMMEDIATE")         # can it be written at all?
             self.db.execute("ROLLBACK")
             # The schema, and the directory entries of meta.db and of the WAL file
@@ -3114,7 +3177,7 @@ class MetadataStore:
         body = sql[sql.index(f"CREATE TABLE IF NOT EXISTS {table} ("):]
         for line in body[:body.index(");")].splitlines()[1:]:
             name = line.split()[0] if line.split() else ""
-            if name.isidentifier() and name not in have:
+            if name.isidentifier() and name not in have and name != "PRIMARY":
                 self.db.execute(f"ALTER TABLE {table} ADD COLUMN {line.split('--')[0].strip().rstrip(',')}")
 
     # --- settings ---
@@ -3253,6 +3316,18 @@ class MetadataStore:
             db.executemany("INSERT INTO partitions (topic, partition, log_start_offset) VALUES (?, ?, ?) "
                            "ON CONFLICT (topic, partition) DO UPDATE SET "
                            "log_start_offset = excluded.log_start_offset", rows)
+
+    def cleaner_checkpoint(self, topic, partition):
+        row = self.db.execute("SELECT cleaner_checkpoint FROM partitions WHERE topic = ? AND partition = ?",
+                              (topic, partition)).fetchone()
+        return row[0] if row and row[0] >= 0 else None
+
+    def save_cleaner_checkpoint(self, topic, partition, offset):
+        """Lost in a power cut, it only means the section is cleaned again."""
+        with self.transaction(SYNC_LATER) as db:
+            db.execute("INSERT INTO partitions (topic, partition, cleaner_checkpoint) VALUES (?, ?, ?) "
+                       "ON CONFLICT (topic, partition) DO UPDATE SET cleaner_checkpoint = excluded.cleaner_checkpoint",
+                       (topic, partition, offset))
 
     def mark_transactional(self, tps):
         with self.transaction() as db:
@@ -4056,7 +4131,10 @@ class ProducerStateTable:
 
 def control_type(batch_head):
     """COMMIT or ABORT, from the first bytes of a control batch: the control
-    record's key (version int16, type int16) starts 5 bytes into the records."""
+    record's key (version int16, type int16) starts 5 bytes into the records.
+    None for one the log cleaner emptied (a header with no record)."""
+    if I32.unpack_from(batch_head, BATCH_AT["records_count"])[0] == 0:
+        return None
     return I16.unpack_from(batch_head, BATCH_HEADER_SIZE + 7)[0]
 
 
@@ -4074,8 +4152,9 @@ def rebuild_producer_state(plog, whole_log):
         if h.producer_id < 0:
             continue
         if h.attributes & ATTR_CONTROL:
-            table.apply_marker(h.producer_id, h.producer_epoch, control_type(head) == CONTROL_COMMIT,
-                               base, h.max_timestamp, I32.unpack_from(head, BATCH_HEADER_SIZE + 12)[0])
+            if control_type(head) is not None:       # (a marker the cleaner emptied closes nothing)
+                table.apply_marker(h.producer_id, h.producer_epoch, control_type(head) == CONTROL_COMMIT,
+                                   base, h.max_timestamp, I32.unpack_from(head, BATCH_HEADER_SIZE + 12)[0])
         else:
             table.update(h, base)
     table.all_durable()                     # everything read back is
@@ -4816,7 +4895,375 @@ class GroupCoordinator:
                 del self.groups[g.group_id]
 
 ###############################################################################
-# 10. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+# 10. LOG COMPACTION -- compacted topics kept to the latest value of each key
+###############################################################################
+# A topic with cleanup.policy=compact keeps the latest value of each key, as
+# Kafka's LogCleaner keeps it: every Kafka Connect worker's configs, offsets
+# and status, every Kafka Streams state store's changelog, every "latest value
+# per key" table lives in one. The cleaner looks for the dirtiest compacted
+# partition every log.cleaner.backoff.ms (again at once after a pass), and
+# cleans it in one pass, on the broker's loop in slices of CLEANER_SLICE_S:
+#   1. The dirty section is [the checkpoint of the last pass, the first
+#      uncleanable offset): the log start offset if there is no checkpoint;
+#      the end is rounded down to the base of the segment holding the least
+#      of the LSO, the active segment and min.compaction.lag.ms -- so nothing
+#      of an open transaction, and nothing of the active segment, is touched.
+#      A partition is cleaned once its dirty bytes / all bytes is over
+#      min.cleanable.dirty.ratio, or max.compaction.lag.ms is overdue.
+#   2. The offset map: each key's latest offset in the dirty section (MD5 of
+#      the key, as Kafka), from the records of batches that are not control
+#      batches and not of an aborted transaction; tombstones count, keyless
+#      records do not. It holds at most log.cleaner.dedupe.buffer.size / 24 x
+#      log.cleaner.io.buffer.load.factor keys; a full map ends the section early.
+#   3. Every segment from the log's start to the section's end is written
+#      again, in groups of at most segment.bytes, each group to one new
+#      segment named after its first base offset. A record stays if it is the
+#      latest of its key (or beyond the map), a tombstone only until its
+#      batch's delete horizon has passed (KIP-534: the first pass that keeps
+#      a tombstone writes now + delete.retention.ms into the batch, a later
+#      one removes it); records of aborted transactions go; a COMMIT or ABORT
+#      marker stays while any batch of its transaction does, then gets a
+#      horizon, then goes. Offsets never change: the cleaned log has gaps. A
+#      batch that keeps all its records and needs no horizon is copied as it
+#      is; another is rebuilt with the same header (offsets, producer, epoch,
+#      sequence, codec: none or gzip). Each producer's last batch, and the
+#      batch that ends the section, stay even when emptied, as a 61-byte
+#      header, so a producer's sequence and epoch survive a restart.
+#   4. Each group is written beside the old segments as B.log.cleaned and
+#      fsynced, then swapped in by renames (PartitionLog.replace_segments):
+#      a crash at any point finds either the old segments or the new one
+#      (PartitionLog.recover_cleaning). The checkpoint is stored in meta.db
+#      after the pass; one lost in a crash means the section is cleaned again.
+# Kafka vs doze: batches compressed with lz4, snappy or zstd cannot be read
+# with the standard library: they are copied whole (their keys supersede
+# nothing, so older values of those keys stay too -- a reader still ends with
+# the latest; only the bytes saved are fewer). Kafka's cleaner threads become
+# steps of the loop; a group is swapped in only if its segments are still
+# there (retention or DeleteRecords may have removed some meanwhile).
+
+CLEANER_SLICE_S = 0.003          # loop time a cleaning takes per turn, at most
+ATTR_DELETE_HORIZON = 0x40       # KIP-534: base_timestamp holds the batch's delete horizon
+EMPTY_BATCH_SIZE = BATCH_HEADER_SIZE
+
+
+class OffsetMap:
+    """Each key's latest offset in a dirty section (Kafka's SkimpyOffsetMap,
+    by the MD5 of the key), of a bounded size."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.offsets = {}
+        self.latest_offset = -1
+
+    def full(self):
+        return len(self.offsets) >= self.capacity
+
+    def put(self, key, offset):
+        self.offsets[hashlib.md5(key).digest()] = offset
+        self.latest_offset = offset
+
+    def get(self, key):
+        return self.offsets.get(hashlib.md5(key).digest(), -1)
+
+    def reached(self, offset):
+        """A batch read whole: the map covers the section up to its last offset."""
+        self.latest_offset = max(self.latest_offset, offset)
+
+
+class CleanedTransactions:
+    """Which transactional batches a cleaning may drop, read in offset order
+    (Kafka's CleanedTransactionMetadata): data of an aborted transaction, and a
+    marker whose transaction has no batch left -- an ABORT marker stays while
+    data it aborts does, a COMMIT marker while a batch of its producer came
+    since the last marker."""
+
+    def __init__(self, aborted):
+        self.pending = sorted(aborted, key=lambda a: a[1])     # (producer id, first offset, marker offset)
+        self.next = 0
+        self.aborted = {}                                       # producer id -> [entry, data seen?]
+        self.committed = set()
+
+    def _reached(self, last_offset):
+        while self.next < len(self.pending) and self.pending[self.next][1] <= last_offset:
+            entry = self.pending[self.next]
+            self.aborted.setdefault(entry[0], [entry, False])
+            self.next += 1
+
+    def data_discardable(self, h):
+        self._reached(h.base_offset + h.last_offset_delta)
+        if not h.attributes & ATTR_TRANSACTIONAL:
+            return False
+        if h.producer_id in self.aborted:
+            self.aborted[h.producer_id][1] = True
+            return True
+        self.committed.add(h.producer_id)
+        return False
+
+    def marker_discardable(self, h, kind):
+        self._reached(h.base_offset + h.last_offset_delta)
+        if kind is None:                                        # emptied by an earlier pass
+            return True
+        if kind == CONTROL_ABORT:
+            entry = self.aborted.pop(h.producer_id, None)
+            return not (entry and entry[1])
+        if h.producer_id in self.committed:
+            self.committed.discard(h.producer_id)
+            return False
+        return True
+
+
+def batch_horizon(h):
+    """A batch's delete horizon (KIP-534), or None."""
+    return h.base_timestamp if h.attributes & ATTR_DELETE_HORIZON else None
+
+
+def empty_batch(h):
+    """The batch as a 61-byte header with no records (Kafka's writeEmptyHeader):
+    its offsets, producer, epoch and sequence kept."""
+    tail = struct.pack(">hiqqqhii", h.attributes & ~(ATTR_COMPRESSION | ATTR_DELETE_HORIZON), h.last_offset_delta,
+                       -1, h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, 0)
+    return struct.pack(">qiibI", h.base_offset, len(tail) + 9, h.partition_leader_epoch, 2, crc32c(tail)) + tail
+
+
+def rebuilt_batch(h, records, horizon):
+    """The batch with only `records` [(offset delta, timestamp, key, value,
+    headers)], its header otherwise kept; its codec's (none, gzip)."""
+    base_ts = horizon if horizon is not None else records[0][1]
+    body = b"".join(encode_record(d, ts - base_ts, k, v, hs) for d, ts, k, v, hs in records)
+    if h.attributes & ATTR_COMPRESSION == 1:
+        body = gzip_deflate(body)
+    max_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else max(r[1] for r in records)
+    attributes = h.attributes & ~ATTR_DELETE_HORIZON | (ATTR_DELETE_HORIZON if horizon is not None else 0)
+    tail = struct.pack(">hiqqqhii", attributes, h.last_offset_delta, base_ts, max_ts, h.producer_id,
+                       h.producer_epoch, h.base_sequence, len(records)) + body
+    return struct.pack(">qiibI", h.base_offset, len(tail) + 9, h.partition_leader_epoch, 2, crc32c(tail)) + tail
+
+
+def records_of(batch, h):
+    """[(offset delta, timestamp, key, value, headers)] of a batch, or None
+    when the standard library cannot read it (lz4, snappy, zstd)."""
+    try:
+        return [(d, h.base_timestamp + t, k, v, hs) for d, t, k, v, hs in decode_records(batch)]
+    except RecordsError:
+        return None
+
+
+class CleaningPass:
+    """One cleaning of one partition, as steps (a generator: run()): the offset
+    map over its dirty section, then every group of segments up to the
+    section's end written again and swapped in. What it removed is counted."""
+
+    def __init__(self, cleaner, plog, first_dirty, upper, now_ms):
+        self.cleaner, self.plog, self.files = cleaner, plog, cleaner.files
+        self.first_dirty, self.upper, self.now_ms = first_dirty, upper, now_ms
+        table = cleaner.producer_states.of((plog.topic, plog.partition))
+        self.aborted = [(pid, first, marker) for pid, first, marker, _ in table.aborted
+                        if marker >= plog.log_start_offset and first < upper]
+        self.last_of = {pid: (e.batches[-1][3] if e.batches else None, e.epoch)
+                        for pid, e in table.producers.items()}
+        self.offsets = OffsetMap(cleaner.map_capacity)
+        self.end = first_dirty
+        self.stats = {"bytes_before": 0, "bytes_after": 0, "records_removed": 0, "batches_removed": 0,
+                      "batches_emptied": 0}
+
+    def run(self):
+        complete = yield from self.build_map()
+        self.end = self.upper if complete else self.offsets.latest_offset + 1
+        group, size = [], 0
+        for seg in [s for s in self.plog.segments if s.base_offset < self.end and s is not self.plog.active]:
+            if group and size + seg.size > self.plog.config("segment.bytes"):
+                if not (yield from self.clean_group(group)):
+                    return False
+                group, size = [], 0
+            group.append(seg)
+            size += seg.size
+        if group and not (yield from self.clean_group(group)):
+            return False
+        return True
+
+    def build_map(self):
+        """The latest offset of each key in [first_dirty, upper) -> whether it
+        holds the whole section (a full map ends it early)."""
+        ctx = CleanedTransactions(self.aborted)
+        for base, batch in self.plog.batches(self.first_dirty, self.upper):
+            h = read_batch_header(batch)
+            if h.attributes & ATTR_CONTROL:
+                ctx.marker_discardable(h, control_type(batch))
+            elif not ctx.data_discardable(h):
+                for d, _, key, _, _ in records_of(batch, h) or ():
+                    if key is not None and base + d >= self.first_dirty:
+                        if self.offsets.full():
+                            return False
+                        self.offsets.put(key, base + d)
+            self.offsets.reached(h.base_offset + h.last_offset_delta)
+            yield
+        return True
+
+    def clean_group(self, group):
+        """Write the group's kept batches to B.log.cleaned, fsynced, and swap it in -> done?"""
+        new = Segment(self.files, self.plog.dir, group[0].base_offset, self.plog.open_files)
+        path = new.path + ".cleaned"
+        self.files.unlink(path)
+        fd = self.files.open_append(path, create=True)
+        ctx = CleanedTransactions(self.aborted)
+        try:
+            for seg in group:
+                for i in range(len(seg.bases)):
+                    if seg not in self.plog.segments:
+                        break                           # deleted meanwhile: not swapped in, below
+                    batch = seg.read_batch(i)
+                    kept = self.retained(read_batch_header(batch), batch, ctx)
+                    self.stats["bytes_before"] += len(batch)
+                    if kept:
+                        self.files.write(fd, kept)
+                        new.add_written(read_batch_header(kept), len(kept))
+                        self.stats["bytes_after"] += len(kept)
+                    yield
+            self.files.fsync(fd)
+        finally:
+            self.files.close(fd)
+        if self.plog.offline or any(s not in self.plog.segments for s in group):
+            self.files.unlink(path)                 # retention or DeleteRecords came first: not swapped in
+            return False
+        self.plog.replace_segments(group, new)
+        return True
+
+    def retained(self, h, batch, ctx):
+        """The batch as the cleaned segment keeps it: as it is, rebuilt, as a
+        header, or None (Kafka's Cleaner.cleanInto and MemoryRecords.filterTo)."""
+        control = h.attributes & ATTR_CONTROL
+        kind = control_type(batch) if control else None
+        discardable = ctx.marker_discardable(h, kind) if control else ctx.data_discardable(h)
+        horizon = batch_horizon(h)
+        drop_all = discardable and (not control or horizon is not None and horizon <= self.now_ms)
+        last_data, epoch = self.last_of.get(h.producer_id, (None, None))
+        keep_header = h.producer_id >= 0 and (last_data == h.base_offset + h.last_offset_delta if last_data
+                                              is not None else control and h.producer_epoch == epoch) \
+            or h.base_offset + h.last_offset_delta + 1 == self.upper
+        records = [] if drop_all else records_of(batch, h)
+        if records is None:
+            return batch                             # not readable here: kept whole
+        kept = [r for r in records if control or self.keeps(h, r, horizon)]
+        self.stats["records_removed"] += h.records_count - len(kept)
+        if not kept:
+            self.stats["batches_emptied" if keep_header else "batches_removed"] += 1
+            return empty_batch(h) if keep_header and h.records_count else batch if keep_header else None
+        wants_horizon = horizon is None and (any(r[3] is None for r in kept) or control and discardable)
+        if len(kept) == h.records_count and not wants_horizon:
+            return batch
+        return rebuilt_batch(h, kept, self.now_ms + self.plog.config("delete.retention.ms")
+                             if wants_horizon else horizon)
+
+    def keeps(self, h, record, horizon):
+        """A record stays if it is its key's latest (or beyond the map), a
+        tombstone until its batch's delete horizon passes; a keyless one goes."""
+        offset, key, value = h.base_offset + record[0], record[2], record[3]
+        if offset > self.offsets.latest_offset:
+            return True
+        if key is None:
+            return False
+        return offset >= self.offsets.get(key) and (value is not None or horizon is None or self.now_ms < horizon)
+
+
+class LogCleaner:
+    """Compacted topics kept to the latest value of each key (Kafka's
+    LogCleaner): which partition to clean, and its pass run in slices on the loop."""
+
+    def __init__(self, config, store, logs, producer_states, journal):
+        self.config, self.store, self.logs, self.producer_states = config, store, logs, producer_states
+        self.journal, self.files = journal, logs.files
+        self.map_capacity = int(config["log.cleaner.dedupe.buffer.size"] / 24
+                                * config["log.cleaner.io.buffer.load.factor"])
+        self.running = None                                  # (CleaningPass, its steps)
+        self.last_runs = {}                                  # (topic, partition) -> the last pass's journal event
+
+    def schedule(self, timers):
+        self.timers = timers
+        timers.call_later(self.config["log.cleaner.backoff.ms"] / 1000, self._look)
+
+    def now_ms(self):
+        return int(self.config.clock() * 1000)
+
+    def _look(self):
+        found = self.filthiest() if self.config["log.cleaner.enable"] else None
+        if found is None:
+            self.timers.call_later(self.config["log.cleaner.backoff.ms"] / 1000, self._look)
+            return
+        cleaning = CleaningPass(self, *found, self.now_ms())
+        self.running = (cleaning, cleaning.run(), time.perf_counter())
+        self.timers.call_later(0, self._step)
+
+    def _step(self):
+        cleaning, steps, started = self.running
+        until = time.perf_counter() + CLEANER_SLICE_S
+        try:
+            while time.perf_counter() < until:
+                next(steps)
+            self.timers.call_later(0, self._step)
+            return
+        except StopIteration as done:
+            self.running = None
+            self.finished(cleaning, done.value, time.perf_counter() - started)
+            self.timers.call_later(0, self._look)             # as Kafka: look again at once
+            return
+        except (OSError, StoreFailed) as e:
+            log.error("cleaning %s-%d failed (%s); it will be tried again", cleaning.plog.topic,
+                      cleaning.plog.partition, e)
+        except Exception as e:                                # a bug in doze: this pass is lost
+            log.error("cleaning %s-%d failed: %s: a bug in doze", cleaning.plog.topic, cleaning.plog.partition,
+                      where(e))
+        self.running = None
+        self.timers.call_later(self.config["log.cleaner.backoff.ms"] / 1000, self._look)
+
+    def finished(self, cleaning, complete, took_s):
+        """The pass's checkpoint (only a complete one moves it), and what it did, journaled."""
+        plog, tp = cleaning.plog, (cleaning.plog.topic, cleaning.plog.partition)
+        if complete:
+            self.store.save_cleaner_checkpoint(plog.topic, plog.partition, cleaning.end)
+        event = self.journal.record("clean", topic=plog.topic, partition=plog.partition,
+                                    dirty_section=[cleaning.first_dirty, cleaning.end], complete=complete,
+                                    took_ms=round(took_s * 1000, 1), **cleaning.stats)
+        self.last_runs[tp] = event
+        log.info("cleaned log %s-%d (dirty section = [%d, %d]): %d bytes to %d, %d records removed, in %.1f ms",
+                 plog.topic, plog.partition, cleaning.first_dirty, cleaning.end, cleaning.stats["bytes_before"],
+                 cleaning.stats["bytes_after"], cleaning.stats["records_removed"], took_s * 1000)
+
+    def filthiest(self):
+        """-> (plog, first dirty, first uncleanable offset) of the compacted
+        partition most worth cleaning (Kafka's LogCleanerManager), or None."""
+        best, now = None, self.now_ms()
+        for plog in list(self.logs.logs.values()):
+            if plog.offline or "compact" not in plog.config("cleanup.policy"):
+                continue
+            first_dirty, upper, ratio, overdue = self.cleanable(plog, now)
+            if upper > first_dirty and (ratio > plog.config("min.cleanable.dirty.ratio") or overdue) \
+                    and (best is None or ratio > best[0]):
+                best = (ratio, plog, first_dirty, upper)
+        return best and best[1:]
+
+    def cleanable(self, plog, now):
+        """-> (first dirty offset, first uncleanable offset (a segment's base),
+        the dirty ratio, is max.compaction.lag.ms overdue)."""
+        first_dirty = self.store.cleaner_checkpoint(plog.topic, plog.partition)
+        if first_dirty is None or not plog.log_start_offset <= first_dirty <= plog.next_offset:
+            first_dirty = plog.log_start_offset
+        lso = self.producer_states.last_stable_offset(plog)
+        limit = min(lso, plog.active.base_offset)
+        inactive = [s for s in plog.segments[:-1] if s.next_offset > first_dirty]
+        lag = plog.config("min.compaction.lag.ms")
+        young = next((s.base_offset for s in inactive if lag > 0 and s.largest_timestamp > now - lag), limit)
+        upper = plog.segment_for(min(limit, young)).base_offset
+        dirty = [s for s in inactive if s.base_offset < upper]
+        clean_bytes = sum(s.size for s in plog.segments if s.base_offset < first_dirty)
+        dirty_bytes = sum(s.size for s in dirty)
+        ratio = dirty_bytes / (clean_bytes + dirty_bytes) if clean_bytes + dirty_bytes else 0.0
+        first_ts = [s.max_timestamps[0] for s in dirty if s.bases and s.max_timestamps[0] > 0]
+        overdue = bool(first_ts) and dirty_bytes > 0 and min(first_ts) < now - plog.config("max.compaction.lag.ms")
+        return first_dirty, max(first_dirty, upper), ratio, overdue
+
+
+###############################################################################
+# 11. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
 ###############################################################################
 # --- The consumer group protocol (KIP-848): the broker assigns ------------------
 # A consumer-protocol group (Kafka 4.x's "consumer" group type) has no leader
@@ -6046,7 +6493,7 @@ def named_rows(assigned, names):
 
 
 ###############################################################################
-# 11. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+# 12. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
 # --- ProducerIdManager: the ids InitProducerId hands out --------------------------
 
@@ -6750,7 +7197,7 @@ class TransactionCoordinator:
 
 
 ###############################################################################
-# 12. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 13. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 # A connection on a SASL_PLAINTEXT or SASL_SSL listener (after TLS, for
 # SASL_SSL) reaches nothing but ApiVersions and SaslHandshake until it has
@@ -7245,7 +7692,7 @@ def acl_filter_matches(f, acl):
 
 
 ###############################################################################
-# 13. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 14. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 # Each API is declared once with @api(schema): the schema decodes its requests
 # and encodes its responses, and the registry it fills is also what
@@ -7573,7 +8020,7 @@ def handle_produce(ctx, req):
     for the group commit's fsync; acks=0 gets no answer at all.
 
     v0-2 never get here: like Kafka 4.3.1, doze advertises them and closes the
-    connection of a client that sends one (see §17).
+    connection of a client that sends one (see §18).
 
     Errors: INVALID_REQUIRED_ACKS, UNKNOWN_TOPIC_OR_PARTITION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     INVALID_PRODUCER_ID_MAPPING,
@@ -8166,7 +8613,7 @@ def handle_api_versions(ctx, req):
 
     v3+ carries the finalized features (KIP-584): transaction.version 1 by
     default, so every client uses the classic transaction protocol; at 2 the
-    versions of KIP-890's transaction version 2 are listed with it (§11's Features).
+    versions of KIP-890's transaction version 2 are listed with it (§12's Features).
     A request version doze does not know is answered by the dispatcher with
     UNSUPPORTED_VERSION and this same list, in the v0 format (KIP-511).
 
@@ -8389,11 +8836,11 @@ def partitions_page(topic, indexes, node_id, operations):
 
 
 ###############################################################################
-# 14. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 15. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 # The handlers of the APIs a consumer group and a transactional producer
 # speak. Each checks authorization and the request's shape, then hands the
-# step to its coordinator (§9 GroupCoordinator, §11 TransactionCoordinator),
+# step to its coordinator (§9 GroupCoordinator, §12 TransactionCoordinator),
 # which knows nothing of sockets; a request that must wait (a JoinGroup until
 # the group's members are in, an EndTxn until its markers are durable) is a
 # Park its coordinator wakes.
@@ -9620,7 +10067,7 @@ def describe_consumer_group(ctx, group_id, include_operations):
 
 
 ###############################################################################
-# 15. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 16. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 # Config resources: type 2 is a topic, type 4 a broker (named by its node id,
 # or "" for the cluster-wide default), type 32 a group (KIP-848's group
@@ -9998,13 +10445,13 @@ def alter_broker_configs(ctx, res, validate_only, incremental):
 
 
 ###############################################################################
-# 16. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 17. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 # The handlers an administrator's tools speak (kafka-topics, kafka-configs,
 # kafka-acls, the AdminClient), and the two SASL steps of a connection, in
 # API-key order. Topics are made and removed by LogManager (§8) in steps;
-# configs are read and changed through the config resources (§15); ACLs go
-# to the Authorizer and SCRAM credentials to meta.db (§12).
+# configs are read and changed through the config resources (§16); ACLs go
+# to the Authorizer and SCRAM credentials to meta.db (§13).
 
 # --- SaslHandshake (17) ---------------------------------------------------------
 
@@ -10018,7 +10465,7 @@ SaslHandshake  key=17  versions=0-1  flexible=none
 """)
 def handle_sasl_handshake(ctx, req):
     """SaslHandshake: the mechanism a SASL connection will authenticate with.
-    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §12).
+    v1: the tokens follow in SaslAuthenticate; v0: as bare frames (see §13).
 
     Errors: UNSUPPORTED_SASL_MECHANISM (not enabled on this listener: answered
     with the enabled ones after the failure delay, then the connection closes),
@@ -10910,7 +11357,7 @@ UpdateFeatures  key=57  versions=0-2  flexible=0+     # KIP-584: kafka-features 
 def handle_update_features(ctx, req):
     """UpdateFeatures: finalize a feature at another level -- doze's one,
     transaction.version (1 the classic protocol, 2 KIP-890's version 2 besides;
-    §11's Features). What `kafka-features upgrade|downgrade` sends. All or
+    §12's Features). What `kafka-features upgrade|downgrade` sends. All or
     nothing: the first change refused fails the request, as Kafka's controller
     does; v0's allow_downgrade is not read (Kafka's controller reads only
     upgrade_type, whose default is an upgrade).
@@ -10938,7 +11385,7 @@ def handle_update_features(ctx, req):
 
 
 ###############################################################################
-# 17. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 18. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 # A Kafka connection carries frames: int32 size, then a request (header +
 # body); each request gets exactly one response frame with the same
@@ -12288,7 +12735,7 @@ def parse_connection_overrides(text):
 
 
 ###############################################################################
-# 18. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 19. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 # doze.console.listener=HOST:PORT serves a small web console on the broker's
 # own loop (`python3 doze_kafka.py` turns it on at 127.0.0.1:8092, running()
@@ -13803,12 +14250,12 @@ def browser_pages(d):
 
 
 ###############################################################################
-# 19. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 20. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 # The console's sockets: its stylesheet and script, each HTTP connection (one
 # request, then closed), its login against the broker's own SASL users, and
 # the listener that accepts them -- on the broker's loop, with one timer of
-# its own (Console._sweep). Its limits (§18 says why):
+# its own (Console._sweep). Its limits (§19 says why):
 
 CONSOLE_MAX_CONNECTIONS = 32
 CONSOLE_HEAD_MAX = 8192
@@ -14540,7 +14987,7 @@ class Console:
         return status, "text/html; charset=utf-8", page_message(title, text, who).encode(), ()
 
     def control_answer(self, method, path, query, headers, body, ip):
-        """/control: the control endpoint's, when the command line serves one (§21)."""
+        """/control: the control endpoint's, when the command line serves one (§22)."""
         if self.broker.control is None:
             return http_response(404, "application/json; charset=utf-8", json.dumps(
                 {"error": "the control endpoint is off: start doze with --control"}).encode())
@@ -14606,7 +15053,7 @@ def safe_next(path):
 
 
 ###############################################################################
-# 20. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 21. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 # The loop is the only thread that touches broker state. Each pass:
 #   1. select: accept, read frames and handle them, write what is ready
@@ -15125,8 +15572,8 @@ class Broker:
         self.config = config
         self.clock = config.clock
         self.files = files or Files()
-        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§17)
-        self.control = control              # the control endpoint (§21) the console serves, if asked
+        self.faults = faults if faults is not None else Faults()   # none unless a test asks (§18)
+        self.control = control              # the control endpoint (§22) the console serves, if asked
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
@@ -15148,6 +15595,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store)
         self.authorizer = Authorizer.from_config(config, self.store)     # None: no authorizer, as by default
         self.journal = Journal(self.clock)          # what the coordinators did (§9), for the console and trace
+        self.cleaner = LogCleaner(config, self.store, self.logs, self.producer_states, self.journal)
         self.groups = GroupCoordinator(config, self.store, self.logs, self.purgatory.notify, self.journal)
         self.consumer_groups = ConsumerGroups(config, self.groups, self.logs, self.journal)
         self.txns = TransactionCoordinator(config, self.store, self.logs, self.groups, self.producer_states,
@@ -15173,7 +15621,7 @@ class Broker:
         self._clean_stop = True
         self.stopped = threading.Event()
         self.thread = None                  # the loop's own thread, when serve_in_thread started it
-        for room in (self.logs, self.producer_states, self.groups, self.consumer_groups, self.txns,
+        for room in (self.logs, self.producer_states, self.cleaner, self.groups, self.consumer_groups, self.txns,
                      self.connections):
             room.schedule(self.timers)
         self.timers.call_later(TRIM_S, self._trim_memory)
@@ -15288,7 +15736,7 @@ class Broker:
 
 
 ###############################################################################
-# 21. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 22. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 # running() starts a broker on its own thread, on an ephemeral port in a
 # temporary directory, with settings a test wants, and gives the test what it
@@ -15583,8 +16031,8 @@ class FaultyDisk(Files):
 # --- Embedded: the broker a test holds ---------------------------------------------
 # running() gives a test an Embedded: the Broker (every attribute of the
 # Broker reads through it: bootstrap, port, run_in_loop, ...), and what a test
-# does to it -- its faults (§17), its disk, its clock, a restart, its state
-# read without a consumer (the console's views, §18, as a superuser sees
+# does to it -- its faults (§18), its disk, its clock, a restart, its state
+# read without a consumer (the console's views, §19, as a superuser sees
 # them), a reset. A restart keeps the ports, the data directory, the faults,
 # the disk and the clock.
 
@@ -16083,7 +16531,7 @@ class Client:
 
 
 ###############################################################################
-# 22. DEMO -- the transaction protocol step by step, on a broker in this process
+# 23. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 # python3 doze_kafka.py demo starts a broker (with its console and the txn
 # trace) and walks through the classic transaction protocol with a small
@@ -16731,7 +17179,7 @@ def walkthrough(said):
 
 
 ###############################################################################
-# 23. CLI
+# 24. CLI
 ###############################################################################
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -6,7 +6,7 @@ The sections are numbered and titled as doze_kafka.py's chapters are, so
 "§7" means storage in both files, and a test stands in the section
 of the chapter whose code it is mainly about. A section opens with the helpers
 only it uses (section 0 holds those many sections use), then its tests. After
-§23, lettered sections hold what belongs to no one chapter:
+§24, lettered sections hold what belongs to no one chapter:
 
   0. Fixtures                  start_broker, RawClient, make_batch, FakeClock, loop_passes, wait_until;
                                Txn and the other clients' verbs; the SASL clients
@@ -19,20 +19,21 @@ only it uses (section 0 holds those many sections use), then its tests. After
   7. Storage                   append/read, index, roll, retention, log start, torn tail; failing disks
   8. meta.db and the topics    meta.db's group commit, its failures at start
   9. Coordinators              producer state; the group coordinator, no sockets
-  10. Consumer group protocol  KIP-848: assignors, reconciliation, conversions
-  11. Transactions             the transaction coordinator, no sockets
-  12. Security                 SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
-  13. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
-  14. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
-  15. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
-  16. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
-  17. Connections              pipelining, bad input, TLS, dispatch, limits, listeners, faults
-  18. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
-  19. Console: HTTP, login     its safety, login and sessions, event streams, its limits
-  20. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
-  21. Embedding doze           running(), Embedded, the control endpoint, the fixtures
-  22. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
-  23. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
+  10. Log compaction           the cleaner's rules, its pass on real segments, a crash mid-swap
+  11. Consumer group protocol  KIP-848: assignors, reconciliation, conversions
+  12. Transactions             the transaction coordinator, no sockets
+  13. Security                 SASL PLAIN and SCRAM; the authorizer; every API's ACL checks
+  14. Requests, the data path  Produce, Fetch, ListOffsets, Metadata, ApiVersions, DeleteRecords, ...
+  15. Group and txn APIs       groups, offsets, FindCoordinator, InitProducerId, transactions, on the wire
+  16. Config resources         DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+  17. Administration APIs      CreateTopics, DeleteTopics, ACLs, CreatePartitions, SCRAM users
+  18. Connections              pipelining, bad input, TLS, dispatch, limits, listeners, faults
+  19. Console: what it shows   pages and their JSON twins, the browser, what each viewer may see
+  20. Console: HTTP, login     its safety, login and sessions, event streams, its limits
+  21. The loop                 the protocol trace, the timers, a bug in an event, the directory's lock
+  22. Embedding doze           running(), Embedded, the control endpoint, the fixtures
+  23. Demo                     every step of the demo, each outcome Kafka's; the README's walkthrough
+  24. CLI                      --apis, bad flags, --add-scram, demo, --trace, the file run again as a module
   B. Scenarios                 kill -9, restart, torn tails, power cuts, a crash at every point
   C. Conformance               Kafka 4.3.1's recordings replayed; conformance/fuzz.py, bounded
   D. The book                  doze_kafka.py's shape, measured by conformance/book.py
@@ -2134,7 +2135,7 @@ class Coordinators:
         self.closed = False
 
     def group_commit(self):
-        """GroupCommit.run's steps (§20): meta.db's fsync; the markers of the
+        """GroupCommit.run's steps (§21): meta.db's fsync; the markers of the
         decisions now durable; the logs' fsync, which moves high watermarks;
         then the decisions whose markers are all durable are completed."""
         self.store.sync()
@@ -2147,7 +2148,7 @@ class Coordinators:
 
     def produce(self, meta, tp, values, seq=0):
         """A transactional batch of meta's producer, appended as Produce appends
-        one (§13's produce_partition and verify_producer) -> its base offset."""
+        one (§14's produce_partition and verify_producer) -> its base offset."""
         self.txns.check_produce(meta.transactional_id, meta.producer_id, meta.producer_epoch, tp)
         batch = bytearray(make_batch(values, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
                                      base_sequence=seq, attributes=doze.ATTR_TRANSACTIONAL))
@@ -2413,7 +2414,212 @@ def test_coordinators_group_offsets_commit_checks_and_retention(coordinators):
 
 
 ###############################################################################
-# 10. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
+# 10. LOG COMPACTION -- compacted topics kept to the latest value of each key
+###############################################################################
+
+def put(c, tp, records, producer_id=-1, epoch=-1, sequence=-1, attributes=0):
+    """Append one batch of [(key, value)] to a partition as Produce would
+    (its producer's state kept) -> its base offset."""
+    batch = bytearray(doze.build_batch([(k, v, ()) for k, v in records], 0, 1_000, producer_id, epoch,
+                                       sequence, attributes))
+    h = doze.read_batch_header(batch)
+    base = c.logs.append(c.logs.get(*tp), batch, h)
+    if producer_id >= 0:
+        c.producer_states.of(tp).update(h, base)
+    return base
+
+
+def cleaner_of(c):
+    return doze.LogCleaner(c.config, c.store, c.logs, c.producer_states, doze.Journal(c.clock))
+
+
+def clean_once(c, cleaner=None):
+    """One pass of the cleaner, to its end -> the pass (None: nothing to clean)."""
+    cleaner = cleaner or cleaner_of(c)
+    found = cleaner.filthiest()
+    if found is None:
+        return None
+    cleaning = doze.CleaningPass(cleaner, *found, cleaner.now_ms())
+    cleaner.finished(cleaning, doze.run_steps(cleaning.run()), 0.0)
+    return cleaning
+
+
+def kept(c, tp):
+    """[(offset, key, value)] of every record left, and the control batches as (offset, "COMMIT"/"ABORT")."""
+    out = []
+    for base, batch in c.logs.get(*tp).batches():
+        h = header_of(batch)
+        if h.attributes & doze.ATTR_CONTROL:
+            kind = doze.control_type(batch)
+            out.append((base, {doze.CONTROL_COMMIT: "COMMIT", doze.CONTROL_ABORT: "ABORT", None: "empty"}[kind]))
+        else:
+            out += [(base + d, k, v) for d, _, k, v, _ in doze.decode_records(batch)]
+    return out
+
+
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.0"}
+
+
+def test_cleaner_keeps_the_latest_of_each_key_at_its_offset_and_touches_no_active_segment(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "kv", **{k.replace(".", "_"): v for k, v in COMPACT.items()})
+    tp, plog = ("kv", 0), c.logs.get("kv", 0)
+    put(c, tp, [(b"a", b"1"), (b"b", b"1")])                     # 0, 1
+    put(c, tp, [(b"a", b"2")])                                   # 2
+    put(c, tp, [(None, b"keyless"), (b"c", b"1")])               # 3, 4: keyless goes
+    plog.roll()
+    put(c, tp, [(b"a", b"3")])                                   # 5: the active segment, untouched
+    c.group_commit()
+    before = plog.next_offset
+    cleaning = clean_once(c)
+    assert (cleaning.first_dirty, cleaning.end) == (0, 5)
+    assert kept(c, tp) == [(1, b"b", b"1"), (2, b"a", b"2"), (4, b"c", b"1"), (5, b"a", b"3")]
+    assert plog.next_offset == before and plog.log_start_offset == 0
+    assert cleaning.stats["records_removed"] == 2 and cleaning.stats["bytes_after"] < cleaning.stats["bytes_before"]
+    assert c.store.cleaner_checkpoint("kv", 0) == 5
+    assert clean_once(c) is None                                 # nothing dirty below the active segment
+    assert [b for b, _ in c.logs.get(*tp).batches(3)] == [3, 5]  # a read inside a gap finds the next batch
+
+
+def test_cleaner_tombstones_stay_until_their_delete_horizon_then_go(coordinators):
+    c = coordinators()
+    new_topic(c.logs, "kv", delete_retention_ms=1000, **{k.replace(".", "_"): v for k, v in COMPACT.items()})
+    tp, plog = ("kv", 0), c.logs.get("kv", 0)
+    put(c, tp, [(b"a", b"1"), (b"b", b"1")])
+    put(c, tp, [(b"a", None)])                                   # 2: a's tombstone
+    plog.roll()
+    put(c, tp, [(b"x", b"1")])
+    c.group_commit()
+    clean_once(c)
+    assert kept(c, tp) == [(1, b"b", b"1"), (2, b"a", None), (3, b"x", b"1")]
+    h = header_of(next(batch for base, batch in plog.batches() if base == 2))
+    assert h.attributes & doze.ATTR_DELETE_HORIZON and h.base_timestamp == c.clock() * 1000 + 1000    # KIP-534
+    plog.roll()
+    put(c, tp, [(b"y", b"1")])
+    c.group_commit()
+    clean_once(c)
+    assert (2, b"a", None) in kept(c, tp)                        # before its horizon: kept
+    c.clock.advance(1500)
+    plog.roll()
+    put(c, tp, [(b"z", b"1")])
+    c.group_commit()
+    clean_once(c)
+    assert [r for r in kept(c, tp) if r[1] == b"a"] == []        # after it: gone, and a with it
+
+
+def test_cleaner_removes_aborted_records_keeps_markers_while_their_data_stays_and_each_producers_last_batch(
+        coordinators):
+    """Aborted records go at once; a marker stays while its transaction has a
+    batch, then gets a delete horizon; an idempotent producer's last batch
+    stays as a header, so a restart's rebuild still knows its sequence."""
+    c = coordinators()
+    new_topic(c.logs, "kv", **{k.replace(".", "_"): v for k, v in COMPACT.items()})
+    tp, plog = ("kv", 0), c.logs.get("kv", 0)
+    for tid, key, commit in (("tx-a", b"never", False), ("tx-c", b"kept", True)):
+        meta = begin(c, tid, [tp])
+        put(c, tp, [(key, b"v")], meta.producer_id, meta.producer_epoch, 0, doze.ATTR_TRANSACTIONAL)
+        c.txns.end_txn(meta, commit)
+        c.group_commit()                                         # 0 data, 1 ABORT; 2 data, 3 COMMIT
+    put(c, tp, [(b"k", b"1")], producer_id=77, epoch=0, sequence=0)      # 4: an idempotent producer
+    put(c, tp, [(b"k", b"2")], producer_id=77, epoch=0, sequence=1)      # 5: its last batch
+    put(c, tp, [(b"k", b"3")])                                   # 6: supersedes both
+    plog.roll()
+    put(c, tp, [(b"end", b"1")])
+    c.group_commit()
+    clean_once(c)
+    assert kept(c, tp) == [(1, "ABORT"), (2, b"kept", b"v"), (3, "COMMIT"), (6, b"k", b"3"), (7, b"end", b"1")]
+    batches = {base: header_of(b) for base, b in plog.batches()}
+    assert not batches[1].attributes & doze.ATTR_DELETE_HORIZON                # its data was there this pass
+    assert batches[5].records_count == 0 and batches[5].base_sequence == 1     # 77's last batch: a header
+    assert 4 not in batches
+    assert doze.rebuild_producer_state(plog, True).producers[77].last_seq == 1  # a restart's rebuild knows it
+    assert batches[0].records_count == 0          # tx-a's aborted batch: its producer's last, so a header...
+    meta = c.txns.txns["tx-a"]                    # ... until that producer writes again
+    c.txns.add_partitions(meta, [tp])
+    put(c, tp, [(b"again", b"v")], meta.producer_id, meta.producer_epoch, 1, doze.ATTR_TRANSACTIONAL)
+    c.txns.end_txn(meta, True)
+    c.group_commit()
+    plog.roll()
+    put(c, tp, [(b"end", b"2")])
+    c.group_commit()
+    clean_once(c)
+    batches = {base: header_of(b) for base, b in plog.batches()}
+    assert 0 not in batches and not batches[1].attributes & doze.ATTR_DELETE_HORIZON   # its data read this pass
+    plog.roll()
+    put(c, tp, [(b"end", b"3")])
+    c.group_commit()
+    clean_once(c)
+    batches = {base: header_of(b) for base, b in plog.batches()}
+    assert batches[1].attributes & doze.ATTR_DELETE_HORIZON      # the next: no data left, a horizon (Kafka: 3 passes)
+    assert not batches[3].attributes & doze.ATTR_DELETE_HORIZON                # tx-c's data (a header) stays
+
+
+def test_cleaner_swap_interrupted_at_every_rename_leaves_the_old_log_or_the_new(coordinators, tmp_path):
+    """A crash at each rename of the swap: the next start finds the old
+    segments or the cleaned one, never both, never neither."""
+    for crash_at in range(1, 8):
+        class CrashAt(doze.Files):
+            renames = 0
+
+            def rename(self, src, dst):
+                CrashAt.renames += 1
+                if CrashAt.renames == crash_at:
+                    raise OSError(errno.EIO, "crash")
+                super().rename(src, dst)
+        data = tmp_path / f"crash-{crash_at}"
+        config = doze.Config(None, data_dir=data)
+        os.makedirs(config.data_dir)
+        store = doze.MetadataStore(os.path.join(config.data_dir, "meta.db"))
+        logs = doze.LogManager(config, store, CrashAt())
+        logs.load()
+        new_topic(logs, "kv", **{k.replace(".", "_"): v for k, v in COMPACT.items()})
+        plog = logs.get("kv", 0)
+        for i, (key, value) in enumerate([(b"a", b"0"), (b"a", b"1"), (b"a", b"2"), (b"b", b"x")]):
+            batch = doze.build_batch([(key, value, ())])
+            logs.append(plog, bytearray(batch), header_of(batch))
+            if i < 3:
+                plog.roll()
+        logs.flush_dirty()
+        states = doze.ProducerStates(config, store, logs)
+        cleaner = doze.LogCleaner(config, store, logs, states, doze.Journal(time.time))
+        found = cleaner.filthiest()
+        try:
+            doze.run_steps(doze.CleaningPass(cleaner, *found, cleaner.now_ms()).run())
+        except OSError:
+            pass
+        logs.close(clean=False)
+        store.close()
+        store = doze.MetadataStore(os.path.join(config.data_dir, "meta.db"))
+        logs = doze.LogManager(config, store)
+        logs.load()
+        values = [(b + d, v) for b, batch in logs.get("kv", 0).batches() for d, _, _, v, _ in doze.decode_records(batch)]
+        assert values in ([(0, b"0"), (1, b"1"), (2, b"2"), (3, b"x")], [(2, b"2"), (3, b"x")]), (crash_at, values)
+        assert not [n for n in os.listdir(logs.get("kv", 0).dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
+        logs.close()
+        store.close()
+
+
+def test_cleaner_runs_on_the_broker_loop_and_a_compacted_topic_stops_growing(start_broker):
+    broker = start_broker({"log.cleaner.backoff.ms": 50})
+    with RawClient(broker.port) as c:
+        c.create_topic("table", 1, cleanup_policy="compact", min_cleanable_dirty_ratio="0.0", segment_ms=100)
+        for round_ in range(4):
+            for key in range(20):
+                batch = make_batch([b"v%d" % round_], keys=[b"k%d" % key])
+                assert c.produce("table", 0, batch).error_code == 0
+            time.sleep(0.15)                                     # segment.ms: the next append rolls
+        assert c.produce("table", 0, make_batch([b"last"], keys=[b"k0"])).error_code == 0
+        wait_until(lambda: broker.run_in_loop(lambda: sum(s.size for s in broker.logs.get("table", 0).segments))
+                   < 30 * 80, timeout_s=10)
+        got = {}
+        for base, batch in broker.run_in_loop(lambda: list(broker.logs.get("table", 0).batches())):
+            for d, _, k, v, _ in doze.decode_records(batch):
+                got[k] = v
+        assert got == {**{b"k%d" % i: b"v3" for i in range(20)}, b"k0": b"last"}
+
+
+###############################################################################
+# 11. THE CONSUMER GROUP PROTOCOL -- KIP-848: the broker assigns; groups of both kinds
 ###############################################################################
 # Kafka 4.3.1's answers, step by step, are the recordings replayed in section C
 # (consumer-group-*); these tests add what a recording cannot: the clock, a
@@ -2556,7 +2762,7 @@ def test_uniform_assignor_is_balanced_and_sticky_and_range_cuts_ranges():
 
 
 ###############################################################################
-# 11. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
+# 12. TRANSACTIONS -- the transaction coordinator: the classic protocol (KIP-98) and version 2 (KIP-890)
 ###############################################################################
 
 def begin(c, transactional_id, tps, group=None, timeout_ms=60000):
@@ -2776,7 +2982,7 @@ def test_coordinators_txn_v2_an_exhausted_epoch_moves_to_a_new_producer_id_acros
 
 
 ###############################################################################
-# 12. SECURITY -- SASL authentication, SCRAM credentials, authorization
+# 13. SECURITY -- SASL authentication, SCRAM credentials, authorization
 ###############################################################################
 
 def principals(broker):
@@ -3562,7 +3768,7 @@ def test_acl_matrix_allow_everyone_if_no_acl_found(start_broker):
 
 
 ###############################################################################
-# 13. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
+# 14. REQUESTS AND THE DATA PATH -- how an API is declared; Produce, Fetch, offsets, metadata
 ###############################################################################
 
 @pytest.fixture
@@ -4273,7 +4479,7 @@ def test_describe_cluster_unknown_endpoint_type(client):
 
 
 ###############################################################################
-# 14. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
+# 15. GROUP AND TRANSACTION APIS -- the coordinators' protocols, in API-key order
 ###############################################################################
 
 def heartbeat(client, group, generation, member_id, instance=None):
@@ -5180,7 +5386,7 @@ def test_write_txn_markers_aborts_a_hanging_transaction(client):
 
 
 ###############################################################################
-# 15. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
+# 16. CONFIG RESOURCES -- what DescribeConfigs shows and AlterConfigs changes
 ###############################################################################
 
 def incremental_alter(client, rtype, name, ops, validate_only=False, version=1):
@@ -5435,7 +5641,7 @@ def test_group_configs_survive_restart_and_follow_the_broker_bounds(start_broker
 
 
 ###############################################################################
-# 16. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
+# 17. ADMINISTRATION AND SECURITY APIS -- topics, configs, ACLs, SASL, SCRAM users, quotas
 ###############################################################################
 
 def any_acl_filter(**kw):
@@ -5730,7 +5936,7 @@ def test_scram_admin_errors_as_kafkas_scram_control_manager(client):
 
 
 ###############################################################################
-# 17. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
+# 18. CONNECTIONS -- frames in, answers out in order; TLS; dispatch; limits
 ###############################################################################
 
 def raw_connection(broker):
@@ -6653,7 +6859,7 @@ def test_faults_close_and_probability_and_misuse():
 
 
 ###############################################################################
-# 18. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
+# 19. CONSOLE: WHAT IT SHOWS -- the broker in a browser, read-only, on the same loop
 ###############################################################################
 
 def http_get(port, path, host=None, method="GET", headers=None, body=None, source=None):
@@ -6880,7 +7086,7 @@ def test_console_transaction_page_shows_its_machine_timeline_markers_and_offsets
     assert "Its last decision: COMMIT" in page and "EndTxn (commit)" in page
     markers = [(e["topic"], e["partition"], e["offset"], e["control"]) for e in cluster["recent_events"]
                if e["kind"] == "marker"]
-    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §11
+    assert sorted(markers) == [("__consumer_offsets", offsets_partition, None, "COMMIT"),   # a stand-in: see §12
                                ("orders", 0, 1, "COMMIT"), ("orders", 1, 2, "COMMIT")]
     ids = [e["id"] for e in cluster["recent_events"]]
     assert ids == sorted(ids, reverse=True)                            # newest first
@@ -7549,7 +7755,7 @@ def test_console_shows_offsets_stand_in_markers_and_the_coordinator(console):
 
 
 ###############################################################################
-# 19. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
+# 20. CONSOLE: HTTP, LOGIN AND ITS LISTENER -- one request a connection, on the loop
 ###############################################################################
 
 def http_raw(port, data, wait_s=SOCKET_TIMEOUT_S):
@@ -7951,7 +8157,7 @@ def test_console_event_streams_carry_only_what_the_user_may_see_and_end_with_the
 
 
 ###############################################################################
-# 20. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
+# 21. THE LOOP -- one selectors loop, its timers, the group commit, the trace; the Broker
 ###############################################################################
 
 @pytest.fixture
@@ -8266,7 +8472,7 @@ def test_trace_shows_an_error_as_the_requests_version_gets_it(traced):
 
 
 ###############################################################################
-# 21. EMBEDDING DOZE -- a broker in your own tests, and a small client
+# 22. EMBEDDING DOZE -- a broker in your own tests, and a small client
 ###############################################################################
 
 def test_running_gives_a_fresh_group_its_first_join_at_once_and_the_cli_keeps_kafkas_delay():
@@ -8555,7 +8761,7 @@ def test_control_endpoint_misuse_gets_a_clear_answer(tmp_path):
 
 
 ###############################################################################
-# 22. DEMO -- the transaction protocol step by step, on a broker in this process
+# 23. DEMO -- the transaction protocol step by step, on a broker in this process
 ###############################################################################
 
 def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
@@ -8631,7 +8837,7 @@ def test_demo_runs_every_step_and_each_outcome_is_kafkas(tmp_path):
 
 
 ###############################################################################
-# 23. CLI
+# 24. CLI
 ###############################################################################
 
 def test_cli_apis_lists_every_handler(capsys):
