@@ -759,6 +759,7 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -3892,6 +3893,10 @@ def event_text(e):
         return f"generation {e['generation']}: {e['state']}, {e['members']} members"
     if e["kind"] == "feature":
         return f"feature {e['name']} finalized at level {e['level']} (was {e['was']}), epoch {e['epoch']}"
+    if e["kind"] == "clean":
+        return (f"cleaned {e['topic']}-{e['partition']}, dirty section [{e['dirty_section'][0]}, "
+                f"{e['dirty_section'][1]}): {e['bytes_before']} bytes to {e['bytes_after']}, "
+                f"{e['records_removed']} records removed, {e['batches_emptied']} batches emptied, in {e['took_ms']} ms")
     if e["kind"] == "member":
         return f"at epoch {e['epoch']} ({e['state']}): assigned [{', '.join(e['assigned'])}]" + (
             f", revoking [{', '.join(e['revoking'])}]" if e["revoking"] else "")
@@ -11018,6 +11023,52 @@ def handle_incremental_alter_configs(ctx, req):
     return alter_configs(ctx, req.resources, req.validate_only, incremental=True)
 
 
+# --- DescribeLogDirs (35) -------------------------------------------------------
+
+@api("""
+DescribeLogDirs  key=35  versions=1-5  flexible=2+     # kafka-log-dirs --describe
+  request
+    topics  []?                                # null: every partition
+      topic  string
+      partitions  []int32
+  response
+    throttle_time_ms  int32
+    error_code  int16  v3+
+    results  []
+      error_code  int16
+      log_dir  string
+      topics  []
+        name  string
+        partitions  []
+          partition_index  int32
+          partition_size  int64
+          offset_lag  int64
+          is_future_key  bool
+      total_bytes  int64 = -1  v4+
+      usable_bytes  int64 = -1  v4+
+      is_cordoned  bool = false  v5+
+""")
+def handle_describe_log_dirs(ctx, req):
+    """DescribeLogDirs: doze's one log directory, each partition's size in it
+    (the bytes of its segments: a compacted partition's shrink as its cleaner
+    runs), and the disk's total and usable bytes. No partition has a future
+    replica, so every offset lag is 0.
+
+    Errors: CLUSTER_AUTHORIZATION_FAILED (DESCRIBE on the cluster: v3+ says so,
+    older versions get no results).
+    """
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return Msg(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
+    wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+    sizes = [(tp, sum(s.size for s in plog.segments)) for tp, plog in sorted(ctx.logs.logs.items())
+             if (wanted is None or tp in wanted) and not plog.offline]
+    disk = os.statvfs(ctx.config.data_dir)
+    return Msg(results=[Msg(log_dir=ctx.config.data_dir, total_bytes=disk.f_blocks * disk.f_frsize,
+                            usable_bytes=disk.f_bavail * disk.f_frsize,
+                            topics=by_topic([(t, Msg(partition_index=p, partition_size=size, offset_lag=0))
+                                             for (t, p), size in sizes], parts="partitions"))])
+
+
 # --- SaslAuthenticate (36) ------------------------------------------------------
 
 @api("""
@@ -13754,7 +13805,17 @@ class ConsoleViews:
                                 "last_stable_offset": b.producer_states.last_stable_offset(plog), "high_watermark": plog.high_watermark,
                                 **self.counts(plog)}
                                for plog in parts],
-                "partitions_total": total, "configs": configs}
+                "partitions_total": total, "configs": configs,
+                "compaction": [self.compaction(plog) for plog in parts]
+                if "compact" in b.logs.topic_config(name, "cleanup.policy") else None}
+
+    def compaction(self, plog):
+        """A compacted partition: its dirty section and ratio now, and the cleaner's last pass."""
+        cleaner, now = self.broker.cleaner, int(self.broker.config.clock() * 1000)
+        first_dirty, upper, ratio, overdue = cleaner.cleanable(plog, now)
+        return {"partition": plog.partition, "first_dirty_offset": first_dirty, "first_uncleanable_offset": upper,
+                "dirty_ratio": round(ratio, 3), "overdue": overdue,
+                "last_run": cleaner.last_runs.get((plog.topic, plog.partition))}
 
     def apis(self):                          # the versions served now: transaction.version decides some
         level = self.broker.txns.features.transaction_version
@@ -14022,8 +14083,15 @@ def page_topic(d):
                                            [[tag("code", c["name"]), c["value"], c["source"]] for c in d["configs"]])
     facts = tag("dl", [tag("dt", "Topic id"), tag("dd", tag("code", d["topic_id"])),
                        tag("dt", "Internal"), tag("dd", "yes" if d["internal"] else "no")], class_="facts")
-    return console_layout(d["name"], f"Topic {d['name']}", [facts, tag("section", parts),
-                                                            tag("section", configs)],
+    compaction = [] if d["compaction"] is None else [tag("section", table(
+        "Compaction: the dirty section (cleaned when its share passes min.cleanable.dirty.ratio) and the "
+        "cleaner's last pass", ["Partition", "Dirty section", "Dirty ratio", "Last pass", "Bytes", "Records removed"],
+        [[c["partition"], f"{c['first_dirty_offset']}\u2013{c['first_uncleanable_offset']}", c["dirty_ratio"]]
+         + ([time_text(r["at_ms"]), f"{r['bytes_before']} \u2192 {r['bytes_after']}", r["records_removed"]]
+            if (r := c["last_run"]) else ["never", "\u2014", "\u2014"]) for c in d["compaction"]],
+        numeric={"Dirty ratio", "Records removed"}))]
+    return console_layout(d["name"], f"Topic {d['name']}", [facts, tag("section", parts)] + compaction
+                          + [tag("section", configs)],
                           "/topics", console_path("api", "topics", d["name"]), d.get("viewer"))
 
 

@@ -2603,14 +2603,22 @@ def test_cleaner_runs_on_the_broker_loop_and_a_compacted_topic_stops_growing(sta
     broker = start_broker({"log.cleaner.backoff.ms": 50})
     with RawClient(broker.port) as c:
         c.create_topic("table", 1, cleanup_policy="compact", min_cleanable_dirty_ratio="0.0", segment_ms=100)
+        written = 0
         for round_ in range(4):
             for key in range(20):
                 batch = make_batch([b"v%d" % round_], keys=[b"k%d" % key])
                 assert c.produce("table", 0, batch).error_code == 0
+                written += len(batch)
             time.sleep(0.15)                                     # segment.ms: the next append rolls
         assert c.produce("table", 0, make_batch([b"last"], keys=[b"k0"])).error_code == 0
-        wait_until(lambda: broker.run_in_loop(lambda: sum(s.size for s in broker.logs.get("table", 0).segments))
-                   < 30 * 80, timeout_s=10)
+
+        def size():                            # what kafka-log-dirs --describe shows
+            r = c.call(ApiKey.DESCRIBE_LOG_DIRS, 4, topics=[Msg(topic="table", partitions=[0])])
+            [result] = r.results
+            assert result.log_dir == broker.config.data_dir and result.usable_bytes > 0
+            return result.topics[0].partitions[0].partition_size
+        assert 0 < size() <= written + 100
+        wait_until(lambda: size() < written * 0.4, timeout_s=10)           # 21 records of 81 left
         got = {}
         for base, batch in broker.run_in_loop(lambda: list(broker.logs.get("table", 0).batches())):
             for d, _, k, v, _ in doze.decode_records(batch):
@@ -7607,6 +7615,25 @@ def test_console_shows_topic_ids_as_kafkas_tools_print_them(console):
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", d["topic_id"]) and f"<code>{d['topic_id']}</code>" in page
     cluster_id = console_json(console, "/api/cluster")["broker"]["cluster_id"]
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)                                  # the same form
+
+
+def test_console_shows_a_compacted_partitions_dirty_section_and_the_cleaners_last_pass(start_broker):
+    broker = start_broker({"doze.console.listener": "127.0.0.1:0", "log.cleaner.backoff.ms": 50})
+    with RawClient(broker.port) as c:
+        c.create_topic("table", 1, cleanup_policy="compact", min_cleanable_dirty_ratio="0.0", segment_ms=100)
+        for value in (b"old", b"new"):
+            assert c.produce("table", 0, make_batch([value], keys=[b"k"])).error_code == 0
+            time.sleep(0.15)
+        assert c.produce("table", 0, make_batch([b"x"], keys=[b"x"])).error_code == 0
+        wait_until(lambda: (console_json(broker, "/api/topics/table")["compaction"][0]["last_run"] or {})
+                   .get("records_removed"))
+        d = console_json(broker, "/api/topics/table")
+        page = console_html(broker, "/topics/table")
+        plain = (c.create_topic("plain", 1), console_json(broker, "/api/topics/plain"))[1]
+    [part] = d["compaction"]
+    assert part["last_run"]["records_removed"] >= 1 and part["first_dirty_offset"] >= 1
+    assert "Compaction: the dirty section" in page and "Records removed" in page
+    assert plain["compaction"] is None
 
 
 def test_console_shows_each_transactions_version_and_how_its_epoch_moved(console):
