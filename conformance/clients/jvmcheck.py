@@ -83,7 +83,11 @@ class Job:
         if self.external:
             return self.external
         self.sec = Security(self.dir) if self.args.secure else None
-        self.broker = self.broker_cls(self.dir, self.sec.settings if self.sec else None)
+        settings = dict(self.sec.settings) if self.sec else {}
+        if getattr(self.args, "doze_trace", None) and self.broker_cls is Doze:     # into broker.log
+            settings["doze.trace"] = self.args.doze_trace
+        self.broker = self.broker_cls(self.dir, settings or None,
+                                      transaction_version=getattr(self.args, "transaction_version", None))
         self.broker.start()
         return self.broker.bootstrap
 
@@ -133,11 +137,18 @@ def parser(doc, records, bootstrap=True):
 
 
 def last_options(ap, client, its="its"):
-    """The options every check has last: --workdir, and --secure for the client under test
-    (client: "the job", "the app", ...; its: "its" or "their")."""
+    """The options every check has last: --workdir, --secure for the client under test
+    (client: "the job", "the app", ...; its: "its" or "their"), --transaction-version and
+    --doze-trace (what the exactly-once matrix passes on)."""
     ap.add_argument("--workdir")
     ap.add_argument("--secure", action="store_true", help="%s over SASL_SSL with exactly %s ACLs "
                     "(conformance/secure.py)" % (client, its))
+    ap.add_argument("--transaction-version", type=int, choices=(0, 1, 2),
+                    help="the broker's finalized transaction.version (doze: doze.transaction.version, "
+                    "restarts keep it; Kafka: kafka-features upgrade|downgrade after its first start); "
+                    "default: the broker's own (doze 1, Kafka 4.3.1 2)")
+    ap.add_argument("--doze-trace", metavar="KINDS", help="doze's protocol trace (doze.trace: txn, group, "
+                    "all) into the job's broker.log; nothing with --kafka")
 
 
 def main(args, project, jar, prefix, body, summary, kill9=False, **fields):

@@ -35,6 +35,21 @@ needs; conformance/secure.py makes the certificate, the user and the ACLs).
 none, the same exact ACLs): SCRAM-SHA-512 or PLAIN over SASL_SSL or
 SASL_PLAINTEXT, or TLS with a client certificate whose subject is the
 principal (User:CN=eos-client). The frameworks' checks are left out.
+
+--transaction-version N: the broker finalizes transaction.version N (KIP-890 part 2 at 2):
+doze starts, and restarts, with doze.transaction.version=N; Kafka gets `kafka-features
+upgrade|downgrade --feature transaction.version=N` after its first start (brokers.py; both
+checked through ApiVersions v3). Without it each broker keeps its default: doze 1, Kafka 4.3.1 2.
+The frameworks' checks get the same option.
+
+The "protocol" column: which transaction protocol the client really used, counted from doze's
+protocol trace in the job's broker.log: the EndTxn requests by version (v5 is transaction
+version 2, v0-v4 the classic protocol) and the transactional Produce requests by version
+(v12: version 2). Every doze job traces the txn kind for that: a copier job only its own
+transactional id (doze.trace.ids, to keep the trace's cost on the broker's loop small), a
+framework's job all of them (their ids are made at run time); --doze-trace KINDS instead
+traces KINDS unfiltered, --no-protocol-trace turns it off. On Kafka the column shows the
+finalized level only.
 """
 import argparse
 import json
@@ -144,6 +159,11 @@ for _name in ("confluent", "java"):
 
 # --------------------------------------------------------------------------- brokers
 
+def make_broker(broker_cls, jdir, settings, args):
+    """A broker of broker_cls in jdir, at --transaction-version's level when given."""
+    return broker_cls(jdir, settings or None, transaction_version=args.transaction_version)
+
+
 def client_bootstrap(broker, sec):
     """Where the copier connects: the secure mode's listener, or PLAINTEXT."""
     return broker.bootstraps[sec.listener] if sec else broker.bootstrap
@@ -252,7 +272,10 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
     settings = dict(sec.settings) if sec else {}
     if args.doze_trace and broker_cls is Doze:       # doze's protocol trace, into broker.log
         settings["doze.trace"] = args.doze_trace
-    broker = broker_cls(jdir, settings or None)
+    elif args.protocol_trace and broker_cls is Doze:  # the protocol column: this job's transactional id only
+        settings["doze.trace"] = "txn"
+        settings["doze.trace.ids"] = "eos-%s-%s" % (client, fault)
+    broker = make_broker(broker_cls, jdir, settings, args)
     copier = None
     t_start = time.time()
     try:
@@ -380,6 +403,7 @@ def run_job(client, fault, broker_cls, args, root, mode=None):
             broker.stop()
         except Exception as e:  # noqa: BLE001
             row["notes"].append("broker stop: %s" % e)
+        add_protocol(row, broker_cls, args, [os.path.join(jdir, "broker.log")])
         if row["result"] == "PASS" and not args.keep:
             broker.cleanup()
         row["seconds"] = round(time.time() - t_start, 1)
@@ -404,11 +428,12 @@ def finish_noacl(row, copier, statuses, broker):
 EXTERNAL = {
     "streams": ("streams", "Kafka Streams 4.3.1 exactly_once_v2", {"none", "client", "broker"}),
     "spring": ("spring", "Spring Kafka 4.0.6 (Spring Boot 4.0.7)", {"none", "client", "broker"}),
-    "flink": ("flink", "Flink 2.2.1 + flink-connector-kafka 5.0.0-2.2", {"none", "client", "broker"}),
+    "flink": ("flink", "Flink 2.2.1 + flink-connector-kafka 5.0.0-2.2 (kafka-clients 4.2.0)",
+              {"none", "client", "broker"}),
 }
 
 
-def run_external(client, fault, kafka, root, secure=False):
+def run_external(client, fault, kafka, root, secure=False, args=None):
     """One fault of a framework's own check (conformance/clients/<folder>/run)."""
     folder, version, faults = EXTERNAL[client]
     row = {"client": client, "version": version, "auth": "scram-ssl" if secure else "plaintext", "fault": fault,
@@ -424,6 +449,11 @@ def run_external(client, fault, kafka, root, secure=False):
         cmd.append("--kafka")
     if secure:
         cmd.append("--secure")
+    if args is not None and args.transaction_version is not None:
+        cmd += ["--transaction-version", str(args.transaction_version)]
+    trace = args is not None and not kafka and (args.doze_trace or ("txn" if args.protocol_trace else None))
+    if trace:
+        cmd += ["--doze-trace", trace]
     t0 = time.time()
     with open(os.path.join(jroot, "check.log"), "w") as out:
         code = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=900)
@@ -438,12 +468,75 @@ def run_external(client, fault, kafka, root, secure=False):
                     row["inputs"] = res[key]
             if isinstance(res, dict):
                 row["notes"] += [n for n in res.get("notes", []) if isinstance(n, str)]
+    if args is not None:
+        add_protocol(row, Kafka if kafka else Doze, args,
+                     [os.path.join(d, "broker.log") for d, _, names in os.walk(jroot) if "broker.log" in names])
     return row
 
 
+# --------------------------------------------------------------------------- the protocol column
+
+TRACED_REQUEST = re.compile("\u2192 (EndTxn|Produce|TxnOffsetCommit|AddPartitionsToTxn|AddOffsetsToTxn|"
+                            "InitProducerId) v(\\d+) ")
+
+
+def protocol_counts(paths):
+    """Requests in doze's protocol trace (broker.log files) -> {"EndTxn v5": n, ...} (Produce:
+    the transactional ones only), and "steps v2": the transaction steps the trace says were
+    of transaction version 2."""
+    counts = {}
+    for path in paths:
+        try:
+            f = open(path, errors="replace")
+        except OSError:
+            continue
+        with f:
+            for line in f:
+                if "\u2192 " in line:
+                    m = TRACED_REQUEST.search(line)
+                    if m and (m.group(1) != "Produce" or "transactional_id=" in line):
+                        key = "%s v%s" % m.groups()
+                        counts[key] = counts.get(key, 0) + 1
+                elif "transaction version 2" in line:
+                    counts["steps v2"] = counts.get("steps v2", 0) + 1
+    return counts
+
+
+def protocol_text(counts):
+    """ "v2 (EndTxn v5 x123; Produce v12 x456)", "classic (EndTxn v3 x118; Produce v9 x300)",
+    "mixed (...)" when both show, or what is missing."""
+    def by_version(api):
+        return {int(k.split(" v")[1]): n for k, n in counts.items() if k.startswith(api + " v")}
+
+    def listed(api, d):
+        return ", ".join("%s v%d x%d" % (api, v, n) for v, n in sorted(d.items(), reverse=True)) or "no " + api
+
+    end, produce = by_version("EndTxn"), by_version("Produce")
+    if not end and not produce:
+        return "no transaction traced"
+    v2 = end.get(5, 0) + produce.get(12, 0)
+    classic = sum(n for v, n in end.items() if v < 5) + sum(n for v, n in produce.items() if v < 12)
+    kind = "mixed" if v2 and classic else "v2" if v2 else "classic"
+    return "%s (%s; %s)" % (kind, listed("EndTxn", end), listed("Produce", produce))
+
+
+def add_protocol(row, broker_cls, args, logs):
+    """The row's protocol column (see the top of this file) and its counts."""
+    if broker_cls is not Doze:
+        level = args.transaction_version if args.transaction_version is not None else "2 (default)"
+        row["protocol"] = "kafka TV%s, not traced" % level
+        return
+    if not (args.doze_trace or args.protocol_trace):
+        row["protocol"] = "not traced"
+        return
+    counts = protocol_counts(logs)
+    row["protocol_counts"] = counts
+    row["protocol"] = protocol_text(counts)
+
+
 def print_table(rows, out=sys.stdout):
-    cols = ["client", "version", "auth", "fault", "inputs", "commits", "aborts", "dups", "lost", "result", "seconds",
-            "notes"]
+    cols = ["client", "version", "auth", "fault", "inputs", "commits", "aborts", "dups", "lost", "protocol", "result",
+            "seconds", "notes"]
     cells = [[str(r.get(c, "-")) if c != "notes" else ", ".join(r["notes"]) for c in cols] for r in rows]
     w = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)), file=out)
@@ -466,6 +559,12 @@ def main():
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--doze-trace", metavar="KINDS", help="doze's protocol trace (doze.trace: txn, group, all) "
                     "into each job's broker.log")
+    ap.add_argument("--transaction-version", type=int, choices=(0, 1, 2),
+                    help="the broker's finalized transaction.version (2: KIP-890 part 2); doze: "
+                    "doze.transaction.version=N at every start; Kafka: kafka-features upgrade|downgrade after "
+                    "its first start; default: the broker's own (doze 1, Kafka 4.3.1 2)")
+    ap.add_argument("--no-protocol-trace", dest="protocol_trace", action="store_false",
+                    help="no doze trace for the protocol column (see the top of this file)")
     ap.add_argument("--secure", action="store_true", help="copiers over SASL_SSL with exactly their ACLs; "
                     "adds the noacl fault (see the top of this file)")
     ap.add_argument("--auth", help="authentication modes to run each copier in, with fault none "
@@ -492,23 +591,29 @@ def main():
     os.makedirs(root, exist_ok=True)
     log("job directories under %s" % root)
     broker_cls = Kafka if a.kafka else Doze
+    t_run = time.time()
     rows = []
     jobs = [(c, f, m) for c in clients if not (modes and c in EXTERNAL)      # --auth: copiers only
             for m in modes or ["scram-ssl" if a.secure else None]
             for f in faults if not (f == "noacl" and c in EXTERNAL)]            # the checks have no noacl
     for c, f, m in jobs:
         log("---- %s / %s / %s%s" % (broker_cls.name, c, f, " / " + m if m else ""))
-        row = run_external(c, f, a.kafka, root, a.secure) if c in EXTERNAL else run_job(c, f, broker_cls, a, root, m)
-        log("%s %s %s: %s in %.1fs %s" % (broker_cls.name, c, f, row["result"], row["seconds"], "; ".join(row["notes"])))
+        row = run_external(c, f, a.kafka, root, a.secure, a) if c in EXTERNAL else run_job(c, f, broker_cls, a, root, m)
+        log("%s %s %s: %s in %.1fs [%s] %s" % (broker_cls.name, c, f, row["result"], row["seconds"],
+                                                row.get("protocol", "-"), "; ".join(row["notes"])))
         rows.append(row)
         with open(a.json or os.path.join(root, "results.json"), "w") as fh:
             json.dump(rows, fh, indent=1)
+    level = "transaction.version %s" % (a.transaction_version if a.transaction_version is not None
+                                         else "at the broker's default")
     if a.kafka:
-        print("broker: Apache Kafka 4.3.1 (conformance/kafka/realkafka.py)")
+        print("broker: Apache Kafka 4.3.1 (conformance/kafka/realkafka.py), %s" % level)
     else:
         import hashlib
         with open(DOZE, "rb") as fh:
-            print("broker: doze-kafka %s (sha1 %s at the end of the run)" % (DOZE, hashlib.sha1(fh.read()).hexdigest()[:12]))
+            print("broker: doze-kafka %s (sha1 %s at the end of the run), %s"
+                  % (DOZE, hashlib.sha1(fh.read()).hexdigest()[:12], level))
+    print("wall time: %.0f s" % (time.time() - t_run))
     print_table(rows)
     failed = [r for r in rows if r["result"] != "PASS"]
     print("%d passed, %d failed; job dirs in %s" % (len(rows) - len(failed), len(failed), root))
