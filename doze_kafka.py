@@ -4119,6 +4119,14 @@ class ProducerStateTable:
                 break                     # every later one starts at or above upper_bound
         return found
 
+    def keep_aborted(self, first, end, kept_markers):
+        """A cleaning rewrote [first, end): of the aborted transactions whose
+        marker lies there, only those whose marker it kept indexed stay."""
+        kept = [a for a in self.aborted if not first <= a[2] < end or a[2] in kept_markers]
+        if len(kept) != len(self.aborted):
+            self.aborted = kept
+            self.aborted_markers = array.array("q", (a[2] for a in kept))
+
     def forget_before(self, log_start_offset):
         """Retention or DeleteRecords removed the log below log_start_offset."""
         i = bisect.bisect_left(self.aborted_markers, log_start_offset)
@@ -4987,6 +4995,7 @@ class CleanedTransactions:
         self.next = 0
         self.aborted = {}                                       # producer id -> [entry, data seen?]
         self.committed = set()
+        self.kept_aborts = set()                                # ABORT markers kept with data seen: indexed
 
     def _reached(self, last_offset):
         while self.next < len(self.pending) and self.pending[self.next][1] <= last_offset:
@@ -5010,6 +5019,8 @@ class CleanedTransactions:
             return True
         if kind == CONTROL_ABORT:
             entry = self.aborted.pop(h.producer_id, None)
+            if entry and entry[1]:
+                self.kept_aborts.add(entry[0][2])
             return not (entry and entry[1])
         if h.producer_id in self.committed:
             self.committed.discard(h.producer_id)
@@ -5130,7 +5141,13 @@ class CleaningPass:
         if self.plog.offline or any(s not in self.plog.segments for s in group):
             self.files.unlink(path)                 # retention or DeleteRecords came first: not swapped in
             return False
+        group_end = self.plog.segments[self.plog.segments.index(group[-1]) + 1].base_offset
         self.plog.replace_segments(group, new)
+        # Kafka's cleaned .txnindex: only the ABORT markers kept with data of theirs
+        # seen; a read_committed Fetch must not list an aborted transaction whose
+        # marker is gone (its producer's next, committed, one would be skipped).
+        self.cleaner.producer_states.of((self.plog.topic, self.plog.partition)).keep_aborted(
+            group[0].base_offset, group_end, ctx.kept_aborts)
         return True
 
     def retained(self, h, batch, ctx):
@@ -15873,6 +15890,7 @@ class FaultyDisk(Files):
         self.paths = {}                  # fd -> path
         self.durable = {}                # path -> bytes as of the last fsync
         self.entries = set()             # paths whose directory entry is durable
+        self.renamed = {}                # new path -> (old path, its durable bytes): renames not yet fsynced
         self.fsyncs = collections.Counter()   # path -> fsyncs asked of it
         self.heal()
         if root is not None:
@@ -15882,7 +15900,7 @@ class FaultyDisk(Files):
         """A new, empty data directory (Embedded.reset): nothing known, nothing failing."""
         self.heal()
         self.root, self.dead, self.changes = None, False, 0
-        for known in (self.labels, self.paths, self.durable, self.entries, self.fsyncs):
+        for known in (self.labels, self.paths, self.durable, self.entries, self.renamed, self.fsyncs):
             known.clear()
 
     def attach(self, root):
@@ -16012,6 +16030,8 @@ class FaultyDisk(Files):
         path = os.path.abspath(path)
         for name in os.listdir(path):
             self.entries.add(os.path.join(path, name))
+        for new in [n for n in self.renamed if os.path.dirname(n) == path]:
+            del self.renamed[new]
 
     def write_file(self, path, data):
         self._change()
@@ -16026,9 +16046,14 @@ class FaultyDisk(Files):
         self.entries.discard(path)
 
     def rename(self, src, dst):
+        """Until its directory is fsynced, a power cut undoes a rename: the file
+        is back under its old name (if that name was durable), as of its last fsync."""
         self._change(src)
         super().rename(src, dst)
         src, dst = os.path.abspath(src), os.path.abspath(dst)
+        before = self.renamed.pop(src, (src, self.durable.get(src, b"")) if src in self.entries else None)
+        if before is not None:
+            self.renamed[dst] = before
         self.durable[dst] = self.durable.pop(src, b"")
         self.entries.discard(src)
 
@@ -16081,6 +16106,13 @@ class FaultyDisk(Files):
             if os.path.isfile(path):
                 with open(path, "wb") as f:
                     f.write(content)
+        for new, (old, content) in self.renamed.items():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(new)
+            with open(old, "wb") as f:
+                f.write(content)
+            self.entries.discard(new)
+            self.entries.add(old)
         self._restore_meta()
         if self.root not in self.entries:
             shutil.rmtree(self.root, ignore_errors=True)
