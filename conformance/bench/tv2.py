@@ -36,8 +36,10 @@ library only; it runs java (and mvn, through conformance/clients/java/run,
 when the jar is older than its sources).
 """
 import argparse
+import contextlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,6 +145,10 @@ def one_run(name, directory, args, results, notes, failures, logs):
         for figure, _, _ in FIGURES:
             results.setdefault(name, {}).setdefault(figure, []).append(None)
         print(f"  {name:10s} failed: {reason}", flush=True)
+        with contextlib.suppress(OSError):              # the broker's log and data, for whoever looks next
+            b.stop()
+            shutil.copytree(directory, os.path.join(logs, f"{name}-broker-{len(failures[name])}"), dirs_exist_ok=True)
+            print(f"  {name:10s} its broker's directory kept in {logs}", flush=True)
     finally:
         try:
             b.stop()
