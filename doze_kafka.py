@@ -2711,7 +2711,11 @@ class PartitionLog:
         return base
 
     def _segment_too_old(self, seg):
-        return bool(seg.bases) and self.clock() * 1000 - seg.born_ms > self.config("segment.ms")
+        """segment.ms (a compacted topic's: at most max.compaction.lag.ms, as Kafka's maxSegmentMs)."""
+        limit = self.config("segment.ms")
+        if "compact" in self.config("cleanup.policy"):
+            limit = min(limit, self.config("max.compaction.lag.ms"))
+        return bool(seg.bases) and self.clock() * 1000 - seg.born_ms > limit
 
     def roll(self):
         """Start a new segment at the log end offset. The old one's last writes

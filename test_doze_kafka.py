@@ -9722,9 +9722,10 @@ def clean_on(data_dir, disk, cut=None):
     return disk.changes - before
 
 
-def cleaning_power_cuts(tmp_path, disk_class=doze.FaultyDisk):
-    """A power cut at each change of a cleaning; after each, the log read back
-    -> [(point, what is wrong)]: it must be the old log or the cleaned one, whole."""
+def cleaning_power_cuts(tmp_path, disk_class=doze.FaultyDisk, power_cut=True):
+    """A power cut (or, power_cut=False, a crash: every write made) at each
+    change of a cleaning; after each, the log read back -> [(point, what is
+    wrong)]: it must be the old log or the cleaned one, whole."""
     cleaning_state(tmp_path / "clean")
     shutil.copytree(tmp_path / "clean", tmp_path / "count")
     points, failures = clean_on(tmp_path / "count", disk_class(tmp_path / "count")), []
@@ -9733,7 +9734,8 @@ def cleaning_power_cuts(tmp_path, disk_class=doze.FaultyDisk):
         shutil.copytree(tmp_path / "clean", data)
         disk = disk_class(data)
         clean_on(data, disk, n)
-        disk.power_cut()
+        if power_cut:
+            disk.power_cut()
         config = doze.Config(None, data_dir=data)
         store = doze.MetadataStore(os.path.join(config.data_dir, "meta.db"))
         logs = doze.LogManager(config, store)
@@ -9749,12 +9751,13 @@ def cleaning_power_cuts(tmp_path, disk_class=doze.FaultyDisk):
     return points, failures
 
 
-def test_cleaning_power_cut_at_every_point_leaves_the_old_log_or_the_cleaned_one(tmp_path):
-    """A power cut at each change a cleaning makes (the cleaned file's writes
-    and fsync, each rename of the swap, the directory's fsyncs, the old files'
-    removal): the next start reads the old segments or the cleaned one, whole,
-    and no file of the cleaning is left over."""
-    points, failures = cleaning_power_cuts(tmp_path)
+@pytest.mark.parametrize("power_cut", [False, True], ids=["crash", "power-cut"])
+def test_cleaning_power_cut_at_every_point_leaves_the_old_log_or_the_cleaned_one(tmp_path, power_cut):
+    """A crash or a power cut at each change a cleaning makes (the cleaned
+    file's writes and fsync, each rename of the swap, the directory's fsyncs,
+    the old files' removal): the next start reads the old segments or the
+    cleaned one, whole, and no file of the cleaning is left over."""
+    points, failures = cleaning_power_cuts(tmp_path, power_cut=power_cut)
     assert failures == [] and points >= 10, (points, failures)
 
 
