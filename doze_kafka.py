@@ -4959,6 +4959,7 @@ class GroupCoordinator:
 # there (retention or DeleteRecords may have removed some meanwhile).
 
 CLEANER_SLICE_S = 0.003          # loop time a cleaning takes per turn, at most
+CLEANER_SYNC_BYTES = 4 << 20     # the cleaned file fsynced as it grows: the last fsync is short too
 ATTR_DELETE_HORIZON = 0x40       # KIP-534: base_timestamp holds the batch's delete horizon
 EMPTY_BATCH_SIZE = BATCH_HEADER_SIZE
 
@@ -5126,6 +5127,7 @@ class CleaningPass:
         self.files.unlink(path)
         fd = self.files.open_append(path, create=True)
         ctx = CleanedTransactions(self.aborted)
+        unsynced = 0
         try:
             for seg in group:
                 for i in range(len(seg.bases)):
@@ -5138,6 +5140,10 @@ class CleaningPass:
                         self.files.write(fd, kept)
                         new.add_written(read_batch_header(kept), len(kept))
                         self.stats["bytes_after"] += len(kept)
+                        unsynced += len(kept)
+                    if unsynced >= CLEANER_SYNC_BYTES:
+                        self.files.fsync(fd)
+                        unsynced = 0
                     yield
             self.files.fsync(fd)
         finally:
