@@ -4977,11 +4977,11 @@ class OffsetMap:
         return len(self.offsets) >= self.capacity
 
     def put(self, key, offset):
-        self.offsets[hashlib.md5(key).digest()] = offset
+        self.offsets[hashlib.md5(key, usedforsecurity=False).digest()] = offset
         self.latest_offset = offset
 
     def get(self, key):
-        return self.offsets.get(hashlib.md5(key).digest(), -1)
+        return self.offsets.get(hashlib.md5(key, usedforsecurity=False).digest(), -1)
 
     def reached(self, offset):
         """A batch read whole: the map covers the section up to its last offset."""
