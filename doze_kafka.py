@@ -4959,7 +4959,7 @@ class GroupCoordinator:
 # there (retention or DeleteRecords may have removed some meanwhile).
 
 CLEANER_SLICE_S = 0.003          # loop time a cleaning takes per turn, at most
-CLEANER_SYNC_BYTES = 4 << 20     # the cleaned file fsynced as it grows: the last fsync is short too
+CLEANER_SYNC_BYTES = 1 << 20     # the cleaned file fsynced as it grows: the last fsync is short too
 ATTR_DELETE_HORIZON = 0x40       # KIP-534: base_timestamp holds the batch's delete horizon
 EMPTY_BATCH_SIZE = BATCH_HEADER_SIZE
 
