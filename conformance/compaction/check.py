@@ -238,29 +238,7 @@ class Side:
     # reading
     def read_all(self, isolation):
         """Every batch from offset 0 (raw Fetch v12) -> a Log."""
-        offset, batches, aborted, part = 0, [], set(), None
-        while True:
-            part = self.c.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                               isolation_level=isolation, session_id=0, session_epoch=-1, topics=[Msg(
-                                   topic=TOPIC, partitions=[Msg(partition=0, current_leader_epoch=-1,
-                                                                fetch_offset=offset, last_fetched_epoch=-1,
-                                                                log_start_offset=-1,
-                                                                partition_max_bytes=1 << 20)])],
-                               forgotten_topics_data=[], rack_id="").responses[0].partitions[0]
-            if part.error_code:
-                raise Diverged("%s: Fetch at %d: %s" % (self.name, offset, error_name(part.error_code)))
-            aborted |= {(a.producer_id, a.first_offset) for a in part.aborted_transactions or ()}
-            data = bytes(part.records or b"")
-            got = 0
-            for start, h, end in dk.whole_batches(data):
-                if h.base_offset + h.last_offset_delta < offset:
-                    continue
-                batches.append(Batch(h, data[start:end]))
-                offset = h.base_offset + h.last_offset_delta + 1
-                got += 1
-            limit = part.last_stable_offset if isolation else part.high_watermark
-            if not got or offset >= limit:
-                return Log(batches, aborted, part.high_watermark, part.last_stable_offset, part.log_start_offset)
+        return read_log(self.c, TOPIC, 0, isolation, self.name)
 
     def segment_files(self):
         d = os.path.join(self.broker.data, "%s-0" % TOPIC)
@@ -333,6 +311,34 @@ class Log:
 
 
 # --- both brokers, in lockstep -------------------------------------------------------------
+
+def read_log(client, topic, partition, isolation, who, decode=True, max_bytes=1 << 20):
+    """Every batch of topic-partition from offset 0 (raw Fetch v12, as a consumer at isolation
+    would get them) -> a Log (batches, aborted transactions, hw, lso, log start);
+    decode=False: (header, size) pairs, the records not decoded. who names the broker in errors."""
+    offset, batches, aborted = 0, [], set()
+    while True:
+        part = client.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+                           isolation_level=isolation, session_id=0, session_epoch=-1, topics=[Msg(
+                               topic=topic, partitions=[Msg(partition=partition, current_leader_epoch=-1,
+                                                            fetch_offset=offset, last_fetched_epoch=-1,
+                                                            log_start_offset=-1, partition_max_bytes=max_bytes)])],
+                           forgotten_topics_data=[], rack_id="").responses[0].partitions[0]
+        if part.error_code:
+            raise Diverged("%s: Fetch %s-%d at %d: %s" % (who, topic, partition, offset, error_name(part.error_code)))
+        aborted |= {(a.producer_id, a.first_offset) for a in part.aborted_transactions or ()}
+        data = bytes(part.records or b"")
+        got = 0
+        for start, h, end in dk.whole_batches(data):
+            if h.base_offset + h.last_offset_delta < offset:
+                continue
+            batches.append(Batch(h, data[start:end]) if decode else (h, end - start))
+            offset = h.base_offset + h.last_offset_delta + 1
+            got += 1
+        limit = part.last_stable_offset if isolation else part.high_watermark
+        if not got or offset >= limit:
+            return Log(batches, aborted, part.high_watermark, part.last_stable_offset, part.log_start_offset)
+
 
 class Pair:
     def __init__(self, doze, kafka):

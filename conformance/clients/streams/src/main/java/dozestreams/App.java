@@ -49,6 +49,18 @@ public class App {
         return p;
     }
 
+    /** exactly_once_v2, caching off (each input record is one changelog record): --app-id,
+     *  --bootstrap, --state-dir of a; also conformance/compaction's LongRun. */
+    static Properties eosStreams(Map<String, String> a) {
+        Properties p = new Properties();
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, a.get("app-id"));
+        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(StreamsConfig.STATE_DIR_CONFIG, a.get("state-dir"));
+        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        return p;
+    }
+
     public static void main(String[] args) throws Exception {
         Map<String, String> a = parse(args);
         String name = a.getOrDefault("name", "app");
@@ -61,12 +73,7 @@ public class App {
          .to(a.get("output"), Produced.with(Serdes.String(), Serdes.Long()));
         Topology topo = b.build();
 
-        Properties p = new Properties();
-        p.put(StreamsConfig.APPLICATION_ID_CONFIG, a.get("app-id"));
-        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-        p.put(StreamsConfig.STATE_DIR_CONFIG, a.get("state-dir"));
-        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        Properties p = eosStreams(a);
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.parseInt(a.getOrDefault("threads", "1")));
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
         // purge consumed repartition records (DeleteRecords) every second, not every 30 s

@@ -58,17 +58,23 @@ public class Tool {
         out("topics created");
     }
 
-    static void produce(Map<String, String> a) throws Exception {
-        int n = Integer.parseInt(a.get("records")), k = Integer.parseInt(a.get("keys"));
-        double rate = Double.parseDouble(a.getOrDefault("rate", "0"));
+    /** An idempotent producer of String keys and values, acks=all; also LongRun's. */
+    static Properties idempotentProducer(String bootstrap) {
         Properties p = new Properties();
-        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.ACKS_CONFIG, "all");
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true);
         p.put(ProducerConfig.LINGER_MS_CONFIG, 5);
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, 300000);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+        return p;
+    }
+
+    static void produce(Map<String, String> a) throws Exception {
+        int n = Integer.parseInt(a.get("records")), k = Integer.parseInt(a.get("keys"));
+        double rate = Double.parseDouble(a.getOrDefault("rate", "0"));
+        Properties p = idempotentProducer(a.get("bootstrap"));
         long t0 = System.nanoTime();
         List<Future<RecordMetadata>> fs = new ArrayList<>();
         try (KafkaProducer<String, String> pr = new KafkaProducer<>(p)) {
