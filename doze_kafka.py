@@ -2270,19 +2270,26 @@ class Files:
         numbers, fails or cuts a commit)."""
         db.execute("COMMIT")
 
-    def sync_file(self, path, fallback=None):
+    def sync_file(self, path, fallback=None, keep=None):
         """fsync a file written by someone else (sqlite's meta.db-wal; the
-        database itself when there is no WAL file)."""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            if fallback is None:
-                raise
-            fd = os.open(fallback, os.O_RDONLY)
+        database itself when there is no WAL file). keep: the caller's dict
+        {path: descriptor}, to open path once and keep it open for the next
+        syncs (the caller closes them)."""
+        fd = keep.get(path) if keep is not None else None
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                if fallback is None:
+                    raise
+                fd, keep = os.open(fallback, os.O_RDONLY), None
+            if keep is not None:
+                keep[path] = fd
         try:
             os.fsync(fd)
         finally:
-            os.close(fd)
+            if keep is None:
+                os.close(fd)
 
 
 # --- When the disk fails --------------------------------------------------------
@@ -3037,6 +3044,7 @@ class MetadataStore:
     def __init__(self, path, files=None):
         self.path = path
         self.files = files or Files()
+        self.kept_fds = {}                      # meta.db-wal's descriptor, for its fsyncs (_fsync_wal)
         try:
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                       timeout=META_DB_BUSY_S)
@@ -3055,6 +3063,8 @@ class MetadataStore:
             self._fsync_wal()
             self.files.fsync_dir(os.path.dirname(os.path.abspath(path)))
         except (sqlite3.Error, OSError) as e:
+            for fd in self.kept_fds.values():
+                os.close(fd)
             raise sqlite3.DatabaseError(f"{path} cannot be used: {e} ({store_hint(e)})") from None
         self.commits = self.synced = 0          # commits made, and made durable
         self.awaited = 0                        # the last SYNC_ANSWERS commit: answers wait for it
@@ -3114,7 +3124,9 @@ class MetadataStore:
         self.synced, self.owed_since = self.commits, None
 
     def _fsync_wal(self):
-        self.files.sync_file(self.path + "-wal", fallback=self.path)
+        """meta.db-wal's descriptor stays open (sqlite keeps the file while its
+        connection is open), so a sync is one fsync, not an open and a close too."""
+        self.files.sync_file(self.path + "-wal", fallback=self.path, keep=self.kept_fds)
 
     def _refuse_if_failed(self):
         if self.failed:
@@ -3124,6 +3136,9 @@ class MetadataStore:
         with contextlib.suppress(StoreFailed):
             self.sync()
         self.db.close()
+        for fd in self.kept_fds.values():
+            os.close(fd)
+        self.kept_fds.clear()
 
     # --- SCRAM credentials ---
     def scram_credential(self, user, mechanism):
@@ -16084,11 +16099,11 @@ class FaultyDisk(Files):
             raise sqlite3.OperationalError(self.meta_db_failure)
         super().commit(db)
 
-    def sync_file(self, path, fallback=None):
+    def sync_file(self, path, fallback=None, keep=None):
         self._change(path)
         if self.fsync_delay_s:
             time.sleep(self.fsync_delay_s)
-        super().sync_file(path, fallback)
+        super().sync_file(path, fallback, keep)
         if os.path.basename(path).startswith("meta.db"):
             self.meta = self._meta_files()
 

@@ -1444,10 +1444,10 @@ class MetaSyncLog(doze.Files):
         super().commit(db)
         self.events.append("commit")
 
-    def sync_file(self, path, fallback=None):
+    def sync_file(self, path, fallback=None, keep=None):
         if self.sync_errno:
             raise OSError(self.sync_errno, os.strerror(self.sync_errno))
-        super().sync_file(path, fallback)
+        super().sync_file(path, fallback, keep)
         time.sleep(self.sync_delay_s)            # a slow disk: an answer sent before the fsync would show
         self.events.append("sync")
 
@@ -2039,6 +2039,23 @@ def test_meta_db_answers_wait_for_its_fsync_and_share_one(start_broker):
         assert files.events.count("commit") == 20 and files.events.count("sync") <= 4, files.events
         assert files.events[-1] == "sync"
         assert committed_offsets(c, "gc-g", [("gc", 0)])[("gc", 0)][1] == 19
+
+
+def test_meta_db_wal_is_opened_once_for_all_its_fsyncs(tmp_path, monkeypatch):
+    """Verifies meta.db's fsyncs keep meta.db-wal's descriptor open: ten synced
+    changes open the file no more (its descriptor is the one kept), and closing
+    the store lets it go."""
+    store = doze.MetadataStore(str(tmp_path / "meta.db"))
+    opened, real_open = [], os.open
+    monkeypatch.setattr(doze.os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    for i in range(10):
+        store.set_settings({f"wal-test.{i}": str(i)})
+    assert store.synced == store.commits >= 10
+    assert not [p for p in opened if str(p).endswith("meta.db-wal")], opened
+    [fd] = store.kept_fds.values()
+    assert os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "meta.db-wal")
+    store.close()
+    assert store.kept_fds == {} and fds_under(tmp_path) == 0
 
 
 def test_meta_db_fsync_failing_sends_no_answer_that_waited_for_it(start_broker, caplog):
@@ -9374,7 +9391,7 @@ class SkipsMarkerFsync(doze.FaultyDisk):
 class LyingMetaSync(doze.FaultyDisk):
     """A doze whose fsync of meta.db-wal returns without making anything durable."""
 
-    def sync_file(self, path, fallback=None):
+    def sync_file(self, path, fallback=None, keep=None):
         self._change(path)
 
 
