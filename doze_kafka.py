@@ -7024,6 +7024,14 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "markers are being written")
         self.for_producer(transactional_id, producer_id, producer_epoch)
         self.add_partitions(meta, tps, group, version=2, cause=cause)
+        if tps:
+            # The batch is written next, and the kernel may write it back before
+            # the group commit's fsync of meta.db: a power cut then would leave it
+            # open where the coordinator does not know of it (no marker would
+            # close it; its LSO stuck). So the add is durable first (one fsync, as
+            # AddPartitionsToTxn's answer waits for one).
+            with coordinator_store():
+                self.store.sync()
         return meta
 
     # --- TxnOffsetCommit ---

@@ -9346,8 +9346,9 @@ def crash_violations(port, ledger):
     return bad
 
 
-def _crash_broker(data, files=None):
-    config = doze.Config({"group.initial.rebalance.delay.ms": 0}, data_dir=data, host="127.0.0.1", port=0)
+def _crash_broker(data, files=None, settings=None):
+    config = doze.Config(dict({"group.initial.rebalance.delay.ms": 0}, **(settings or {})), data_dir=data,
+                         host="127.0.0.1", port=0)
     broker = doze.Broker(config, files=files)
     broker.serve_in_thread("doze-crash")
     return broker
@@ -9893,6 +9894,65 @@ def run_wide_workload(broker, partitions=40, rounds=3):
     except (EOFError, ConnectionError, socket.timeout):
         pass                                               # the power went out
     return acked, created
+
+
+def tv2_produce_workload(port):
+    """Transaction version 2: two transactions whose Produce v12s add their
+    partitions themselves (the second to a partition new to it), until the
+    broker goes away."""
+    try:
+        with RawClient(port, timeout=3) as c:
+            c.create_topics(("v2", 2, {}))
+            txn = Txn(c, "tv2-pc", version=5)
+            txn.produce("v2", 0, [b"first"], version=12)
+            txn.end_answer(True, version=5)
+            txn.produce("v2", 0, [b"second-0"], version=12)
+            txn.produce("v2", 1, [b"second-1"], version=12)
+            txn.end_answer(True, version=5)
+    except (EOFError, ConnectionError, socket.timeout, AssertionError):
+        pass                                               # the power went out (InitProducerId refused)
+
+
+@pytest.mark.parametrize("written_back", [False, True], ids=["power-cut", "power-cut-logs-written-back"])
+def test_power_cut_tv2_produce_leaves_no_batch_open_that_the_coordinator_does_not_know(tmp_path, written_back):
+    """Transaction version 2: a Produce v12 adds its partition to the
+    transaction itself. Whatever a power cut at any change of it leaves (the
+    kernel may have written the log back before meta.db's fsync), a partition
+    holding an open batch of the transaction is one the coordinator lists as
+    in it: else no marker would ever close it, and its LSO would stay stuck.
+    So the add is durable before the batch is written."""
+    settings = {"doze.transaction.version": 2}
+    files = doze.FaultyDisk(tmp_path / "run-0")
+    broker = _crash_broker(tmp_path / "run-0", files, settings)
+    before = files.changes
+    tv2_produce_workload(broker.port)
+    stop(broker, clean=False)
+    made, failures = files.labels[before:], []
+    for n in range(1, len(made) + 1):
+        holder, data = [], tmp_path / f"run-{n}"
+        files = doze.FaultyDisk(data, on_cut=lambda: holder[0].stop(clean=False))
+        broker = _crash_broker(data, files, settings)
+        holder.append(broker)
+        files.cut_at = files.changes + n
+        tv2_produce_workload(broker.port)
+        stop(broker, clean=False)
+        files.power_cut(written_back=written_back)
+        broker = _crash_broker(data, settings=settings)
+        try:
+            with RawClient(broker.port) as c:
+                if not [t for t in c.metadata(["v2"], allow_auto_topic_creation=False).topics if t.error_code == 0]:
+                    continue
+                state = describe_txn(c, "tv2-pc")
+                listed = {(t.topic, p) for t in state.topics for p in t.partitions} \
+                    if state.transaction_state == "Ongoing" else set()
+                for p in (0, 1):
+                    part = fetch_isolated(c, "v2", p)
+                    if part.last_stable_offset < part.high_watermark and ("v2", p) not in listed:
+                        failures.append((n, made[n - 1], f"v2-{p}: LSO {part.last_stable_offset} < HW "
+                                         f"{part.high_watermark}, transaction {state.transaction_state} over {listed}"))
+        finally:
+            stop(broker)
+    assert failures == []
 
 
 def wide_power_cuts(tmp_path, files_class=doze.FaultyDisk):
