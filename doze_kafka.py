@@ -2282,9 +2282,7 @@ class Files:
             return False
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
-            if call(fd) != 0:
-                code = ctypes_errno()
-                raise OSError(code, os.strerror(code))
+            call(fd)
         finally:
             os.close(fd)
         return True
@@ -2313,23 +2311,24 @@ class Files:
 
 @functools.lru_cache(maxsize=None)
 def syncfs_call():
-    """libc's syncfs where it reports failed writes (Linux 5.8 and later), else
-    None. ctypes is imported here, on first use, not at start."""
+    """syncfs(fd), raising OSError as os.fsync does, where libc's reports failed
+    writes (Linux 5.8 and later), else None. ctypes is imported here, on first
+    use, not at start."""
     release = re.match(r"(\d+)\.(\d+)", platform.release()) if sys.platform.startswith("linux") else None
     if not release or tuple(map(int, release.groups())) < (5, 8):
         return None
     try:
         import ctypes
-        call = ctypes.CDLL(None, use_errno=True).syncfs
+        libc_syncfs = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
-    call.argtypes = [ctypes.c_int]
-    return call
+    libc_syncfs.argtypes = [ctypes.c_int]
 
-
-def ctypes_errno():
-    import ctypes
-    return ctypes.get_errno()
+    def syncfs(fd):
+        if libc_syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+    return syncfs
 
 
 # --- When the disk fails --------------------------------------------------------
@@ -3107,8 +3106,7 @@ class MetadataStore:
             self._fsync_wal()
             self.files.fsync_dir(os.path.dirname(os.path.abspath(path)))
         except (sqlite3.Error, OSError) as e:
-            for fd in self.kept_fds.values():
-                os.close(fd)
+            self._close_kept_fds()
             raise sqlite3.DatabaseError(f"{path} cannot be used: {e} ({store_hint(e)})") from None
         self.commits = self.synced = 0          # commits made, and made durable
         self.awaited = 0                        # the last SYNC_ANSWERS commit: answers wait for it
@@ -3180,6 +3178,9 @@ class MetadataStore:
         with contextlib.suppress(StoreFailed):
             self.sync()
         self.db.close()
+        self._close_kept_fds()
+
+    def _close_kept_fds(self):
         for fd in self.kept_fds.values():
             os.close(fd)
         self.kept_fds.clear()
@@ -16002,14 +16003,7 @@ class FaultyDisk(Files):
             return
         self.root = os.path.abspath(root)
         if os.path.isdir(self.root):
-            self.entries.add(self.root)
-            for directory, dirs, names in os.walk(self.root):
-                for name in dirs + names:
-                    self.entries.add(os.path.join(directory, name))
-                for name in names:
-                    if not name.startswith("meta.db"):
-                        path = os.path.join(directory, name)
-                        self.durable[path] = self._read(path)
+            self._everything_durable_now()
         self.meta = self._meta_files()                  # meta.db's files as of the last sync_file
 
     # --- the faults a test sets ---
@@ -16044,6 +16038,18 @@ class FaultyDisk(Files):
     def _fails(self, failure, path):
         if failure and (path == failure[0] or path.startswith(failure[0] + os.sep)):
             raise OSError(failure[1], os.strerror(failure[1]))
+
+    def _everything_durable_now(self):
+        """Every entry under the root, and every file but meta.db's (which has
+        its own syncs here), durable as it is now."""
+        self.entries.add(self.root)
+        for directory, dirs, names in os.walk(self.root):
+            for name in dirs + names:
+                self.entries.add(os.path.join(directory, name))
+            for name in names:
+                if not name.startswith("meta.db"):
+                    path = os.path.join(directory, name)
+                    self.durable[path] = self._read(path)
 
     def _meta_files(self):
         """{meta.db and its WAL: bytes} as they are now."""
@@ -16174,12 +16180,7 @@ class FaultyDisk(Files):
             time.sleep(self.fsync_delay_s)
         if self.fsync_failure:                   # some file's writes failed: so does the syncfs
             raise OSError(self.fsync_failure[1], os.strerror(self.fsync_failure[1]))
-        for directory, dirs, names in os.walk(self.root):
-            for name in dirs + names:
-                self.entries.add(os.path.join(directory, name))
-            for name in names:
-                if not name.startswith("meta.db"):
-                    self.durable[os.path.join(directory, name)] = self._read(os.path.join(directory, name))
+        self._everything_durable_now()
         self.renamed.clear()
         return True
 

@@ -9874,13 +9874,13 @@ def test_crash_at_every_point_negative_control_markers_before_decision(tmp_path)
     assert any("half of it is visible" in why or "commit was answered" in why for _, _, why in failures), failures
 
 
-def run_wide_workload(broker, partitions=40, rounds=3):
+def run_wide_workload(port, partitions=40, rounds=3):
     """Produce to every partition of a wide topic in one request, a few times
     (each pass's group commit has SYNCFS_MIN_LOGS or more logs dirty: one
     syncfs), until the broker goes away -> (acked, created) as run_workload's."""
     acked, created = {}, {}
     try:
-        with RawClient(broker.port, timeout=3) as c:
+        with RawClient(port, timeout=3) as c:
             [res] = c.create_topics(("wide", partitions, {}))
             if res.error_code == 0:
                 created["wide"] = partitions
@@ -9913,6 +9913,55 @@ def tv2_produce_workload(port):
         pass                                               # the power went out (InitProducerId refused)
 
 
+def power_cuts_at_every_change(tmp_path, workload, check, files_class=doze.FaultyDisk, settings=None,
+                               written_back=False):
+    """Run workload(port) once on a disk that numbers its changes, then once per
+    change with the power cut there (the disk as FaultyDisk.power_cut leaves it,
+    with written_back), a restart, and check(broker, what workload returned) ->
+    (the changes, what the first run returned, [(point, change, what check found)])."""
+    files = files_class(tmp_path / "run-0")
+    broker = _crash_broker(tmp_path / "run-0", files, settings)
+    before = files.changes
+    first = workload(broker.port)
+    stop(broker, clean=False)
+    made, failures = files.labels[before:], []
+    for n in range(1, len(made) + 1):
+        holder, data = [], tmp_path / f"run-{n}"
+        files = files_class(data, on_cut=lambda: holder[0].stop(clean=False))
+        broker = _crash_broker(data, files, settings)
+        holder.append(broker)
+        files.cut_at = files.changes + n
+        got = workload(broker.port)
+        stop(broker, clean=False)
+        files.power_cut(written_back=written_back)
+        broker = _crash_broker(data, settings=settings)
+        try:
+            found = check(broker, got)
+        finally:
+            stop(broker)
+        if found:
+            failures.append((n, made[n - 1], found))
+    return made, first, failures
+
+
+def tv2_batches_open_unknown_to_the_coordinator(broker, _):
+    """The partitions of "v2" whose LSO an open batch holds back while the
+    coordinator does not list them in the transaction."""
+    found = []
+    with RawClient(broker.port) as c:
+        if not [t for t in c.metadata(["v2"], allow_auto_topic_creation=False).topics if t.error_code == 0]:
+            return found
+        state = describe_txn(c, "tv2-pc")
+        listed = {(t.topic, p) for t in state.topics for p in t.partitions} \
+            if state.transaction_state == "Ongoing" else set()
+        for p in (0, 1):
+            part = fetch_isolated(c, "v2", p)
+            if part.last_stable_offset < part.high_watermark and ("v2", p) not in listed:
+                found.append(f"v2-{p}: LSO {part.last_stable_offset} < HW {part.high_watermark}, "
+                             f"transaction {state.transaction_state} over {listed}")
+    return found
+
+
 @pytest.mark.parametrize("written_back", [False, True], ids=["power-cut", "power-cut-logs-written-back"])
 def test_power_cut_tv2_produce_leaves_no_batch_open_that_the_coordinator_does_not_know(tmp_path, written_back):
     """Transaction version 2: a Produce v12 adds its partition to the
@@ -9921,66 +9970,19 @@ def test_power_cut_tv2_produce_leaves_no_batch_open_that_the_coordinator_does_no
     holding an open batch of the transaction is one the coordinator lists as
     in it: else no marker would ever close it, and its LSO would stay stuck.
     So the add is durable before the batch is written."""
-    settings = {"doze.transaction.version": 2}
-    files = doze.FaultyDisk(tmp_path / "run-0")
-    broker = _crash_broker(tmp_path / "run-0", files, settings)
-    before = files.changes
-    tv2_produce_workload(broker.port)
-    stop(broker, clean=False)
-    made, failures = files.labels[before:], []
-    for n in range(1, len(made) + 1):
-        holder, data = [], tmp_path / f"run-{n}"
-        files = doze.FaultyDisk(data, on_cut=lambda: holder[0].stop(clean=False))
-        broker = _crash_broker(data, files, settings)
-        holder.append(broker)
-        files.cut_at = files.changes + n
-        tv2_produce_workload(broker.port)
-        stop(broker, clean=False)
-        files.power_cut(written_back=written_back)
-        broker = _crash_broker(data, settings=settings)
-        try:
-            with RawClient(broker.port) as c:
-                if not [t for t in c.metadata(["v2"], allow_auto_topic_creation=False).topics if t.error_code == 0]:
-                    continue
-                state = describe_txn(c, "tv2-pc")
-                listed = {(t.topic, p) for t in state.topics for p in t.partitions} \
-                    if state.transaction_state == "Ongoing" else set()
-                for p in (0, 1):
-                    part = fetch_isolated(c, "v2", p)
-                    if part.last_stable_offset < part.high_watermark and ("v2", p) not in listed:
-                        failures.append((n, made[n - 1], f"v2-{p}: LSO {part.last_stable_offset} < HW "
-                                         f"{part.high_watermark}, transaction {state.transaction_state} over {listed}"))
-        finally:
-            stop(broker)
+    _, _, failures = power_cuts_at_every_change(tmp_path, tv2_produce_workload,
+                                                tv2_batches_open_unknown_to_the_coordinator,
+                                                settings={"doze.transaction.version": 2}, written_back=written_back)
     assert failures == []
 
 
 def wide_power_cuts(tmp_path, files_class=doze.FaultyDisk):
-    """run_wide_workload once to number its changes, then a power cut at each
-    -> (its changes, [(point, change, acknowledged records missing)])."""
-    files = files_class(tmp_path / "data0")
-    broker = _crash_broker(tmp_path / "data0", files)
-    before = files.changes
-    acked, _ = run_wide_workload(broker)
-    stop(broker, clean=False)
-    made, failures = files.labels[before:], []
+    """run_wide_workload, and a power cut at each of its changes -> (its changes,
+    [(point, change, acknowledged records missing)])."""
+    made, (acked, _), failures = power_cuts_at_every_change(
+        tmp_path, run_wide_workload,
+        lambda broker, got: check_nothing_acknowledged_was_lost(broker, *got)[:3], files_class)
     assert sum(map(len, acked.values())) == 120
-    for n in range(1, len(made) + 1):
-        holder, data = [], tmp_path / f"data{n}"
-        files = files_class(data, on_cut=lambda: holder[0].stop(clean=False))
-        broker = _crash_broker(data, files)
-        holder.append(broker)
-        files.cut_at = files.changes + n
-        acked, created = run_wide_workload(broker)
-        stop(broker, clean=False)
-        files.power_cut()
-        broker = _crash_broker(data)
-        try:
-            missing = check_nothing_acknowledged_was_lost(broker, acked, created)
-        finally:
-            stop(broker)
-        if missing:
-            failures.append((n, made[n - 1], missing[:3]))
     return made, failures
 
 
