@@ -47,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))   # conformance/
 import needs  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
-from lib import free_port  # noqa: E402
+from lib import free_port, rss_mib  # noqa: E402   (rss_mib: the broker's; Kafka: its JVM)
 
 
 # --- kfake: franz-go's fake cluster, built here from the Go module proxy ---------
@@ -149,18 +149,6 @@ BROKERS = {"doze": (Doze, {}), "kafka": (Kafka, {}), "kafka-fsync": (Kafka, {"lo
 
 
 # --- measuring ------------------------------------------------------------------
-
-def rss_mib(pid):
-    """The broker's resident set (Kafka: its JVM), MiB."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
 
 def api_versions_answered(bootstrap, limit_s=120):
     """Seconds until an ApiVersions v0 request is answered."""

@@ -312,10 +312,10 @@ class Log:
 
 # --- both brokers, in lockstep -------------------------------------------------------------
 
-def read_log(client, topic, partition, isolation, who, decode=True, max_bytes=1 << 20):
+def read_log(client, topic, partition, isolation, who, max_bytes=1 << 20):
     """Every batch of topic-partition from offset 0 (raw Fetch v12, as a consumer at isolation
-    would get them) -> a Log (batches, aborted transactions, hw, lso, log start);
-    decode=False: (header, size) pairs, the records not decoded. who names the broker in errors."""
+    would get them) -> a Log (batches, aborted transactions, hw, lso, log start); who names
+    the broker in errors."""
     offset, batches, aborted = 0, [], set()
     while True:
         part = client.call(ApiKey.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
@@ -332,7 +332,7 @@ def read_log(client, topic, partition, isolation, who, decode=True, max_bytes=1 
         for start, h, end in dk.whole_batches(data):
             if h.base_offset + h.last_offset_delta < offset:
                 continue
-            batches.append(Batch(h, data[start:end]) if decode else (h, end - start))
+            batches.append(Batch(h, data[start:end]))
             offset = h.base_offset + h.last_offset_delta + 1
             got += 1
         limit = part.last_stable_offset if isolation else part.high_watermark

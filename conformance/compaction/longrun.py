@@ -69,12 +69,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))   # conformance/
-from lib import Child  # noqa: E402
+from lib import Child, rss_mib  # noqa: E402
 from brokers import Doze, Kafka  # noqa: E402
 from clients import jvmcheck  # noqa: E402
 import doze_kafka as dk  # noqa: E402
 from doze_kafka import ApiKey, Msg  # noqa: E402
-from check import read_log  # noqa: E402   (this directory's check.py: a full read, as a consumer filters it)
+from check import error_name, read_log  # noqa: E402   (this directory's check.py: a full read, as a consumer filters it)
 
 PROJECT = os.path.join(HERE, "..", "clients", "streams")    # the Streams check's project: its LongRun class
 JAR = os.path.join(PROJECT, "target", "streams-eos-check-1.0.jar")
@@ -90,13 +90,6 @@ CLEANED = re.compile(r"cleaned log (\S+)-(\d+) \(dirty section = \[(\d+), (\d+)\
 
 def log(msg):
     print("%s %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
-
-
-def error_name(code):
-    try:
-        return dk.ErrorCode(code).name
-    except ValueError:
-        return "error %d" % code
 
 
 # --- doze, asked with its own client ---------------------------------------------------------
@@ -158,9 +151,9 @@ class Probe:
         return {(t.name, p.partition_index): p.committed_offset for t in r.topics for p in t.partitions
                 if not p.error_code and p.committed_offset >= 0}
 
-    def read_all(self, topic, partition, isolation=0, decode=True):
-        """Every batch from offset 0 -> a Log (check.py's read_log); decode=False: records not decoded."""
-        return read_log(self.c, topic, partition, isolation, "doze", decode, 4 << 20)
+    def read_all(self, topic, partition, isolation=0):
+        """Every batch from offset 0 -> a Log (check.py's read_log)."""
+        return read_log(self.c, topic, partition, isolation, "doze", 4 << 20)
 
 
 class Tailer(threading.Thread):
@@ -536,7 +529,7 @@ def run_streams(args, root, cleaner, minutes):
             since = time.time()
             inp = sum(probe.end_offsets(INPUT, [0, 1, 2]).values())
             for t, r in rows.items():
-                r["input"], r["rss_mb"] = inp, rss_mb(broker.pid)
+                r["input"], r["rss_mb"] = inp, round(rss_mib(broker.pid), 1)
                 res["rows"][t].append(r)
                 log("%s: %s %s input %d" % (name, t, fmt_row(r), inp))
             if not inst.child.alive() or not prod.alive():
@@ -644,17 +637,6 @@ def run_streams(args, root, cleaner, minutes):
             res["broker_problems"] = broker_problems(log_path(broker))
         res["wall_s"] = round(time.time() - t_begin, 1)
     return res
-
-
-def rss_mb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, TypeError):
-        pass
-    return None
 
 
 def bounded(rows, key):
@@ -772,7 +754,7 @@ def run_mm2(args, root):
             rows, total = sample(probe, tgt, tailer, sorted(tailer.tracked), round(i * args.interval / 60, 2), since)
             since = time.time()
             total["copied"] = sum(probe.end_offsets("steady", [0, 1, 2]).values()) if "steady" in probe.topics() else 0
-            total["rss_mb"] = rss_mb(tgt.pid)
+            total["rss_mb"] = round(rss_mib(tgt.pid), 1)
             res["rows"].append(total)
             res["per_topic"].append(list(rows.values()))
             log("mm2: %s copied %d" % (fmt_row(total), total["copied"]))

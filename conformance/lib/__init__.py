@@ -8,7 +8,7 @@ each level it sits below conformance/:
 A script in conformance/ itself needs no line: its own directory is sys.path[0], or
 whatever imported it put conformance/ there. Then it imports from lib:
 
-    from lib import free_port, wait_port, recv_exactly, Closed, Child, run_bounded
+    from lib import free_port, wait_port, recv_exactly, Closed, Child, run_bounded, rss_mib
     from lib import WireProxy, poll, GaveUp
     from lib import CONFORMANCE, ROOT, DOZE
 
@@ -30,9 +30,9 @@ for _p in (ROOT, os.path.join(CONFORMANCE, "kafka")):
         sys.path.append(_p)
 
 from lib.net import Closed, free_port, recv_exactly, wait_port  # noqa: E402
-from lib.proc import Child, run_bounded  # noqa: E402
+from lib.proc import Child, rss_mib, run_bounded  # noqa: E402
 from lib.wait import GaveUp, poll  # noqa: E402
 from lib.wire import WireProxy  # noqa: E402
 
 __all__ = ["CONFORMANCE", "ROOT", "DOZE", "Closed", "free_port", "recv_exactly", "wait_port", "Child",
-           "run_bounded", "GaveUp", "poll", "WireProxy"]
+           "run_bounded", "rss_mib", "GaveUp", "poll", "WireProxy"]

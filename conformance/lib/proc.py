@@ -1,4 +1,4 @@
-"""Child processes that can be killed -9, and commands run with a time limit."""
+"""Child processes that can be killed -9, commands run with a time limit, and a process's RSS."""
 import os
 import signal
 import subprocess
@@ -88,3 +88,15 @@ def run_bounded(cmd, timeout_s, grace=10, **popen):
         child.kill9()
         raise
     return rc, time.monotonic() - t0
+
+
+def rss_mib(pid):
+    """A process's resident set, MiB (nan if it cannot be read: gone, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, TypeError):
+        pass
+    return float("nan")
