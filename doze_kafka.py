@@ -18,8 +18,8 @@ KIP-890's transaction version 2 (an epoch per transaction). Exact APIs and
 versions: the HANDLERS table (filled by @api in §14-§17), or ``python3 doze_kafka.py --apis``.
 
 Deliberately left out: replication (one broker is the whole cluster), KRaft,
-topic ids on the wire (Fetch/Produce 13+), log compaction, message format
-v0/v1, quotas, fetch sessions (answered sessionless). Batches are stored and
+topic ids on the wire (Fetch/Produce 13+), message format v0/v1, quotas,
+fetch sessions (answered sessionless), tiered storage. Batches are stored and
 served exactly as the producer sent them; doze never decompresses on the
 produce or fetch path.
 
@@ -38,7 +38,8 @@ Reading guide -- the file reads top to bottom; nothing refers to a later chapter
   §7 storage: every change to the disk through one layer (Files), what happens
      when the disk fails (a partition offline, never an fsync retried and
      trusted), descriptors opened on demand, segments with a bisectable time
-     index, partition logs
+     index, partition logs, and the flusher (the one other thread: a long
+     group commit's fsyncs while the loop serves on)
   §8 meta.db and the topics: the metadata store (sqlite, fsynced by the group
      commit), LogManager: every partition of every topic, made and removed in steps
   §9 coordinators: where Kafka keeps their state (a partition of
@@ -2209,6 +2210,7 @@ class Files:
     writes, fsyncs and renames, and each meta.db commit -- so the crash tests
     can put in a layer that numbers them, fails one, or forgets what was not
     yet fsynced. Reads (pread, sendfile) go straight to the OS."""
+    fsyncs_on_a_thread = True           # the Flusher may fsync the logs on its thread (a test's layer: no)
 
     def attach(self, data_dir):
         """The data directory this layer serves (a test's layer keeps track of it)."""
@@ -2606,12 +2608,24 @@ class Segment:
         self.size += len(batch)
         self.unsynced = True
 
-    def sync(self, synced=False):
-        """fsync what was appended (synced: a syncfs just made it durable)."""
+    def sync(self):
+        """fsync what was appended (a segment let go of; the group commit's
+        fsyncs are LogManager's, through PartitionLog.flush_begin)."""
         if self.unsynced and self.fd is not None:
-            if not synced:
-                self.files.fsync(self.fd)
+            self.files.fsync(self.fd)
             self.unsynced = False
+
+    def take_unsynced(self):
+        """A group commit takes this segment's appends: -> True if it has some
+        to fsync (its flag cleared now; an append meanwhile sets it again)."""
+        if self.unsynced and self.fd is not None:
+            self.unsynced = False
+            return True
+        return False
+
+    def untake_unsynced(self):
+        """The group commit ended before fsyncing it: unsynced again."""
+        self.unsynced = True
 
     def close_for_append(self):
         self.close()
@@ -2771,25 +2785,37 @@ class PartitionLog:
         self.active.save_index_cache()
         return self.create_segment_at(self.next_offset)
 
-    def flush(self, synced=False):
-        """fsync what was appended (and the directory, if files were created);
-        synced: a syncfs of the whole file system just did. Returns True if the
-        high watermark moved. After a failed fsync (an OSError out of here)
-        the high watermark stays where the disk last confirmed it, and
-        LogManager takes the log offline."""
+    def flush_begin(self):
+        """A group commit takes what this log appended since the last one:
+        -> (the offset its high watermark may move to once the disk confirms
+        it, the segments to fsync, the directory to fsync or None), or None
+        if the log is offline. Their flags are cleared now: an append meanwhile
+        sets them again, for the next group commit."""
         if self.offline:
-            return False
+            return None
+        segs = [seg for seg in self.segments if seg.take_unsynced()]
+        directory = self.dir if self.dir_unsynced else None
+        self.dir_unsynced = False
+        return self.next_offset, segs, directory
+
+    def flush_undo(self, segs, directory):
+        """A group commit ended before this log's turn (its budget spent): dirty again."""
+        for seg in segs:
+            seg.untake_unsynced()
+        self.dir_unsynced = self.dir_unsynced or directory is not None
+
+    def flush_end(self, target):
+        """The disk confirmed what was appended up to target: rolled segments
+        are let go of, and the high watermark moves. -> True if it moved.
+        (After a failed fsync LogManager takes the log offline instead: the
+        high watermark stays where the disk last confirmed it.)"""
         for seg in self.segments:
-            seg.sync(synced)
-            if seg is not self.active and seg.fd is not None:
-                seg.close()                 # rolled: it takes no more appends
-        if self.dir_unsynced:
-            if not synced:
-                self.files.fsync_dir(self.dir)
-            self.dir_unsynced = False
-        moved = self.high_watermark != self.next_offset
-        self.high_watermark = self.next_offset
-        return moved
+            if seg is not self.active and seg.fd is not None and not seg.unsynced:
+                seg.close(sync=False)                 # rolled: it takes no more appends
+        if self.offline or target <= self.high_watermark:
+            return False
+        self.high_watermark = target
+        return True
 
     @property
     def dirty(self):
@@ -2967,6 +2993,183 @@ class PartitionLog:
         """Remove a partition that never became part of a topic (a creation that failed)."""
         self.close(clean=False)
         self.files.rmtree(self.dir)
+
+
+# --- The flusher: a long group commit's fsyncs off the loop --------------------
+# The one thread besides the loop. A group commit that will take long -- one
+# over SYNCFS_MIN_LOGS logs or more (a syncfs), or over FLUSHER_MIN_BYTES
+# appended since the last -- is handed to it: the loop reads, checks and
+# appends the next requests while the disk works, and takes the result in a
+# later pass (the flusher wakes its select). The flusher owns nothing but
+# duplicates of the descriptors it is given, which it closes when done, so
+# the loop may roll, close or delete a segment meanwhile; every piece of
+# state -- the high watermarks, what is acknowledged, a log taken offline --
+# stays the loop's, changed only when it takes the result. A short group
+# commit (a transaction's one-record batch, its markers) stays on the loop:
+# handing it over would cost more in thread switches (~0.1 ms) than its
+# fsync. A disk that numbers its changes (the tests' FaultyDisk) is flushed
+# inline, so that they keep one order. conformance/bench's README has the
+# figures (produce over 1 and 1,000 partitions, with and without it).
+FLUSHER_MIN_BYTES = 64 * 1024   # appended since the last group commit: the next one is long
+SYNCFS_MIN_LOGS = 8             # this many logs dirty: one syncfs, not an fsync each (and a long commit)
+
+
+class FlushEntry:
+    """One log's part of a group commit."""
+    __slots__ = ("plog", "target", "segs", "directory", "own", "fds", "error")
+
+    def __init__(self, plog, target, segs, directory):
+        self.plog, self.target, self.segs, self.directory = plog, target, segs, directory
+        self.own = [seg.fd for seg in segs]     # the loop's descriptors
+        self.fds = self.own                     # what is fsynced: the flusher's duplicates on its thread
+        self.error = None                       # the OSError its fsync raised
+
+    def sync(self, files):
+        try:
+            for fd in self.fds:
+                files.fsync(fd)
+            if self.directory is not None:
+                files.fsync_dir(self.directory)
+        except OSError as e:
+            self.error = e
+
+    def duplicate(self):
+        """Descriptors of the flusher's own (os.dup), so that the loop may close its own meanwhile."""
+        dups = []
+        try:
+            for fd in self.fds:
+                dups.append(os.dup(fd))
+        except OSError:
+            for fd in dups:
+                os.close(fd)
+            raise
+        self.fds = dups
+
+    def close_duplicates(self):
+        if self.fds is not self.own:
+            for fd in self.fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fds = self.own
+
+
+class FlushJob:
+    """One group commit's fsyncs: the data directory first (a partition was
+    made), then each log's segments and directory -- or, for
+    SYNCFS_MIN_LOGS logs or more, one syncfs of them all."""
+
+    def __init__(self, data_dir, root, entries, urgent):
+        self.data_dir = data_dir        # the data directory to fsync first, or None
+        self.root = root                # the data directory: where a syncfs is made
+        self.entries = entries          # [FlushEntry], the urgent ones first
+        self.urgent = urgent            # how many entries came from LogManager.urgent
+        self.at_once = len(entries) >= SYNCFS_MIN_LOGS
+        self.done = 0                   # entries made durable (or failed), in order
+        self.data_dir_error = self.syncfs_error = self.crashed = None
+        self.finished = threading.Event()
+
+    def run(self, files, deadline=None):
+        """The fsyncs, in order; with a deadline, stops after the entry that
+        passed it (a syncfs is one step: no deadline). A bug in doze is kept
+        for the loop to log; what was not done is then dirty again."""
+        try:
+            self._run(files, deadline)
+        except Exception as e:
+            self.crashed = e
+
+    def _run(self, files, deadline):
+        if self.data_dir is not None:
+            try:
+                files.fsync_dir(self.data_dir)
+            except OSError as e:
+                self.data_dir_error = e
+        if self.at_once:
+            try:
+                if files.syncfs(self.root):
+                    self.done = len(self.entries)
+                    return
+            except OSError as e:
+                self.syncfs_error = e   # then file by file: a file whose write failed fails its own fsync
+        for entry in self.entries:
+            entry.sync(files)
+            self.done += 1
+            if deadline is not None and time.perf_counter() > deadline:
+                return
+
+
+class Flusher:
+    """Runs FlushJobs: inline, or one at a time on its own thread where the
+    disk allows it (Files.fsyncs_on_a_thread) and the loop can be woken."""
+
+    def __init__(self, files, wake=None):
+        self.files = files
+        self.wake = wake                        # wakes the loop's select (thread-safe), or None: inline only
+        self.threaded = wake is not None and files.fsyncs_on_a_thread
+        self.in_flight = None                   # the job on the thread
+        self.jobs = self.thread = None
+
+    def run(self, job, deadline=None):
+        """Run a job on the caller's thread -> the job, done."""
+        job.run(self.files, deadline)
+        return job
+
+    def hand_over(self, job):
+        """Start a job on the thread (finished() gives it back); where the
+        descriptors cannot be duplicated, run it here."""
+        try:
+            for i, entry in enumerate(job.entries):
+                entry.duplicate()
+        except OSError:                         # out of descriptors: the loop waits for the disk this time
+            for entry in job.entries[:i]:
+                entry.close_duplicates()
+            job.run(self.files)
+            job.finished.set()
+        else:
+            if self.thread is None:
+                self.jobs = queue.SimpleQueue()
+                self.thread = threading.Thread(target=self._work, name="doze-flusher", daemon=True)
+                self.thread.start()
+            self.jobs.put(job)
+        self.in_flight = job
+
+    def _work(self):
+        """The thread: a job's fsyncs, its descriptors closed, the loop woken."""
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job.run(self.files)
+            for entry in job.entries:
+                entry.close_duplicates()
+            job.finished.set()
+            self.wake()
+
+    @property
+    def busy(self):
+        return self.in_flight is not None
+
+    def done(self):
+        """Has the job in flight finished?"""
+        return self.in_flight is not None and self.in_flight.finished.is_set()
+
+    def finished(self):
+        """The job in flight, once it finished (it is then taken), else None."""
+        if not self.done():
+            return None
+        job, self.in_flight = self.in_flight, None
+        return job
+
+    def wait(self):
+        """Until the job in flight (if any) has finished."""
+        if self.in_flight is not None:
+            self.in_flight.finished.wait()
+
+    def close(self):
+        """The thread ends after its job (the broker stops)."""
+        if self.thread is not None:
+            self.jobs.put(None)
+            self.thread.join()
+            self.thread = None
 
 
 ###############################################################################
@@ -3446,16 +3649,16 @@ def run_steps(steps):
 
 PARTITIONS_PER_STEP = 64         # partition directories made between two yields
 RETENTION_STEP_S = 0.01          # loop time retention takes in one pass, at most (about)
-SYNCFS_MIN_LOGS = 8              # this many logs dirty in a pass: one syncfs, not an fsync each
 
 
 class LogManager:
     """The topics: their partition logs on disk and their rows in meta.db."""
 
-    def __init__(self, config, store, files=None, max_open_files=4096):
+    def __init__(self, config, store, files=None, max_open_files=4096, flusher=None):
         self.config = config
         self.store = store
         self.files = files or Files()
+        self.flusher = flusher or Flusher(self.files)      # inline unless the Broker gave one that can wake it
         self.clock = config.clock
         self.open_files = OpenFiles(max_open_files)
         self.topics = {}            # name -> Msg(topic_id, partitions, configs)
@@ -3465,6 +3668,7 @@ class LogManager:
         self.dirty = {}             # logs appended to since their last flush, oldest first
         self.urgent = {}            # ... of those, the ones a narrow request waits on (first)
         self.data_dir_unsynced = False
+        self.unflushed_bytes = 0    # appended since the last group commit took the dirty logs
         self.offline_topics = set()  # topics with a partition offline (see "When the disk fails")
         self.refusing = weakref.WeakSet()   # logs whose last write found no room (logged once)
         self.moves = 0              # high watermark moves, all logs (what the console's live pages watch)
@@ -3719,6 +3923,7 @@ class LogManager:
             self.refusing.discard(plog)
             log.info("%s-%d takes writes again", plog.topic, plog.partition)
         self.dirty[plog] = None
+        self.unflushed_bytes += len(batch)
         return base
 
     def append_as_leader(self, plog, records, h, now_ms):
@@ -3764,50 +3969,86 @@ class LogManager:
             if plog in self.dirty:
                 self.urgent[plog] = None
 
+    def flush_due(self):
+        """Has the group commit work now: a job the flusher finished, or dirty
+        logs it can take (a long commit waits while the flusher has one)?"""
+        if self.flusher.done():
+            return True
+        return bool(self.dirty or self.data_dir_unsynced) and not (self.flusher.busy and self._long())
+
+    def _long(self):
+        """Will the dirty logs' fsyncs take long (the flusher's thread takes them)?"""
+        return len(self.dirty) >= SYNCFS_MIN_LOGS or self.unflushed_bytes >= FLUSHER_MIN_BYTES
+
     def flush_dirty(self, budget_s=None):
         """Group commit: one fsync per dirty file, the urgent ones first, then
-        oldest first. Returns the logs whose high watermark moved. With a
-        budget, stops once it is spent: a produce to thousands of partitions is
-        made durable over several passes of the loop, the others served between
-        them. The data directory goes first, so a new partition's entry is
-        durable before any of its records; if that fsync fails, every
-        partition goes offline (the log directory failed, as Kafka says)."""
-        if self.data_dir_unsynced:
-            try:
-                self.files.fsync_dir(self.config.data_dir)
-            except OSError as e:
-                for plog in self.logs.values():
-                    self.take_offline(plog, f"fsync of the data directory failed: {e}")
-            self.data_dir_unsynced = False
-        moved = []
-        at_once = len(self.dirty) >= SYNCFS_MIN_LOGS and self._sync_all_at_once()
-        deadline = None if budget_s is None or at_once else time.perf_counter() + budget_s
-        while self.dirty:
-            plog = next(iter(self.urgent or self.dirty))
-            try:
-                if plog.flush(synced=at_once):
-                    moved.append(plog)
-                    self.moves += 1
-            except OSError as e:
-                self.take_offline(plog, f"fsync failed: {e}")
-            del self.dirty[plog]
-            self.urgent.pop(plog, None)
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-        return moved
+        oldest first; one syncfs for SYNCFS_MIN_LOGS logs or more. Returns the
+        logs whose high watermark moved (in this pass: the flusher's job
+        finished, or the short commit made here). A long commit goes to the
+        Flusher's thread, the loop serving on. A short one runs here; with a
+        budget it stops once that is spent, the rest in the next pass. Without
+        a budget (a start, a stop): everything, here, after the job in flight.
+        The data directory goes first, so a new partition's entry is durable
+        before any of its records; if that fsync fails, every partition goes
+        offline (the log directory failed, as Kafka says)."""
+        if budget_s is None:
+            self.flusher.wait()
+        moved = self._flushed(self.flusher.finished())
+        if not (self.dirty or self.data_dir_unsynced):
+            return moved
+        if budget_s is not None and self.flusher.threaded and self._long():
+            if not self.flusher.busy:
+                self.flusher.hand_over(self._flush_job())
+            return moved
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        return moved + self._flushed(self.flusher.run(self._flush_job(), deadline))
 
-    def _sync_all_at_once(self):
-        """Many logs dirty: one syncfs of the data directory's file system, not
-        an fsync each (1,000 of them take 140-260 ms on this kind of disk, the
-        syncfs 8-13 ms). -> True if it made them durable; False where there is
-        no syncfs, or it failed: then each log is fsynced, and one whose write
-        failed learns it from its own fsync (Linux reports a failed write to
-        each file's fsync, whatever a syncfs saw) and goes offline alone."""
-        try:
-            return self.files.syncfs(self.config.data_dir)
-        except OSError as e:
-            log.warning("syncfs of %s failed (%s): fsyncing the logs one by one", self.config.data_dir, e)
-            return False
+    def _flush_job(self):
+        """Every dirty log, the urgent ones first, taken for one group commit."""
+        urgent = [plog for plog in self.urgent if plog in self.dirty]
+        entries = []
+        for plog in urgent + [plog for plog in self.dirty if plog not in self.urgent]:
+            taken = plog.flush_begin()
+            if taken is not None:                   # not offline
+                entries.append(FlushEntry(plog, *taken))
+        n_urgent = sum(1 for entry in entries if entry.plog in self.urgent)
+        self.dirty.clear()
+        self.urgent.clear()
+        self.unflushed_bytes = 0
+        data_dir = self.config.data_dir if self.data_dir_unsynced else None
+        self.data_dir_unsynced = False
+        return FlushJob(data_dir, self.config.data_dir, entries, n_urgent)
+
+    def _flushed(self, job):
+        """A group commit's result taken: a log whose fsync failed goes
+        offline, the others' high watermarks move, and what the job did not
+        reach is dirty again. -> the logs whose high watermark moved."""
+        if job is None:
+            return []
+        if job.crashed is not None:
+            log.error("the group commit's fsyncs failed: %s: a bug in doze", where(job.crashed))
+        if job.data_dir_error is not None:
+            for plog in self.logs.values():
+                self.take_offline(plog, f"fsync of the data directory failed: {job.data_dir_error}")
+        if job.syncfs_error is not None:
+            log.warning("syncfs of %s failed (%s): fsyncing the logs one by one", self.config.data_dir,
+                        job.syncfs_error)
+        moved = []
+        for i, entry in enumerate(job.entries):
+            plog = entry.plog
+            if not self.holds(plog) or plog.offline:
+                continue                            # deleted, or its disk failed, meanwhile
+            if i >= job.done:                       # not reached: the next group commit's
+                plog.flush_undo(entry.segs, entry.directory)
+                self.dirty[plog] = None
+                if i < job.urgent:
+                    self.urgent[plog] = None
+            elif entry.error is not None:
+                self.take_offline(plog, f"fsync failed: {entry.error}")
+            elif plog.flush_end(entry.target):
+                moved.append(plog)
+                self.moves += 1
+        return moved
 
     def delete_records(self, moves):
         """DeleteRecords: [(log, offset)] -> each log's start moved, in one
@@ -3871,6 +4112,7 @@ class LogManager:
                 since = time.perf_counter()
 
     def close(self, clean=True):
+        self.flusher.close()
         for plog in self.logs.values():
             plog.close(clean)
         while clean and self.removing:
@@ -15547,7 +15789,7 @@ def open_file_count():
 
 
 class _Waker:
-    """The self-pipe that wakes select() for stop() and run_in_loop()."""
+    """The self-pipe that wakes select() for stop(), run_in_loop() and the flusher."""
 
     def __init__(self):
         self.recv_sock, self.send_sock = socket.socketpair()
@@ -15699,7 +15941,7 @@ class GroupCommit:
 
     def due_in(self):
         """Seconds the loop may sleep before this has work: 0 now, or until a lazy meta.db sync."""
-        if self.held or self.logs.dirty or self.logs.removing:
+        if self.held or self.logs.flush_due() or self.logs.removing:
             return 0
         return META_LAZY_SYNC_S if self.store.owed_since is not None else None
 
@@ -15708,7 +15950,7 @@ class GroupCommit:
         self._sync_store()
         if self.txns.completing:
             self.txns.progress()                       # markers of the decisions just made durable
-        if self.logs.dirty or self.logs.data_dir_unsynced:
+        if self.logs.flush_due():
             moved = self.logs.flush_dirty(FLUSH_BUDGET_S)    # a failed fsync: that log offline
             for plog in moved:
                 self.purgatory.notify((plog.topic, plog.partition))
@@ -15755,9 +15997,11 @@ class Broker:
         self.files.attach(config.data_dir)
         make_data_dir(config.data_dir, self.files)
         self.dir_lock = lock_data_dir(config.data_dir)
+        self.waker = _Waker()               # wakes select: stop(), run_in_loop(), the flusher's thread
         try:
             self._compose(config)
         except BaseException:           # a failed start lets go of the directory
+            self.waker.close()
             self.dir_lock.close()
             raise
 
@@ -15766,7 +16010,8 @@ class Broker:
         self.store = open_meta_db(config, self.files)
         descriptors = raise_descriptor_limit()
         self.timers = Timers(self.clock)
-        self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2))
+        self.logs = LogManager(config, self.store, self.files, max_open_files=max(64, descriptors // 2),
+                               flusher=Flusher(self.files, self.waker.wake))
         self.logs.load()
         self.purgatory = Purgatory(self.timers)
         self.producer_states = ProducerStates(config, self.store, self.logs)
@@ -15792,7 +16037,6 @@ class Broker:
         self.group_commit = GroupCommit(self.store, self.logs, self.txns, self.purgatory, self.tracer)
         self.connections = Connections(config, self.selector, self.timers, self.listeners, self.dispatcher,
                                        self.group_commit, self.purgatory, descriptors)
-        self.waker = _Waker()
         self.selector.register(self.waker.recv_sock, selectors.EVENT_READ, self.waker)
         self._calls = collections.deque()   # functions run_in_loop() hands over
         self._stopping = False
@@ -15973,6 +16217,7 @@ class FaultyDisk(Files):
     names every change made, in order (which call, which file)."""
 
     SQLITE_OWN = ("meta.db-wal", "meta.db-shm", "meta.db-journal")
+    fsyncs_on_a_thread = False          # its changes are numbered in one order: the loop makes them all
 
     def __init__(self, root=None, cut_at=None, on_cut=None):
         self.root = None

@@ -1318,16 +1318,16 @@ def test_batch_decode_records_bounds_gzip_output():
 
 @pytest.fixture
 def open_logs(tmp_path):
-    """open_logs(settings=None, clock=None, files=None) -> a loaded LogManager on
-    tmp_path/"logs"; reopen by calling it again after logs.close()."""
+    """open_logs(settings=None, clock=None, files=None, flusher=None) -> a loaded
+    LogManager on tmp_path/"logs"; reopen by calling it again after logs.close()."""
     opened = []
 
-    def open_(settings=None, clock=None, files=None):
+    def open_(settings=None, clock=None, files=None, flusher=None):
         data_dir = tmp_path / "logs"
         os.makedirs(data_dir, exist_ok=True)
         config = doze.Config(settings, data_dir=data_dir, clock=clock)
         store = doze.MetadataStore(os.path.join(config.data_dir, "meta.db"))
-        logs = doze.LogManager(config, store, files)
+        logs = doze.LogManager(config, store, files, flusher=flusher)
         logs.load()
         opened.append(store)
         return logs
@@ -1528,6 +1528,99 @@ def test_storage_group_commit_makes_many_dirty_logs_durable_with_one_syncfs(open
     assert (files.syncfses, files.fsyncs - before) == (2, 45)
     assert all(plog.high_watermark == 3 - (i >= 5) for i, plog in enumerate(wide))
     assert "syncfs of" in caplog.text and "fsyncing the logs one by one" in caplog.text
+
+
+class GatedFiles(doze.Files):
+    """Real files whose fsyncs on the flusher's thread wait at a gate (and
+    fail with `fail_errno` if set); the loop's own fsyncs pass."""
+
+    def __init__(self):
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.fail_errno, self.on_thread = None, 0
+
+    def fsync(self, fd):
+        if threading.current_thread().name == "doze-flusher":
+            self.on_thread += 1
+            self.entered.set()
+            assert self.gate.wait(10), "the test never opened the gate"
+            if self.fail_errno:
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno))
+        super().fsync(fd)
+
+
+def threaded_logs(open_logs):
+    """A LogManager whose Flusher runs on its thread -> (logs, files, woken):
+    woken is set each time the flusher wakes the loop."""
+    files, woken = GatedFiles(), threading.Event()
+    return open_logs(files=files, flusher=doze.Flusher(files, wake=woken.set)), files, woken
+
+
+def take_woken(logs, woken):
+    """The loop's pass after the flusher woke it: -> the logs moved."""
+    assert woken.wait(10), "the flusher never woke the loop"
+    woken.clear()
+    assert logs.flush_due()
+    return logs.flush_dirty(budget_s=0.02)
+
+
+def test_flusher_takes_a_long_group_commit_off_the_loop_and_moves_nothing_before_the_disk(open_logs):
+    """A commit of FLUSHER_MIN_BYTES or more is fsynced on the flusher's
+    thread: no high watermark moves until the loop takes the finished job; a
+    short commit meanwhile is made on the loop, and a long one waits its turn."""
+    logs, files, woken = threaded_logs(open_logs)
+    big, small = new_topic(logs, "big"), new_topic(logs, "small")
+    append(logs, big, [b"x" * doze.FLUSHER_MIN_BYTES], flush=False)
+    assert logs.flush_dirty(budget_s=0.02) == [] and logs.flusher.busy
+    assert files.entered.wait(10)                             # the fsync runs on the flusher's thread
+    assert big.high_watermark == 0                            # ... and nothing moved before it returns
+    append(logs, small, [b"short"], flush=False)              # a short commit: here, at once
+    assert logs.flush_dirty(budget_s=0.02) == [small] and small.high_watermark == 1
+    append(logs, big, [b"y" * doze.FLUSHER_MIN_BYTES], flush=False)
+    assert not logs.flush_due() and logs.flush_dirty(budget_s=0.02) == []   # long: after the one in flight
+    assert big.high_watermark == 0 and files.on_thread == 1
+    files.gate.set()
+    assert take_woken(logs, woken) == [big] and big.high_watermark == 1     # the first job's target only
+    assert logs.flusher.busy                                  # the second, handed over in the same pass
+    assert take_woken(logs, woken) == [big] and big.high_watermark == 2
+    assert not logs.flush_due() and files.on_thread == 2
+    logs.close()
+    assert logs.flusher.thread is None
+
+
+def test_flusher_failed_fsync_takes_that_log_offline_and_others_serve_on(open_logs, caplog):
+    """An fsync that fails on the flusher's thread: its log goes offline with
+    nothing acknowledged, the loop logs why, the other logs move."""
+    logs, files, woken = threaded_logs(open_logs)
+    logs_ = [new_topic(logs, "wide", 10)] + [logs.get("wide", p) for p in range(1, 10)]
+    for plog in logs_:
+        append(logs, plog, [b"w"], flush=False)
+    files.syncfs = lambda path: (_ for _ in ()).throw(OSError(errno.EIO, "syncfs failed"))
+    files.fail_errno = errno.EIO
+    assert logs.flush_dirty(budget_s=0.02) == []
+    files.gate.set()
+    moved = take_woken(logs, woken)
+    assert moved == [] and all(plog.offline and plog.high_watermark == 0 for plog in logs_)
+    assert "fsync failed" in caplog.text and "syncfs of" in caplog.text
+    logs.close()
+
+
+def test_flusher_keeps_its_own_descriptors_while_the_loop_deletes_the_topic(open_logs, caplog):
+    """The loop may delete a topic (close and remove its files) while the
+    flusher fsyncs them: the flusher's duplicates stay valid, the result is
+    dropped for the deleted log, and every duplicate is closed after."""
+    logs, files, woken = threaded_logs(open_logs)
+    plog = new_topic(logs, "gone")
+    append(logs, plog, [b"z" * doze.FLUSHER_MIN_BYTES], flush=False)
+    logs.flush_dirty(budget_s=0.02)
+    assert files.entered.wait(10) and fds_under(plog.dir) == 2             # the loop's, the flusher's
+    logs.delete_topic("gone")
+    while logs.removing:
+        logs.remove_some()
+    files.gate.set()
+    assert take_woken(logs, woken) == []
+    assert not logs.flusher.busy and fds_under(plog.dir) == 0
+    assert "failed" not in caplog.text and "bug" not in caplog.text
+    logs.close()
 
 
 def test_storage_index_finds_the_batch_holding_any_offset(open_logs):
