@@ -4277,23 +4277,24 @@ class ProducerStateTable:
         self.aborted = []          # (producer_id, first_offset, marker_offset, stable_offset), in marker order
         self.aborted_markers = array.array("q")   # their marker offsets: sorted, so bisectable
         self.completing = []       # (first_offset, marker_offset): decided, marker not yet durable
-        self.verifying = {}        # producer_id -> lowest sequence seen while verifying (KIP-890)
+        self.verifying = {}        # producer_id -> (epoch, lowest sequence seen while verifying, epoch_bumps, since ms)
 
     def has_open_txn(self, producer_id, producer_epoch):
         """Kafka's hasOngoingTransaction: open here, and with this epoch."""
         entry = self.producers.get(producer_id)
         return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == producer_epoch
 
-    def note_verification(self, producer_id, producer_epoch, first_seq, epoch_bumps=False):
+    def note_verification(self, producer_id, producer_epoch, first_seq, now_ms, epoch_bumps=False):
         """Kafka's VerificationStateEntry: the lowest sequence a not-yet-verified
         transactional producer sent here; a later first batch above it is out
         of order. epoch_bumps: transaction version 2's, whose epochs start at
-        sequence 0 where the partition knows nothing of the producer."""
+        sequence 0 where the partition knows nothing of the producer. Kept
+        until the batch is appended, or producer.id.expiration.ms (expire)."""
         seen = self.verifying.get(producer_id)
         if seen is None or seen[0] != producer_epoch:
-            self.verifying[producer_id] = (producer_epoch, first_seq, epoch_bumps)
+            self.verifying[producer_id] = (producer_epoch, first_seq, epoch_bumps, now_ms)
         else:
-            self.verifying[producer_id] = (producer_epoch, min(seen[1], first_seq), epoch_bumps or seen[2])
+            self.verifying[producer_id] = (producer_epoch, min(seen[1], first_seq), epoch_bumps or seen[2], seen[3])
 
     def check_epoch(self, h):
         """An epoch older than the partition knows is refused before anything else."""
@@ -4457,10 +4458,15 @@ class ProducerStateTable:
 
     def expire(self, now_ms, expiration_ms):
         """producer.id.expiration.ms: forget producers idle that long, unless a
-        transaction of theirs is open here."""
+        transaction of theirs is open here (a batch's timestamp may be -1, or
+        any age: Kafka compares it all the same), and verifications noted that
+        long ago (Kafka's removeExpiredProducers, both)."""
         for producer_id, entry in list(self.producers.items()):
-            if entry.txn_first_offset < 0 and 0 <= entry.last_timestamp < now_ms - expiration_ms:
+            if entry.txn_first_offset < 0 and entry.last_timestamp < now_ms - expiration_ms:
                 del self.producers[producer_id]
+        for producer_id, seen in list(self.verifying.items()):
+            if now_ms - seen[3] >= expiration_ms:
+                del self.verifying[producer_id]
 
 
 def control_type(batch_head):
@@ -5524,7 +5530,7 @@ class LogCleaner:
         self.map_capacity = int(config["log.cleaner.dedupe.buffer.size"] / 24
                                 * config["log.cleaner.io.buffer.load.factor"])
         self.running = None                                  # (CleaningPass, its steps)
-        self.last_runs = {}                                  # (topic, partition) -> the last pass's journal event
+        self.last_runs = weakref.WeakKeyDictionary()         # log -> its last pass's journal event (gone with it)
 
     def schedule(self, timers):
         self.timers = timers
@@ -5566,13 +5572,13 @@ class LogCleaner:
 
     def finished(self, cleaning, complete, took_s):
         """The pass's checkpoint (only a complete one moves it), and what it did, journaled."""
-        plog, tp = cleaning.plog, (cleaning.plog.topic, cleaning.plog.partition)
+        plog = cleaning.plog
         if complete:
             self.store.save_cleaner_checkpoint(plog.topic, plog.partition, cleaning.end)
         event = self.journal.record("clean", topic=plog.topic, partition=plog.partition,
                                     dirty_section=[cleaning.first_dirty, cleaning.end], complete=complete,
                                     took_ms=round(took_s * 1000, 1), **cleaning.stats)
-        self.last_runs[tp] = event
+        self.last_runs[plog] = event
         log.info("cleaned log %s-%d (dirty section = [%d, %d]): %d bytes to %d, %d records removed, in %.1f ms",
                  plog.topic, plog.partition, cleaning.first_dirty, cleaning.end, cleaning.stats["bytes_before"],
                  cleaning.stats["bytes_after"], cleaning.stats["records_removed"], took_s * 1000)
@@ -8528,7 +8534,7 @@ def verify_producer(ctx, tp, h, transactional_id):
     elif h.attributes & ATTR_TRANSACTIONAL:
         ctx.txns.check_not_decided(transactional_id)
         if not state.has_open_txn(h.producer_id, h.producer_epoch):
-            state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence)
+            state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence, ctx.now_ms)
             ctx.txns.check_produce(transactional_id, h.producer_id, h.producer_epoch, tp)
         ctx.producer_states.mark_transactional([tp])
     return state
@@ -8543,7 +8549,7 @@ def add_produced_partition(ctx, state, tp, h, transactional_id):
     state.check_epoch(h)
     ctx.txns.check_not_decided(transactional_id, ErrorCode.CONCURRENT_TRANSACTIONS)
     if not state.has_open_txn(h.producer_id, h.producer_epoch):
-        state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence, epoch_bumps=True)
+        state.note_verification(h.producer_id, h.producer_epoch, h.base_sequence, ctx.now_ms, epoch_bumps=True)
         try:
             ctx.txns.add_implicitly(transactional_id, h.producer_id, h.producer_epoch, [tp],
                                     cause=f"Produce v{ctx.version} to {tp[0]}-{tp[1]}")
@@ -14167,7 +14173,7 @@ class ConsoleViews:
         first_dirty, upper, ratio, overdue = cleaner.cleanable(plog, now)
         return {"partition": plog.partition, "first_dirty_offset": first_dirty, "first_uncleanable_offset": upper,
                 "dirty_ratio": round(ratio, 3), "overdue": overdue,
-                "last_run": cleaner.last_runs.get((plog.topic, plog.partition))}
+                "last_run": cleaner.last_runs.get(plog)}
 
     def apis(self):                          # the versions served now: transaction.version decides some
         level = self.broker.txns.features.transaction_version

@@ -2390,6 +2390,20 @@ def test_producer_state_gap_is_out_of_order(seq):
     assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+def test_producer_state_expiry_forgets_idle_producers_and_old_verifications():
+    """producer.id.expiration.ms, as Kafka's removeExpiredProducers: a producer
+    whose last batch is older is forgotten (a timestamp of -1 too), and so is
+    a verification noted that long ago; newer ones, and an open transaction, stay."""
+    table = doze.ProducerStateTable()
+    table.update(idem_header(0, producer_id=1)._replace(max_timestamp=-1), 0)
+    table.update(idem_header(0, producer_id=2)._replace(max_timestamp=10_000), 1)
+    table.update(idem_header(0, producer_id=5)._replace(max_timestamp=-1, attributes=doze.ATTR_TRANSACTIONAL), 2)
+    table.note_verification(3, 0, 0, now_ms=1_000)
+    table.note_verification(4, 0, 0, now_ms=9_000)
+    table.expire(now_ms=11_000, expiration_ms=5_000)
+    assert set(table.producers) == {2, 5} and set(table.verifying) == {4}
+
+
 def test_producer_state_older_epoch_is_fenced():
     table = doze.ProducerStateTable()
     table.update(idem_header(0, epoch=3), 0)
