@@ -670,6 +670,7 @@ def main():
     for rnd in range(args.rounds):
         for name in order if rnd % 2 == 0 else list(reversed(order)):
             print(f"round {rnd + 1}: {name}", flush=True)
+            os.sync()          # no broker's fsyncs wait on the dirty pages the one before it left
             with tempfile.TemporaryDirectory(prefix=f"compare-{name}-") as d:
                 one_round(name, d, sizes, results, failures)
     print()
