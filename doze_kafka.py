@@ -3066,6 +3066,10 @@ class FlushJob:
         self.at_once = len(entries) >= SYNCFS_MIN_LOGS
         self.done = 0                   # entries made durable (or failed), in order
         self.data_dir_error = self.syncfs_error = self.crashed = None
+        self.finished = None            # a threading.Event, set when done, for a job handed to the thread
+
+    def watch(self):
+        """A job for the thread: the loop learns it finished from `finished`."""
         self.finished = threading.Event()
 
     def run(self, files, deadline=None):
@@ -3122,9 +3126,11 @@ class Flusher:
         except OSError:                         # out of descriptors: the loop waits for the disk this time
             for entry in job.entries[:i]:
                 entry.close_duplicates()
+            job.watch()
             job.run(self.files)
             job.finished.set()
         else:
+            job.watch()
             if self.thread is None:
                 self.jobs = queue.SimpleQueue()
                 self.thread = threading.Thread(target=self._work, name="doze-flusher", daemon=True)
