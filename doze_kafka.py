@@ -15932,7 +15932,8 @@ class Timers:
 
 class GroupCommit:
     """Once a pass of the loop: one fsync of meta.db for every change the pass
-    made, one per dirty log, then the answers that waited for them. An answer
+    made, one per dirty log (a long commit's on the Flusher's thread, its
+    result taken in a later pass), then the answers that waited for them. An answer
     never runs ahead of what a power cut would keep: a Produce is answered
     once its high watermark passed its records (its Park, woken by the log's
     key), any other answer once the meta.db change it follows is durable
