@@ -2817,10 +2817,6 @@ class PartitionLog:
         self.high_watermark = target
         return True
 
-    @property
-    def dirty(self):
-        return self.dir_unsynced or any(seg.unsynced for seg in self.segments)
-
     # --- reading ---
     def segment_for(self, offset):
         i = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
@@ -3058,9 +3054,9 @@ class FlushJob:
     made), then each log's segments and directory -- or, for
     SYNCFS_MIN_LOGS logs or more, one syncfs of them all."""
 
-    def __init__(self, data_dir, root, entries, urgent):
-        self.data_dir = data_dir        # the data directory to fsync first, or None
+    def __init__(self, root, entries, urgent, root_first):
         self.root = root                # the data directory: where a syncfs is made
+        self.root_first = root_first    # its entries changed: fsync it before anything else
         self.entries = entries          # [FlushEntry], the urgent ones first
         self.urgent = urgent            # how many entries came from LogManager.urgent
         self.at_once = len(entries) >= SYNCFS_MIN_LOGS
@@ -3082,9 +3078,9 @@ class FlushJob:
             self.crashed = e
 
     def _run(self, files, deadline):
-        if self.data_dir is not None:
+        if self.root_first:
             try:
-                files.fsync_dir(self.data_dir)
+                files.fsync_dir(self.root)
             except OSError as e:
                 self.data_dir_error = e
         if self.at_once:
@@ -3120,17 +3116,16 @@ class Flusher:
     def hand_over(self, job):
         """Start a job on the thread (finished() gives it back); where the
         descriptors cannot be duplicated, run it here."""
+        job.watch()
         try:
             for i, entry in enumerate(job.entries):
                 entry.duplicate()
         except OSError:                         # out of descriptors: the loop waits for the disk this time
             for entry in job.entries[:i]:
                 entry.close_duplicates()
-            job.watch()
             job.run(self.files)
             job.finished.set()
         else:
-            job.watch()
             if self.thread is None:
                 self.jobs = queue.SimpleQueue()
                 self.thread = threading.Thread(target=self._work, name="doze-flusher", daemon=True)
@@ -4021,9 +4016,9 @@ class LogManager:
         self.dirty.clear()
         self.urgent.clear()
         self.unflushed_bytes = 0
-        data_dir = self.config.data_dir if self.data_dir_unsynced else None
+        job = FlushJob(self.config.data_dir, entries, n_urgent, self.data_dir_unsynced)
         self.data_dir_unsynced = False
-        return FlushJob(data_dir, self.config.data_dir, entries, n_urgent)
+        return job
 
     def _flushed(self, job):
         """A group commit's result taken: a log whose fsync failed goes
